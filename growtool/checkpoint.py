@@ -1,0 +1,410 @@
+"""Checkpoint I/O: safetensors files, Hugging Face folders (single or sharded), standard streams.
+
+Reading is lazy (one tensor at a time through safetensors' ``safe_open``); the header is checked
+first so a malformed file gives one clear line. Writing streams: the header is computed from the
+planned shapes, then each tensor is produced and written in turn, into a temporary file in the
+destination folder that is fsynced and renamed into place - a killed process leaves no partial
+output. The model config and growth lineage travel in the safetensors ``__metadata__``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import os
+import shutil
+import struct
+import sys
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterable
+
+import torch
+from safetensors import safe_open
+from safetensors.torch import load as st_load_bytes
+
+from .config import ModelConfig
+from .errors import GrowError
+from .families import IGNORED, expected_shapes
+
+DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
+    "U8": torch.uint8, "BOOL": torch.bool,
+}
+DTYPE_NAME = {v: k for k, v in DTYPES.items()}
+FLOATS = {"F64", "F32", "F16", "BF16"}
+MAX_HEADER = 100 * 1024 * 1024
+
+
+# ---- reading ------------------------------------------------------------------------------
+
+def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
+    """Check a safetensors header: returns (tensor entries, metadata, data start offset).
+
+    ``buf`` holds at least the first 8 + header bytes; ``size`` is the whole file's size.
+    """
+    if size < 8:
+        raise GrowError(f"{src}: not a safetensors file (only {size} bytes)")
+    (n,) = struct.unpack("<Q", buf[:8])
+    if n > MAX_HEADER or 8 + n > size:
+        raise GrowError(f"{src}: not a safetensors file (header length {n} beyond the file's {size} bytes)")
+    try:
+        header = json.loads(buf[8:8 + n].decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        raise GrowError(f"{src}: not a safetensors file (header is not valid JSON)") from None
+    if not isinstance(header, dict):
+        raise GrowError(f"{src}: safetensors header is not a JSON object")
+    meta = header.pop("__metadata__", None) or {}
+    if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
+        raise GrowError(f"{src}: safetensors __metadata__ must map strings to strings")
+    data_len = size - 8 - n
+    spans = []
+    for name, e in header.items():
+        if not isinstance(e, dict) or not {"dtype", "shape", "data_offsets"} <= set(e):
+            raise GrowError(f"{src}: tensor {name} has a malformed header entry")
+        dt = e["dtype"]
+        if dt not in DTYPES:
+            raise GrowError(f"{src}: tensor {name} has unknown dtype {dt!r}")
+        shape, offs = e["shape"], e["data_offsets"]
+        if not (isinstance(shape, list) and all(isinstance(s, int) and s >= 0 for s in shape)):
+            raise GrowError(f"{src}: tensor {name} has a bad shape {shape!r}")
+        if not (isinstance(offs, list) and len(offs) == 2 and all(isinstance(o, int) for o in offs)):
+            raise GrowError(f"{src}: tensor {name} has bad data offsets {offs!r}")
+        b, en = offs
+        if not (0 <= b <= en <= data_len):
+            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes")
+        numel = 1
+        for s in shape:
+            numel *= s
+        if numel * DTYPES[dt].itemsize != en - b:
+            raise GrowError(f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, header gives {en - b}")
+        spans.append((b, en, name))
+    spans.sort()
+    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+        if b1 < e0:
+            raise GrowError(f"{src}: tensors {n0} and {n1} overlap in the file")
+    return header, meta, 8 + n
+
+
+def read_file_header(path: Path) -> tuple[dict, dict]:
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as f:
+            head = f.read(8)
+            if len(head) == 8:
+                (n,) = struct.unpack("<Q", head)
+                if n <= MAX_HEADER:
+                    head += f.read(n)
+    except PermissionError:
+        raise GrowError(f"{path}: cannot read (permission denied)") from None
+    except IsADirectoryError:
+        raise GrowError(f"{path}: is a folder without config.json") from None
+    except OSError as e:
+        raise GrowError(f"{path}: cannot read ({e.strerror})") from None
+    header, meta, _ = parse_header(head, size, str(path))
+    return header, meta
+
+
+@dataclass
+class Checkpoint:
+    """A checkpoint opened for lazy reading: config, lineage, and tensors by name."""
+
+    config: ModelConfig
+    lineage: list
+    source: str
+    entries: dict  # name -> (dtype name, shape)
+    _get: Callable[[str], torch.Tensor]
+    files: list = field(default_factory=list)  # backing files (for hashing)
+    raw: bytes | None = None  # stdin bytes
+
+    def names(self) -> list[str]:
+        return list(self.entries)
+
+    def shape(self, name: str) -> tuple[int, ...]:
+        return tuple(self.entries[name][1])
+
+    def dtype(self, name: str) -> torch.dtype:
+        return DTYPES[self.entries[name][0]]
+
+    def get(self, name: str) -> torch.Tensor:
+        """One tensor, checked for NaN / Inf."""
+        t = self._get(name)
+        if t.is_floating_point() and not torch.isfinite(t).all():
+            raise GrowError(f"{self.source}: tensor {name} holds NaN or Inf values")
+        return t
+
+    def main_dtype(self) -> torch.dtype:
+        return self.dtype(next(iter(self.entries)))
+
+    def tensors(self) -> dict[str, torch.Tensor]:
+        return {n: self.get(n) for n in self.entries}
+
+    def sha256(self) -> str:
+        h = hashlib.sha256()
+        if self.raw is not None:
+            h.update(self.raw)
+        for f in self.files:
+            with open(f, "rb") as fh:
+                for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    h.update(chunk)
+        return h.hexdigest()
+
+    def model(self, dtype=torch.float32):
+        from .model import LM
+        return LM.from_tensors(self.config, self.tensors(), dtype=dtype)
+
+
+def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelConfig, list]:
+    raw = None
+    if "config" in meta:
+        raw = meta["config"]
+    elif folder_cfg is not None and folder_cfg.exists():
+        raw = folder_cfg.read_text()
+    if raw is None:
+        raise GrowError(f"{src}: no model config (neither in the safetensors metadata nor a config.json beside it)")
+    try:
+        hf = json.loads(raw)
+    except json.JSONDecodeError:
+        raise GrowError(f"{src}: model config is not valid JSON") from None
+    try:
+        lineage = json.loads(meta.get("lineage", "[]"))
+    except json.JSONDecodeError:
+        raise GrowError(f"{src}: growth lineage in the metadata is not valid JSON") from None
+    try:
+        cfg = ModelConfig.from_hf(hf)
+    except GrowError as e:
+        raise GrowError(f"{src}: {e}") from None
+    return cfg, lineage
+
+
+def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> dict:
+    entries = {k: v for k, v in entries.items() if not IGNORED.search(k)}
+    if cfg.tie and "lm_head.weight" in entries:
+        entries.pop("lm_head.weight")  # HF sometimes stores the tied head too
+    want = expected_shapes(cfg)
+    missing = [n for n in want if n not in entries]
+    extra = [n for n in entries if n not in want]
+    if missing:
+        more = f" and {len(missing) - 1} more" if len(missing) > 1 else ""
+        raise GrowError(f"{src}: tensor {missing[0]}{more} missing for a {cfg.family} model of this config")
+    if extra:
+        more = f" and {len(extra) - 1} more" if len(extra) > 1 else ""
+        raise GrowError(f"{src}: unexpected tensor {extra[0]}{more} for a {cfg.family} model of this config")
+    for n, shp in want.items():
+        dt, got = entries[n]
+        if tuple(got) != shp:
+            raise GrowError(f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} (config and tensors disagree)")
+        if dt not in FLOATS:
+            raise GrowError(f"{src}: tensor {n} has dtype {dt}; weights must be floating point")
+    dts = {entries[n][0] for n in want}
+    if len(dts) > 1:
+        raise GrowError(f"{src}: tensors mix dtypes {sorted(dts)}")
+    return {n: entries[n] for n in want}  # canonical order
+
+
+def _open_files(files: list[Path], src: str) -> tuple[dict, dict, Callable]:
+    """Lazy access to tensors spread over one or more safetensors files."""
+    where, entries, meta0 = {}, {}, None
+    for f in files:
+        header, meta = read_file_header(f)
+        meta0 = meta if meta0 is None else meta0
+        for n, e in header.items():
+            where[n] = f
+            entries[n] = (e["dtype"], e["shape"])
+    handles: dict = {}
+
+    def get(name: str) -> torch.Tensor:
+        f = where[name]
+        if f not in handles:
+            try:
+                handles[f] = safe_open(str(f), framework="pt")
+            except Exception as e:  # safetensors raises its own error types
+                raise GrowError(f"{f}: cannot open ({e})") from None
+        return handles[f].get_tensor(name)
+
+    return entries, meta0 or {}, get
+
+
+def load(src: str | os.PathLike) -> Checkpoint:
+    """Open a checkpoint: a .safetensors file, an HF model folder, or ``-`` (standard input)."""
+    s = str(src)
+    if s == "-":
+        data = sys.stdin.buffer.read()
+        if not data:
+            raise GrowError("standard input is empty (expected a safetensors checkpoint)")
+        header, meta, _ = parse_header(data, len(data), "<stdin>")
+        cfg, lineage = _config_from(meta, None, "<stdin>")
+        entries = {n: (e["dtype"], e["shape"]) for n, e in header.items()}
+        entries = _check_tensors(cfg, entries, "<stdin>")
+        try:
+            tensors = st_load_bytes(data)
+        except Exception as e:
+            raise GrowError(f"<stdin>: cannot decode safetensors ({e})") from None
+        return Checkpoint(cfg, lineage, "<stdin>", entries, tensors.__getitem__, raw=data)
+    p = Path(s)
+    if not p.exists():
+        raise GrowError(f"{p}: no such file or folder")
+    folder_cfg = None
+    if p.is_dir():
+        folder_cfg = p / "config.json"
+        index = p / "model.safetensors.index.json"
+        if not folder_cfg.exists():
+            raise GrowError(f"{p}: folder has no config.json (not a Hugging Face model folder)")
+        if index.exists():
+            try:
+                wm = json.loads(index.read_text())["weight_map"]
+                files = sorted({p / v for v in wm.values()})
+            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+                raise GrowError(f"{index}: not a valid safetensors index (no weight_map)") from None
+            for f in files:
+                if not f.exists():
+                    raise GrowError(f"{index}: shard {f.name} is missing")
+        elif (p / "model.safetensors").exists():
+            files = [p / "model.safetensors"]
+        else:
+            raise GrowError(f"{p}: folder has neither model.safetensors nor model.safetensors.index.json")
+    else:
+        files = [p]
+        if (p.parent / "config.json").exists():
+            folder_cfg = p.parent / "config.json"
+    entries, meta, get = _open_files(files, s)
+    cfg, lineage = _config_from(meta, folder_cfg, s)
+    entries = _check_tensors(cfg, entries, s)
+    return Checkpoint(cfg, lineage, s, entries, get, files=files)
+
+
+# ---- writing ------------------------------------------------------------------------------
+
+def metadata(cfg: ModelConfig, lineage: list) -> dict[str, str]:
+    return {
+        "format": "pt",
+        "family": cfg.family,
+        "config": json.dumps(cfg.to_hf(), sort_keys=True),
+        "lineage": json.dumps(lineage, sort_keys=True),
+    }
+
+
+def _header_bytes(specs: list[tuple[str, tuple, torch.dtype]], meta: dict) -> bytes:
+    header, off = {}, 0
+    for name, shape, dt in specs:
+        n = 1
+        for s in shape:
+            n *= s
+        nb = n * dt.itemsize
+        header[name] = {"dtype": DTYPE_NAME[dt], "shape": list(shape), "data_offsets": [off, off + nb]}
+        off += nb
+    header = {"__metadata__": meta, **header}
+    hb = json.dumps(header, separators=(",", ":")).encode()
+    hb += b" " * (-len(hb) % 8)
+    return struct.pack("<Q", len(hb)) + hb
+
+
+def _tensor_bytes(t: torch.Tensor) -> memoryview:
+    t = t.detach().contiguous().cpu()
+    return memoryview(t.reshape(-1).view(torch.uint8).numpy())
+
+
+def write_stream(fh, specs, produce: Callable[[str], torch.Tensor], meta: dict) -> None:
+    """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``."""
+    fh.write(_header_bytes(specs, meta))
+    for name, shape, dt in specs:
+        t = produce(name)
+        if tuple(t.shape) != tuple(shape) or t.dtype != dt:
+            raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
+        fh.write(_tensor_bytes(t))
+
+
+def _fsync_dir(path: Path) -> None:
+    try:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None]) -> None:
+    """Write ``dest`` through a temporary file in its folder: fsync, then rename. Nothing partial remains."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            write(fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, dest)
+        _fsync_dir(dest.parent)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except FileNotFoundError:
+            pass
+        raise
+
+
+def is_folder_target(out: str) -> bool:
+    return not out.endswith(".safetensors") and out != "-"
+
+
+def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | None:
+    """Refuse a destination that would overwrite an input, already exists (without force),
+    or sits in a missing / unwritable folder. Returns the path (None for stdout)."""
+    if out == "-":
+        return None
+    dest = Path(out)
+    for i in inputs:
+        if i != "-" and Path(i).exists() and dest.exists() and dest.resolve() == Path(i).resolve():
+            raise GrowError(f"{dest}: output would overwrite the input")
+    parent = dest.parent if str(dest.parent) else Path(".")
+    if not parent.is_dir():
+        raise GrowError(f"{dest}: output folder {parent} does not exist")
+    if not os.access(parent, os.W_OK):
+        raise GrowError(f"{dest}: output folder {parent} is not writable")
+    if dest.exists() and not force:
+        raise GrowError(f"{dest}: output exists (pass --force to replace it)")
+    return dest
+
+
+def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool = False,
+         inputs: Iterable[str] = ()) -> str:
+    """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors),
+    or ``-`` (standard output). Returns the written path."""
+    meta = metadata(cfg, lineage)
+    dest = check_destination(out, inputs, force)
+    if dest is None:
+        buf = io.BytesIO()  # build fully first: a failure leaves stdout untouched
+        write_stream(buf, specs, produce, meta)
+        sys.stdout.buffer.write(buf.getvalue())
+        sys.stdout.buffer.flush()
+        return "-"
+    try:
+        if not is_folder_target(out):
+            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta))
+            return str(dest)
+        tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+        try:
+            atomic_file(tmpdir / "model.safetensors", lambda fh: write_stream(fh, specs, produce, meta))
+            atomic_file(tmpdir / "config.json",
+                        lambda fh: fh.write((json.dumps(cfg.to_hf(), indent=2, sort_keys=True) + "\n").encode()))
+            if dest.exists():
+                shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
+            os.replace(tmpdir, dest)
+            _fsync_dir(dest.parent)
+        except BaseException:
+            shutil.rmtree(tmpdir, ignore_errors=True)
+            raise
+        return str(dest)
+    except OSError as e:
+        raise GrowError(f"{dest}: cannot write ({e.strerror or e})") from None
+
+
+def save_tensors(out: str, cfg: ModelConfig, lineage: list, tensors: dict[str, torch.Tensor],
+                 force: bool = False, inputs: Iterable[str] = ()) -> str:
+    """Save in-memory tensors (in the family's canonical order)."""
+    order = [n for n in expected_shapes(cfg)]
+    specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in order]
+    return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs)

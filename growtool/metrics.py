@@ -1,0 +1,49 @@
+"""Condensation metrics of weight matrices (small-init paper) and a token-level model comparison.
+
+* stable rank  ||W||_F^2 / ||W||_2^2 : near 1 when the matrix is condensed onto one direction.
+* row cosine   mean |cos| between distinct rows, a row being one unit's weight vector (slices
+  along the unit axis for readers and writers; one row per token for embeddings and the head).
+  Near 1 when units have condensed onto few directions. At most 512 rows are used (evenly spaced).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .families import tensor_specs
+
+
+def stable_rank(w: torch.Tensor) -> float:
+    w = w.float()
+    fro2 = float((w * w).sum())
+    spec = float(torch.linalg.matrix_norm(w, ord=2)) ** 2
+    return fro2 / spec if spec > 0 else 0.0
+
+
+def row_cosine(w: torch.Tensor, max_rows: int = 512) -> float:
+    w = w.float()
+    if w.shape[0] > max_rows:
+        w = w[torch.linspace(0, w.shape[0] - 1, max_rows).long()]
+    n = w.shape[0]
+    if n < 2:
+        return 0.0
+    u = w / w.norm(dim=1, keepdim=True).clamp_min(1e-12)
+    c = (u @ u.T).abs()
+    return float((c.sum() - c.diagonal().sum()) / (n * (n - 1)))
+
+
+def unit_rows(w: torch.Tensor, spec) -> torch.Tensor:
+    """The matrix with one row per unit (see module docstring)."""
+    if spec.role in ("reader", "writer"):
+        return w.movedim(spec.unit_axis, 0).reshape(w.shape[spec.unit_axis], -1)
+    return w
+
+
+def matrix_metrics(cfg, tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
+    """{tensor name: {"stable_rank", "row_cosine"}} for every weight matrix of a model."""
+    out = {}
+    for name, spec in tensor_specs(cfg).items():
+        if spec.role in ("reader", "writer", "embedding", "head") and name in tensors:
+            w = unit_rows(tensors[name].detach(), spec)
+            out[name] = {"stable_rank": stable_rank(w), "row_cosine": row_cosine(w)}
+    return out

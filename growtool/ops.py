@@ -1,0 +1,188 @@
+"""Growth operators: pure functions on tensors. Each docstring states the identity it keeps.
+
+Notation: d old width, D new width, g = D - d; u_old = [1_d; 0]/sqrt(d), u_grow = [0; 1_g]/sqrt(g).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+
+# ---- SRIO rotation ------------------------------------------------------------------------
+
+def rotate(x: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
+    """Apply the SRIO rotation R(eps) to every vector of ``x`` along ``axis`` (size D > d).
+
+    R is the rotation by theta, cos(theta) = eps, in the plane of u_old and u_grow, and the
+    identity on its complement:
+        R u_old  = eps u_old + sqrt(1-eps^2) u_grow
+        R u_grow = -sqrt(1-eps^2) u_old + eps u_grow
+    Writers take W <- R [W; 0] and readers W <- [W, X] R^T; both are "rotate the vectors along
+    the residual axis". R is orthogonal, so a reader applied to a rotated residual sees the old
+    one. Cost O(D) per vector: the D x D matrix is never built. eps = 1 returns x unchanged.
+    """
+    if eps == 1.0:
+        return x
+    x = x.movedim(axis, -1)
+    D = x.shape[-1]
+    g = D - d
+    s = math.sqrt(max(0.0, 1.0 - eps * eps))
+    a = x[..., :d].sum(-1, keepdim=True) / math.sqrt(d)  # <u_old, x>
+    b = x[..., d:].sum(-1, keepdim=True) / math.sqrt(g)  # <u_grow, x>
+    # R x = x + (eps-1)(a u_old + b u_grow) + s (a u_grow - b u_old)
+    old = x[..., :d] + ((eps - 1.0) * a - s * b) / math.sqrt(d)
+    new = x[..., d:] + ((eps - 1.0) * b + s * a) / math.sqrt(g)
+    return torch.cat([old, new], dim=-1).movedim(-1, axis)
+
+
+def exact_layernorm_eps(d: int, D: int) -> float:
+    """The angle LayerNorm absorbs: R(eps*) u_old = 1_D / sqrt(D) exactly when eps* = sqrt(d/D).
+
+    Then a residual R[h; 0] differs from [h - mean(h); 0] only along 1_D, which LayerNorm removes.
+    """
+    return math.sqrt(d / D)
+
+
+# ---- expansions: how new units / new residual dims are filled from old ones ---------------
+
+@dataclass(frozen=True)
+class Expansion:
+    """New entries of an axis of size n -> n_new as mixtures of old entries.
+
+    New entry j (index n + j) = sum_k weight[j, k] * old entry index[j, k].  ``kind`` is
+    "convex" (non-negative weights summing to 1), "tile" (j -> j mod n), "copy" (a random old
+    entry), "mean" (the mean of all old entries), or "zero".
+    """
+
+    kind: str
+    n: int
+    n_new: int
+    index: torch.Tensor | None = None  # [n_new - n, k] long
+    weight: torch.Tensor | None = None  # [n_new - n, k] float32
+
+    @property
+    def added(self) -> int:
+        return self.n_new - self.n
+
+
+def make_expansion(kind: str, n: int, n_new: int, gen: torch.Generator, k: int = 2) -> Expansion:
+    """Build an expansion. Convex: each new entry mixes ``k`` distinct random old entries with
+    Dirichlet(1) weights (LiGO-inspired, static). Copy: each new entry copies one random old
+    entry (Net2Net). Tile: new entry j copies old entry j mod n (the old block tiled and cropped).
+    """
+    m = n_new - n
+    if kind in ("zero", "mean") or m == 0:
+        return Expansion(kind, n, n_new)
+    if kind == "tile":
+        idx = (torch.arange(m) % n).unsqueeze(1)
+        return Expansion(kind, n, n_new, idx, torch.ones(m, 1))
+    if kind == "copy":
+        idx = torch.randint(n, (m, 1), generator=gen)
+        return Expansion(kind, n, n_new, idx, torch.ones(m, 1))
+    if kind == "convex":
+        k = max(1, min(k, n))
+        idx = torch.stack([torch.randperm(n, generator=gen)[:k] for _ in range(m)])
+        w = -torch.log(torch.rand(m, k, generator=gen, dtype=torch.float64).clamp_min(1e-12))  # Exp(1)
+        w = (w / w.sum(1, keepdim=True)).float()
+        return Expansion(kind, n, n_new, idx, w)
+    raise ValueError(f"unknown expansion kind {kind!r}")
+
+
+def group_to_heads(e: Expansion, per_group: int) -> Expansion:
+    """Lift a KV-group expansion to the query heads of each group (GQA: head h uses group h // r).
+
+    New group j's query heads (r of them) mix the same-position query heads of j's source groups,
+    so new query heads belong to new KV groups and head_dim and the q-per-kv ratio are kept.
+    """
+    r = per_group
+    if e.index is None:
+        return Expansion(e.kind, e.n * r, e.n_new * r)
+    m, k = e.index.shape
+    idx = (e.index.unsqueeze(1) * r + torch.arange(r).view(1, r, 1)).reshape(m * r, k)
+    w = e.weight.unsqueeze(1).expand(m, r, k).reshape(m * r, k)
+    return Expansion(e.kind, e.n * r, e.n_new * r, idx, w)
+
+
+def expand_axis(x: torch.Tensor, axis: int, e: Expansion, block: int = 1) -> torch.Tensor:
+    """Grow ``axis`` from e.n * block to e.n_new * block entries; old entries are kept bit for bit.
+
+    Entries come in blocks (a head is ``block`` = head_dim consecutive rows); a new block is the
+    expansion's mixture of old blocks.
+    """
+    x = x.movedim(axis, 0)
+    assert x.shape[0] == e.n * block, (x.shape, e.n, block)
+    rest = x.shape[1:]
+    xb = x.reshape(e.n, block, *rest)
+    if e.added == 0:
+        new = xb[:0]
+    elif e.kind == "zero":
+        new = xb.new_zeros((e.added, block, *rest))
+    elif e.kind == "mean":
+        new = xb.mean(0, keepdim=True).expand(e.added, block, *rest)
+    else:
+        new = 0
+        for j in range(e.index.shape[1]):
+            wj = e.weight[:, j].to(x.dtype).view(-1, *([1] * (xb.dim() - 1)))
+            new = new + wj * xb.index_select(0, e.index[:, j])
+    out = torch.cat([xb, new], 0).reshape(e.n_new * block, *rest)
+    return out.movedim(0, axis)
+
+
+def split_factors(e: Expansion) -> torch.Tensor:
+    """Net2Net's split: a unit copied c times and its copies each write 1/(1+c) of its output.
+
+    Returns the [n_new] multipliers for the writer's unit axis; with identical inputs, the sum of
+    the split writes equals the original write, so the function is kept without any gate.
+    """
+    counts = torch.ones(e.n)
+    if e.index is not None and e.added:
+        counts += torch.bincount(e.index[:, 0], minlength=e.n).float()
+    f = 1.0 / counts
+    tail = f[e.index[:, 0]] if (e.index is not None and e.added) else torch.ones(e.added)
+    return torch.cat([f, tail])
+
+
+def scale_axis(x: torch.Tensor, axis: int, factors: torch.Tensor, block: int = 1) -> torch.Tensor:
+    """Multiply entries (in blocks) along ``axis`` by ``factors``."""
+    f = factors.to(x.dtype).repeat_interleave(block)
+    shape = [1] * x.dim()
+    shape[axis] = -1
+    return x * f.view(shape)
+
+
+# ---- norms -------------------------------------------------------------------------------
+
+def grow_norm_gain(gain: torch.Tensor, D: int, uniform: bool) -> torch.Tensor:
+    """New norm gain of width D for a residual carried as R[h; 0].
+
+    rms over D of R[h; 0] is sqrt(d/D) x rms over d (and with eps' = eps d/D the same holds with
+    eps inside), so a gain of sqrt(d/D) turns the grown normalisation into the old one. With
+    ``uniform`` the old gain has been folded into the readers and the new gain is sqrt(d/D) on
+    every dim (exact for any rotation); otherwise old dims keep gain * sqrt(d/D) and new dims,
+    which the norm maps to zero, take the mean old gain (exact when readers are not rotated).
+    """
+    d = gain.shape[0]
+    c = math.sqrt(d / D)
+    if uniform:
+        return torch.full((D,), c, dtype=gain.dtype)
+    return torch.cat([gain * c, gain.mean().expand(D - d) * c])
+
+
+def grow_norm_bias(bias: torch.Tensor, D: int) -> torch.Tensor:
+    """LayerNorm bias: old entries kept, new entries 0 (the normed output is [old; 0])."""
+    return torch.cat([bias, bias.new_zeros(D - bias.shape[0])])
+
+
+def grow_norm_eps(eps: float, d: int, D: int) -> float:
+    """eps' = eps * d / D keeps sqrt(mean_D(x^2) + eps') = sqrt(d/D) sqrt(mean_d(x^2) + eps)."""
+    return eps * d / D
+
+
+def fold_gain(w: torch.Tensor, gain: torch.Tensor, axis: int) -> torch.Tensor:
+    """Fold a norm gain into a reader: W diag(gain) along the residual axis (same function)."""
+    shape = [1] * w.dim()
+    shape[axis] = -1
+    return w * gain.to(w.dtype).view(shape)

@@ -1,0 +1,149 @@
+"""Growth recipes: YAML files with a fixed, checked schema, and ``--set key=value`` overrides.
+
+    name: srio
+    description: ...
+    lossy: false            # a baseline may declare that it does not keep the function
+    rotation:
+      eps: auto             # auto | number in [0, 1]; cos of the SRIO angle (1 = no rotation)
+    attention:
+      new_heads: convex     # how new heads are filled: convex | tile | copy | zero
+      new_columns: convex   # how readers' new input columns are filled: convex | tile | mean | zero
+    ffn:
+      new_units: tile       # convex | tile | copy | zero
+      new_columns: tile     # convex | tile | mean | zero
+    convex_k: 2             # old units mixed into each convex new unit
+    gate: true              # new units write through the block's warm-up gate
+
+``eps: auto`` is the exact angle: sqrt(d/D) (LayerNorm absorbs exactly that one; RMSNorm any),
+except with a tied RMSNorm head, where only the identity (eps = 1) is exact.
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+
+import yaml
+
+from .errors import GrowError
+
+UNIT_MODES = ("convex", "tile", "copy", "zero")
+COLUMN_MODES = ("convex", "tile", "mean", "zero")
+
+DEFAULTS = {
+    "name": "custom",
+    "description": "",
+    "lossy": False,
+    "rotation": {"eps": "auto"},
+    "attention": {"new_heads": "convex", "new_columns": "convex"},
+    "ffn": {"new_units": "tile", "new_columns": "tile"},
+    "convex_k": 2,
+    "gate": True,
+}
+
+
+def _recipe_dir() -> Path:
+    try:
+        p = Path(str(resources.files("growtool.recipes")))
+        if p.is_dir():
+            return p
+    except (ModuleNotFoundError, TypeError):
+        pass
+    return Path(__file__).resolve().parent.parent / "recipes"
+
+
+def shipped() -> list[str]:
+    return sorted(p.stem for p in _recipe_dir().glob("*.yaml"))
+
+
+def _check_keys(d: dict, ref: dict, where: str, src: str) -> None:
+    for k, v in d.items():
+        if k not in ref:
+            raise GrowError(f"{src}: unknown recipe key {where}{k!r} (known: {', '.join(ref)})")
+        if isinstance(ref[k], dict):
+            if not isinstance(v, dict):
+                raise GrowError(f"{src}: recipe key {where}{k} must be a mapping, got {v!r}")
+            _check_keys(v, ref[k], f"{where}{k}.", src)
+
+
+def _merge(base: dict, over: dict) -> dict:
+    out = copy.deepcopy(base)
+    for k, v in over.items():
+        out[k] = _merge(out[k], v) if isinstance(v, dict) and isinstance(out.get(k), dict) else v
+    return out
+
+
+def validate(r: dict, src: str = "recipe") -> dict:
+    """Check every value; the error names the key and the allowed values."""
+    def bad(key, val, allowed):
+        raise GrowError(f"{src}: recipe key {key} has bad value {val!r} (allowed: {allowed})")
+
+    if not isinstance(r["name"], str):
+        bad("name", r["name"], "a string")
+    if not isinstance(r["description"], str):
+        bad("description", r["description"], "a string")
+    for key in ("lossy", "gate"):
+        if not isinstance(r[key], bool):
+            bad(key, r[key], "true or false")
+    eps = r["rotation"]["eps"]
+    if eps != "auto":
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not (0.0 <= eps <= 1.0):
+            bad("rotation.eps", eps, "auto or a number in [0, 1]")
+        r["rotation"]["eps"] = float(eps)
+    for sec, unit_key in (("attention", "new_heads"), ("ffn", "new_units")):
+        if r[sec][unit_key] not in UNIT_MODES:
+            bad(f"{sec}.{unit_key}", r[sec][unit_key], " | ".join(UNIT_MODES))
+        if r[sec]["new_columns"] not in COLUMN_MODES:
+            bad(f"{sec}.new_columns", r[sec]["new_columns"], " | ".join(COLUMN_MODES))
+    k = r["convex_k"]
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        bad("convex_k", k, "an integer >= 1")
+    return r
+
+
+def parse_set(items: list[str] | tuple[str, ...]) -> dict:
+    """``["rotation.eps=0.9", "gate=false"]`` -> nested dict (values parsed as YAML scalars)."""
+    out: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise GrowError(f"--set needs key=value, got {item!r}")
+        key, raw = item.split("=", 1)
+        try:
+            val = yaml.safe_load(raw) if raw != "" else ""
+        except yaml.YAMLError:
+            val = raw
+        node = out
+        parts = key.strip().split(".")
+        for p in parts[:-1]:
+            node = node.setdefault(p, {})
+        node[parts[-1]] = val
+    return out
+
+
+def load(name_or_path: str = "srio", overrides: dict | None = None) -> dict:
+    """A recipe by shipped name (``srio``) or YAML path, with overrides applied and checked."""
+    p = Path(name_or_path)
+    if p.suffix in (".yaml", ".yml") or p.exists():
+        src = str(p)
+        try:
+            text = p.read_text()
+        except OSError as e:
+            raise GrowError(f"{src}: cannot read recipe ({e.strerror})") from None
+    else:
+        f = _recipe_dir() / f"{name_or_path}.yaml"
+        if not f.exists():
+            raise GrowError(f"unknown recipe {name_or_path!r} (shipped: {', '.join(shipped())}; or give a .yaml path)")
+        src, text = str(f), f.read_text()
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise GrowError(f"{src}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise GrowError(f"{src}: a recipe must be a YAML mapping")
+    _check_keys(data, DEFAULTS, "", src)
+    r = _merge(DEFAULTS, data)
+    if overrides:
+        _check_keys(overrides, DEFAULTS, "", "--set")
+        r = _merge(r, overrides)
+    return validate(r, src)
