@@ -1,10 +1,10 @@
 """Checkpoint I/O: safetensors files, Hugging Face folders (single or sharded), standard streams.
 
-Reading is lazy (one tensor at a time through safetensors' ``safe_open``); the header is checked
-first so a malformed file gives one clear line. Writing streams: the header is computed from the
-planned shapes, then each tensor is produced and written in turn, into a temporary file in the
-destination folder that is fsynced and renamed into place - a killed process leaves no partial
-output. The model config and growth lineage travel in the safetensors ``__metadata__``.
+Reading is lazy: the header is checked first (so a malformed file gives one clear line), then
+each tensor is read on demand with a plain positioned read (no mmap, see ``read_tensor``).
+Writing streams: the header is computed from the planned shapes, then each tensor is produced and
+written in turn, into a temporary file in the destination folder that is fsynced and renamed into
+place - a killed process leaves no partial output. The model config and growth lineage travel in the safetensors ``__metadata__``.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import struct
 import sys
@@ -22,8 +23,6 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import load as st_load_bytes
 
 from .config import ModelConfig
 from .errors import GrowError
@@ -89,7 +88,8 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     return header, meta, 8 + n
 
 
-def read_file_header(path: Path) -> tuple[dict, dict]:
+def read_file_header(path: Path) -> tuple[dict, dict, int]:
+    """(tensor entries, metadata, data start offset) of a safetensors file, checked."""
     try:
         size = path.stat().st_size
         with open(path, "rb") as f:
@@ -104,8 +104,7 @@ def read_file_header(path: Path) -> tuple[dict, dict]:
         raise GrowError(f"{path}: is a folder without config.json") from None
     except OSError as e:
         raise GrowError(f"{path}: cannot read ({e.strerror})") from None
-    header, meta, _ = parse_header(head, size, str(path))
-    return header, meta
+    return parse_header(head, size, str(path))
 
 
 @dataclass
@@ -205,25 +204,43 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> dict:
     return {n: entries[n] for n in want}  # canonical order
 
 
+def read_tensor(path: Path, start: int, entry: dict, name: str) -> torch.Tensor:
+    """One tensor read with a plain ``readinto`` at its (checked) offsets.
+
+    No mmap: a memory-mapped file's touched pages count in the process's resident set until it is
+    unmapped, so reading a whole checkpoint through ``safe_open`` makes peak RSS grow with the
+    file size. An explicit read keeps only the tensor itself in memory (the page cache is not RSS).
+    """
+    b, e = entry["data_offsets"]
+    dt = DTYPES[entry["dtype"]]
+    buf = bytearray(e - b)
+    try:
+        with open(path, "rb") as fh:
+            fh.seek(start + b)
+            got = fh.readinto(buf)
+    except OSError as err:
+        raise GrowError(f"{path}: cannot read tensor {name} ({err.strerror})") from None
+    if got != len(buf):
+        raise GrowError(f"{path}: file is truncated (tensor {name} lies beyond its end)")
+    t = torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)
+    return t.reshape(entry["shape"])
+
+
 def _open_files(files: list[Path], src: str) -> tuple[dict, dict, Callable]:
-    """Lazy access to tensors spread over one or more safetensors files."""
+    """Lazy access to tensors spread over one or more safetensors files (one read per tensor)."""
     where, entries, meta0 = {}, {}, None
     for f in files:
-        header, meta = read_file_header(f)
+        header, meta, start = read_file_header(f)
         meta0 = meta if meta0 is None else meta0
         for n, e in header.items():
-            where[n] = f
+            if n in where:
+                raise GrowError(f"{f}: tensor {n} is also in {where[n][0]}")
+            where[n] = (f, start, e)
             entries[n] = (e["dtype"], e["shape"])
-    handles: dict = {}
 
     def get(name: str) -> torch.Tensor:
-        f = where[name]
-        if f not in handles:
-            try:
-                handles[f] = safe_open(str(f), framework="pt")
-            except Exception as e:  # safetensors raises its own error types
-                raise GrowError(f"{f}: cannot open ({e})") from None
-        return handles[f].get_tensor(name)
+        f, start, e = where[name]
+        return read_tensor(f, start, e, name)
 
     return entries, meta0 or {}, get
 
@@ -231,19 +248,23 @@ def _open_files(files: list[Path], src: str) -> tuple[dict, dict, Callable]:
 def load(src: str | os.PathLike) -> Checkpoint:
     """Open a checkpoint: a .safetensors file, an HF model folder, or ``-`` (standard input)."""
     s = str(src)
+    if not s:
+        raise GrowError("empty checkpoint path")
     if s == "-":
         data = sys.stdin.buffer.read()
         if not data:
             raise GrowError("standard input is empty (expected a safetensors checkpoint)")
-        header, meta, _ = parse_header(data, len(data), "<stdin>")
+        header, meta, start = parse_header(data, len(data), "<stdin>")
         cfg, lineage = _config_from(meta, None, "<stdin>")
         entries = {n: (e["dtype"], e["shape"]) for n, e in header.items()}
         entries = _check_tensors(cfg, entries, "<stdin>")
-        try:
-            tensors = st_load_bytes(data)
-        except Exception as e:
-            raise GrowError(f"<stdin>: cannot decode safetensors ({e})") from None
-        return Checkpoint(cfg, lineage, "<stdin>", entries, tensors.__getitem__, raw=data)
+
+        def get(name: str) -> torch.Tensor:  # one tensor copied out of the held bytes
+            b, e = header[name]["data_offsets"]
+            buf, dt = bytearray(memoryview(data)[start + b:start + e]), DTYPES[header[name]["dtype"]]
+            return (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(header[name]["shape"])
+
+        return Checkpoint(cfg, lineage, "<stdin>", entries, get, raw=data)
     p = Path(s)
     if not p.exists():
         raise GrowError(f"{p}: no such file or folder")
@@ -308,13 +329,17 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
 
 
 def write_stream(fh, specs, produce: Callable[[str], torch.Tensor], meta: dict) -> None:
-    """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``."""
+    """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``.
+
+    Only one produced tensor is alive at a time (it is released before the next is produced).
+    """
     fh.write(_header_bytes(specs, meta))
     for name, shape, dt in specs:
         t = produce(name)
         if tuple(t.shape) != tuple(shape) or t.dtype != dt:
             raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
         fh.write(_tensor_bytes(t))
+        del t
 
 
 def _fsync_dir(path: Path) -> None:
@@ -332,6 +357,9 @@ def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None]) -> None:
     """Write ``dest`` through a temporary file in its folder: fsync, then rename. Nothing partial remains."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; a written file gets the usual mode
         with os.fdopen(fd, "wb") as fh:
             write(fh)
             fh.flush()
@@ -350,6 +378,11 @@ def is_folder_target(out: str) -> bool:
     return not out.endswith(".safetensors") and out != "-"
 
 
+def _clobbers(dest: Path, inp: Path) -> bool:
+    """Would replacing ``dest`` (both resolved, dest existing) destroy ``inp`` or a file of it?"""
+    return dest == inp or dest in inp.parents or (inp.is_dir() and inp in dest.parents)
+
+
 def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | None:
     """Refuse a destination that would overwrite an input, already exists (without force),
     or sits in a missing / unwritable folder. Returns the path (None for stdout)."""
@@ -357,8 +390,8 @@ def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | No
         return None
     dest = Path(out)
     for i in inputs:
-        if i != "-" and Path(i).exists() and dest.exists() and dest.resolve() == Path(i).resolve():
-            raise GrowError(f"{dest}: output would overwrite the input")
+        if i != "-" and Path(i).exists() and dest.exists() and _clobbers(dest.resolve(), Path(i).resolve()):
+            raise GrowError(f"{dest}: output would overwrite the input {i}")
     parent = dest.parent if str(dest.parent) else Path(".")
     if not parent.is_dir():
         raise GrowError(f"{dest}: output folder {parent} does not exist")
@@ -369,16 +402,99 @@ def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | No
     return dest
 
 
+SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
+              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def parse_size(text: str) -> int:
+    """``"500MB"`` -> 500_000_000, ``"2GiB"`` -> 2 * 2**30, ``"1000"`` -> 1000 bytes (as Hugging Face)."""
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(text))
+    unit = m.group(2).lower() if m else ""
+    if not m or (unit and unit not in SIZE_UNITS):
+        raise GrowError(f"--shard-size {text!r} is not a size (e.g. 500MB, 2GB, 1GiB, or bytes)")
+    n = int(float(m.group(1)) * SIZE_UNITS[unit or "b"])
+    if n <= 0:
+        raise GrowError(f"--shard-size must be positive, got {text!r}")
+    return n
+
+
+def _nbytes(shape, dt: torch.dtype) -> int:
+    n = dt.itemsize
+    for s in shape:
+        n *= s
+    return n
+
+
+def plan_shards(specs, shard_size: int | None) -> list[list]:
+    """Split ``specs`` (in order) into shards of at most ``shard_size`` tensor bytes each; a tensor
+    larger than the limit gets a shard of its own. One shard when the total fits (or no limit)."""
+    if shard_size is None:
+        return [list(specs)]
+    shards, size = [[]], 0
+    for spec in specs:
+        nb = _nbytes(spec[1], spec[2])
+        if shards[-1] and size + nb > shard_size:
+            shards.append([])
+            size = 0
+        shards[-1].append(spec)
+        size += nb
+    return shards
+
+
+def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, meta: dict) -> None:
+    """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
+    shards (each with the same metadata) plus model.safetensors.index.json."""
+    def write_json(path, obj):
+        atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
+
+    if len(shards) == 1:
+        atomic_file(folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta))
+    else:
+        weight_map, total = {}, 0
+        for k, part in enumerate(shards, 1):
+            name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
+            atomic_file(folder / name, lambda fh: write_stream(fh, part, produce, meta))
+            for n, shape, dt in part:
+                weight_map[n] = name
+                total += _nbytes(shape, dt)
+        write_json(folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
+    write_json(folder / "config.json", cfg.to_hf())
+
+
+def _replace(tmp: Path, dest: Path) -> None:
+    """Move the finished ``tmp`` (file or folder) to ``dest``. An existing ``dest`` is first renamed
+    aside (a folder cannot be replaced by one rename), then deleted once ``tmp`` is in place."""
+    old = None
+    if dest.exists() or dest.is_symlink():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent)) / "old"
+        os.replace(dest, old)
+    os.replace(tmp, dest)
+    _fsync_dir(dest.parent)
+    if old is not None:
+        shutil.rmtree(old.parent, ignore_errors=True)
+
+
 def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool = False,
-         inputs: Iterable[str] = ()) -> str:
-    """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors),
-    or ``-`` (standard output). Returns the written path."""
+         inputs: Iterable[str] = (), shard_size: int | None = None) -> str:
+    """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
+    shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
+
+    Tensors are produced one at a time and streamed to a temporary file (a temporary folder for a
+    folder target) beside the destination, fsynced, then renamed into place: the destination is
+    either absent, the earlier complete file, or the new complete one. Returns the written path.
+    """
     meta = metadata(cfg, lineage)
     dest = check_destination(out, inputs, force)
-    if dest is None:
-        buf = io.BytesIO()  # build fully first: a failure leaves stdout untouched
-        write_stream(buf, specs, produce, meta)
-        sys.stdout.buffer.write(buf.getvalue())
+    shards = plan_shards(specs, shard_size)
+    if len(shards) > 1 and (dest is None or not is_folder_target(out)):
+        total = sum(_nbytes(sh, dt) for _, sh, dt in specs)
+        raise GrowError(f"{out}: the output ({total:,} bytes) exceeds --shard-size {shard_size:,}: "
+                        "give a folder as -o to write shards")
+    if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
+        with tempfile.TemporaryFile() as tmp:
+            write_stream(tmp, specs, produce, meta)
+            tmp.seek(0)
+            shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
         return "-"
     try:
@@ -387,13 +503,9 @@ def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool 
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            atomic_file(tmpdir / "model.safetensors", lambda fh: write_stream(fh, specs, produce, meta))
-            atomic_file(tmpdir / "config.json",
-                        lambda fh: fh.write((json.dumps(cfg.to_hf(), indent=2, sort_keys=True) + "\n").encode()))
-            if dest.exists():
-                shutil.rmtree(dest) if dest.is_dir() else dest.unlink()
-            os.replace(tmpdir, dest)
-            _fsync_dir(dest.parent)
+            _write_folder(tmpdir, cfg, shards, produce, meta)
+            os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
+            _replace(tmpdir, dest)
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise
@@ -402,9 +514,15 @@ def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool 
         raise GrowError(f"{dest}: cannot write ({e.strerror or e})") from None
 
 
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
 def save_tensors(out: str, cfg: ModelConfig, lineage: list, tensors: dict[str, torch.Tensor],
-                 force: bool = False, inputs: Iterable[str] = ()) -> str:
+                 force: bool = False, inputs: Iterable[str] = (), shard_size: int | None = None) -> str:
     """Save in-memory tensors (in the family's canonical order)."""
     order = [n for n in expected_shapes(cfg)]
     specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in order]
-    return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs)
+    return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs, shard_size=shard_size)

@@ -90,13 +90,14 @@ def init(family, width, layers, heads, kv_heads, ffn, vocab, context, gamma, emb
 
 # ---- expand -------------------------------------------------------------------------------
 
-def default_out(src: str, width: int) -> str:
+def default_out(src: str, width: int, folder: bool = False) -> str:
+    """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
     if src == "-":
         return "-"
     p = Path(src.rstrip("/"))
     if p.is_dir():
         return str(p.with_name(f"{p.name}-d{width}"))
-    return str(p.with_name(f"{p.stem}-d{width}.safetensors"))
+    return str(p.with_name(f"{p.stem}-d{width}" + ("" if folder else ".safetensors")))
 
 
 def plan_table(plan) -> Table:
@@ -120,24 +121,30 @@ def plan_table(plan) -> Table:
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
+@click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True, help="replace an existing output")
 @click.option("--quiet", "-q", is_flag=True, help="no plan table")
 @clean_errors
-def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, force, quiet):
+def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, shard_size, force, quiet):
     """Grow CKPT to --width; prints the written path on stdout."""
+    shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
+    out = out or default_out(ckpt, width, folder=shard_size is not None)
+    checkpoint.check_destination(out, [ckpt], force)  # fail before any work
     ck = checkpoint.load(ckpt)
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
-    plan = growth.build_plan(ck.config, r, width, ffn, heads, seed=seed, allow_lossy=allow_lossy,
-                             dtype=dt, gate_values=growth.gate_values(ck))
+    try:
+        plan = growth.build_plan(ck.config, r, width, ffn, heads, seed=seed, allow_lossy=allow_lossy,
+                                 dtype=dt, gate_values=growth.gate_values(ck))
+    except GrowError as e:
+        raise GrowError(f"{ckpt}: {e}") from None
     if not quiet:
         err.print(plan_table(plan))
     for reason in plan.lossy:
         err.print(f"[yellow]lossy:[/] {reason}")
-    out = out or default_out(ckpt, width)
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
     path = checkpoint.save(out, plan.cfg, lineage, plan.outputs(), lambda n: growth.grow_tensor(n, plan, ck.get),
-                           force=force, inputs=[ckpt])
+                           force=force, inputs=[ckpt], shard_size=shard_size)
     if plan.lossy:
         from .verify import compare, random_batches
         from .model import LM
@@ -208,19 +215,23 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json):
 @click.option("--alpha", type=float, required=True, help="gate value to bake in (0 = lossless, 1 = plain model)")
 @click.option("-o", "--out", required=True, help="output (.safetensors, folder, or -)")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
+@click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True)
 @clean_errors
-def fold(grown, alpha, out, dtype, force):
+def fold(grown, alpha, out, dtype, shard_size, force):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
     if not 0.0 <= alpha <= 1.0:
         raise GrowError(f"--alpha must be in [0, 1], got {alpha}")
+    shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
+    checkpoint.check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     cfg = growth.fold_config(ck.config)
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": ck.sha256()}]
     path = checkpoint.save(out, cfg, lineage, specs,
-                           lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt), force=force, inputs=[grown])
+                           lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt), force=force, inputs=[grown],
+                           shard_size=shard_size)
     err.print(f"folded gates at alpha {alpha:g}" + ("" if ck.config.gated else " (the model had no gates)"))
     if path != "-":
         click.echo(path)
@@ -271,6 +282,70 @@ def inspect(ckpt, metrics, as_json):
         for n, v in info["metrics"].items():
             m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
         err.print(m)
+
+
+# ---- train --------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("ckpt")
+@click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
+@click.option("--tokenizer", default="byte", show_default=True, help="byte, or a Hugging Face tokenizer.json")
+@click.option("--tokens", type=int, default=None, help="tokens to train on (default: one pass over the data)")
+@click.option("--steps", type=int, default=None, help="optimizer steps (instead of --tokens)")
+@click.option("--batch", type=int, default=16, show_default=True, help="global batch (sequences per step)")
+@click.option("--seq", type=int, default=None, help="sequence length (default min(context, 128))")
+@click.option("--lr", type=float, default=3e-3, show_default=True, help="peak learning rate")
+@click.option("--min-lr-ratio", type=float, default=0.1, show_default=True, help="final lr / peak lr")
+@click.option("--warmup", type=int, default=None, help="lr warm-up steps (default 5% of the steps)")
+@click.option("--weight-decay", type=float, default=0.1, show_default=True)
+@click.option("--clip", type=float, default=1.0, show_default=True, help="gradient-norm clip")
+@click.option("--gate-warmup-tokens", type=int, default=None, help="grown models: gate ramp 0->1 (default 10% of the run)")
+@click.option("--eval-every", type=int, default=None, help="steps between validations (default 5% of the run)")
+@click.option("--eval-batches", type=int, default=8, show_default=True, help="validation batches")
+@click.option("--save-every", type=int, default=None, help="steps between resumable checkpoints (default 10%)")
+@click.option("--metrics-every", type=int, default=None, help="steps between condensation metrics (default 10%)")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model")
+@click.option("--out", required=True, help="run folder (checkpoints, metrics.jsonl, loss.png)")
+@click.option("--resume", is_flag=True, help="continue the run in --out exactly where it stopped")
+@click.option("--stop-at", type=int, default=None, help="end this invocation after this step (resumable)")
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar")
+@clean_errors
+def train(ckpt, data_files, tokenizer, tokens, steps, batch, seq, lr, min_lr_ratio, warmup, weight_decay, clip,
+          gate_warmup_tokens, eval_every, eval_batches, save_every, metrics_every, seed, device, compile_, out,
+          resume, stop_at, quiet):
+    """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
+    from .train import train as run
+    r = run(ckpt, list(data_files), out, tokens=tokens, steps=steps, batch=batch, seq=seq, lr=lr,
+            min_lr_ratio=min_lr_ratio, warmup=warmup, weight_decay=weight_decay, clip=clip,
+            gate_warmup_tokens=gate_warmup_tokens, eval_every=eval_every, eval_batches=eval_batches,
+            save_every=save_every, metrics_every=metrics_every, seed=seed, device=device, compile=compile_,
+            resume=resume, tokenizer=tokenizer, progress=not quiet, stop_at=stop_at)
+    if os.environ.get("RANK", "0") != "0":
+        return
+    err.print(f"trained {r['steps']}/{r['total_steps']} steps ({r['tokens']:,} tokens) in {r['seconds']:.1f} s: "
+              f"val loss {r['first_val_loss']:.4f} -> {r['val_loss']:.4f}")
+    if r["final"]:
+        g = r["gate"]
+        err.print(f"final checkpoint ({r['params']:,} parameters" +
+                  (f", growth gates folded at {g:g}" if g is not None else "") + f"): {r['final']}")
+        click.echo(r["final"])
+    else:
+        err.print(f"stopped at step {r['steps']}: resume with the same command and --resume")
+
+
+# ---- demo ---------------------------------------------------------------------------------
+
+@main.command()
+@click.option("--out", default="growtool-demo", show_default=True, help="folder for every stage's files (must not exist)")
+@click.option("--quick", is_flag=True, help="tiny models and short runs (well under a minute)")
+@clean_errors
+def demo(out, quick):
+    """init -> train -> expand -> verify -> train -> expand -> verify -> train, on a generated corpus."""
+    from .demo import run_demo
+    ok = run_demo(out, quick=quick)
+    sys.exit(0 if ok else 1)
 
 
 if __name__ == "__main__":

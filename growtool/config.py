@@ -95,6 +95,8 @@ class ModelConfig:
             total += self.context * d
         if not self.tie:
             total += self.vocab_size * d
+        if self.gated:
+            total += self.layers  # one growth-gate scalar per block
         return total
 
     # ---- Hugging Face config.json -------------------------------------------------------

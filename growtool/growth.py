@@ -91,16 +91,14 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     if not isinstance(D, int) or D <= d:
         raise GrowError(f"target width {D} is not larger than the source width {d}")
     hd, r = src.head_dim, src.heads // src.kv_heads
+    if src.heads * hd == d and D % hd:
+        raise GrowError(f"target width {D} is not a multiple of head_dim {hd}")
     if heads is None:
         if (src.heads * D) % d:
             raise GrowError(f"width {D} does not scale the {src.heads} heads to a whole number; pass --heads")
         heads = src.heads * D // d
-        if src.family == "gpt2" and D % hd:
-            raise GrowError(f"target width {D} is not a multiple of head_dim {hd}")
     if src.family == "gpt2" and heads * hd != D:
         raise GrowError(f"target width {D} is not heads x head_dim ({heads} x {hd}); gpt2 needs them equal")
-    if src.family == "llama" and src.heads * hd == d and D % hd:
-        raise GrowError(f"target width {D} is not a multiple of head_dim {hd}")
     if heads < src.heads:
         raise GrowError(f"target heads {heads} fewer than the source's {src.heads}")
     if heads % r:
@@ -187,7 +185,7 @@ def _expand_units(t: torch.Tensor, spec: TensorSpec, plan: Plan, layer: int, wri
         if writer and plan.split[layer].get(kind) is not None:
             seg = ops.scale_axis(seg, spec.unit_axis, plan.split[layer][kind], block)
         parts.append(seg)
-    return torch.cat(parts, dim=spec.unit_axis)
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
 
 
 def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
@@ -205,7 +203,7 @@ def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
         if _mean_filled(name, plan):
             out = ops.expand_axis(t, spec.res_axis, plan.res["mean"])
         else:
-            out = ops.rotate(ops.expand_axis(t, spec.res_axis, plan.res["zero"]), d, eps, spec.res_axis)
+            out = ops.rotate_(ops.expand_axis(t, spec.res_axis, plan.res["zero"]), d, eps, spec.res_axis)
     elif spec.role == "unit_bias":
         out = _expand_units(t, spec, plan, layer, writer=False)
     elif spec.role in ("reader", "head"):
@@ -216,7 +214,7 @@ def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
             t = _expand_units(t, spec, plan, layer, writer=False)
         out = ops.expand_axis(t, spec.res_axis, plan.res[spec.group or "head"])
         if plan.rotate_readers:
-            out = ops.rotate(out, d, eps, spec.res_axis)
+            out = ops.rotate_(out, d, eps, spec.res_axis)
     elif spec.role == "writer":
         t = _expand_units(t, spec, plan, layer, writer=True)
         t = ops.expand_axis(t, spec.res_axis, plan.res[spec.group])
@@ -225,7 +223,7 @@ def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
         n_base *= unit_count(plan.src, kind)[1]
         # ungated units must not write into the new residual dims (before rotation)
         t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
-        out = ops.rotate(t, d, eps, spec.res_axis)
+        out = ops.rotate_(t, d, eps, spec.res_axis)
     else:  # pragma: no cover - the family tables only use the roles above
         raise AssertionError(spec.role)
     return out.to(plan.dtype).contiguous()

@@ -23,19 +23,31 @@ def rotate(x: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
     Writers take W <- R [W; 0] and readers W <- [W, X] R^T; both are "rotate the vectors along
     the residual axis". R is orthogonal, so a reader applied to a rotated residual sees the old
     one. Cost O(D) per vector: the D x D matrix is never built. eps = 1 returns x unchanged.
+    ``eps`` may be a 0-d tensor: the result is then differentiable in eps (same arithmetic).
     """
-    if eps == 1.0:
+    if not isinstance(eps, torch.Tensor) and eps == 1.0:
         return x
-    x = x.movedim(axis, -1)
-    D = x.shape[-1]
+    return rotate_(x.clone(memory_format=torch.contiguous_format), d, eps, axis)
+
+
+def rotate_(x: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
+    """``rotate``, in place on ``x`` (returned): the same arithmetic, without the copy. For
+    tensors the caller owns (a freshly grown tensor); autograd-safe on non-leaf tensors."""
+    if isinstance(eps, torch.Tensor):
+        s = torch.sqrt((1.0 - eps * eps).clamp_min(0.0))
+    elif eps == 1.0:
+        return x
+    else:
+        s = math.sqrt(max(0.0, 1.0 - eps * eps))
+    xm = x.movedim(axis, -1)
+    D = xm.shape[-1]
     g = D - d
-    s = math.sqrt(max(0.0, 1.0 - eps * eps))
-    a = x[..., :d].sum(-1, keepdim=True) / math.sqrt(d)  # <u_old, x>
-    b = x[..., d:].sum(-1, keepdim=True) / math.sqrt(g)  # <u_grow, x>
+    a = xm[..., :d].sum(-1, keepdim=True) / math.sqrt(d)  # <u_old, x>
+    b = xm[..., d:].sum(-1, keepdim=True) / math.sqrt(g)  # <u_grow, x>
     # R x = x + (eps-1)(a u_old + b u_grow) + s (a u_grow - b u_old)
-    old = x[..., :d] + ((eps - 1.0) * a - s * b) / math.sqrt(d)
-    new = x[..., d:] + ((eps - 1.0) * b + s * a) / math.sqrt(g)
-    return torch.cat([old, new], dim=-1).movedim(-1, axis)
+    xm[..., :d] += ((eps - 1.0) * a - s * b) / math.sqrt(d)
+    xm[..., d:] += ((eps - 1.0) * b + s * a) / math.sqrt(g)
+    return x
 
 
 def exact_layernorm_eps(d: int, D: int) -> float:
@@ -112,23 +124,29 @@ def expand_axis(x: torch.Tensor, axis: int, e: Expansion, block: int = 1) -> tor
     Entries come in blocks (a head is ``block`` = head_dim consecutive rows); a new block is the
     expansion's mixture of old blocks.
     """
-    x = x.movedim(axis, 0)
-    assert x.shape[0] == e.n * block, (x.shape, e.n, block)
-    rest = x.shape[1:]
-    xb = x.reshape(e.n, block, *rest)
+    assert x.shape[axis] == e.n * block, (x.shape, e.n, block)
+    shape = list(x.shape)
+    shape[axis] = e.n_new * block
+    out = x.new_empty(shape)  # the one allocation; filled through views (autograd-safe)
+    om, xm = out.movedim(axis, 0), x.movedim(axis, 0)
+    om[: e.n * block] = xm
     if e.added == 0:
-        new = xb[:0]
-    elif e.kind == "zero":
-        new = xb.new_zeros((e.added, block, *rest))
+        return out
+    new = om[e.n * block:].unflatten(0, (e.added, block))
+    xb = xm.unflatten(0, (e.n, block))
+    if e.kind == "zero":
+        new.zero_()
     elif e.kind == "mean":
-        new = xb.mean(0, keepdim=True).expand(e.added, block, *rest)
+        new.copy_(xb.mean(0, keepdim=True).expand_as(new))
     else:
-        new = 0
         for j in range(e.index.shape[1]):
             wj = e.weight[:, j].to(x.dtype).view(-1, *([1] * (xb.dim() - 1)))
-            new = new + wj * xb.index_select(0, e.index[:, j])
-    out = torch.cat([xb, new], 0).reshape(e.n_new * block, *rest)
-    return out.movedim(0, axis)
+            term = wj * xb.index_select(0, e.index[:, j])
+            if j == 0:
+                new.copy_(term)
+            else:
+                new.add_(term)
+    return out
 
 
 def split_factors(e: Expansion) -> torch.Tensor:

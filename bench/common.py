@@ -1,0 +1,118 @@
+"""Small helpers shared by the bench scripts: arguments, results folder, CSV/JSON, tables,
+timing, and running a command while measuring its wall time and peak resident memory.
+
+Every bench script is run as ``python bench/<name>.py [--quick] [--out bench/results]`` and
+writes its files under ``<out>/<name>/``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = ROOT / "bench" / "results"
+
+
+def parse_args(name: str, doc: str, extra=None) -> argparse.Namespace:
+    """Parse ``--quick`` / ``--out``; ``extra(parser)`` may add options. Sets ``args.dir``."""
+    p = argparse.ArgumentParser(prog=f"bench/{name}.py", description=doc)
+    p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="results root (default bench/results)")
+    if extra:
+        extra(p)
+    args = p.parse_args()
+    args.dir = results_dir(args.out, name)
+    return args
+
+
+def results_dir(out: str | os.PathLike, name: str) -> Path:
+    d = Path(out) / name
+    d.mkdir(parents=True, exist_ok=True)
+    return d
+
+
+def write_csv(path: Path, rows: list[dict]) -> None:
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+
+
+def write_json(path: Path, obj) -> None:
+    Path(path).write_text(json.dumps(obj, indent=2, sort_keys=False, default=str) + "\n")
+
+
+def machine() -> dict:
+    """What the numbers were measured on."""
+    import torch
+    return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
+            "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+            "loadavg_1m": os.getloadavg()[0], "argv": " ".join(sys.argv)}
+
+
+def fmt(v) -> str:
+    if isinstance(v, float):
+        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+    return str(v)
+
+
+def table(rows: list[dict], title: str = "") -> str:
+    """A plain fixed-width text table of ``rows`` (dicts with the same keys)."""
+    if not rows:
+        return title
+    keys = list(dict.fromkeys(k for r in rows for k in r))
+    cells = [[fmt(r.get(k, "")) for k in keys] for r in rows]
+    widths = [max(len(k), *(len(c[i]) for c in cells)) for i, k in enumerate(keys)]
+    line = lambda vals: "  ".join(v.rjust(w) for v, w in zip(vals, widths))  # noqa: E731
+    out = [title] if title else []
+    out += [line(keys), line(["-" * w for w in widths])] + [line(c) for c in cells]
+    return "\n".join(out)
+
+
+def median_time(fn, repeats: int, warmup: int = 1) -> tuple[float, list[float]]:
+    """Median wall seconds of ``fn()`` over ``repeats`` calls after ``warmup`` untimed calls."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times), times
+
+
+def run_measured(cmd: list[str], stdin=None) -> dict:
+    """Run ``cmd``; return its exit code, wall seconds, peak RSS in bytes (this child only, from
+    ``os.wait4``'s rusage: Linux reports ru_maxrss in KiB), and stdout / stderr text."""
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        t0 = time.perf_counter()
+        p = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=err)
+        _, status, ru = os.wait4(p.pid, 0)
+        wall = time.perf_counter() - t0
+        p.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0)
+        err.seek(0)
+        return {"rc": p.returncode, "wall_s": wall, "peak_rss": ru.ru_maxrss * 1024,
+                "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
+
+
+def fsync_file(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+MB = 1024 * 1024

@@ -1,0 +1,247 @@
+"""Learned growth operators: a few optimiser steps choose part of the growth map, then it is frozen.
+
+Two operators, both trained on the language-modelling loss of the grown model for ~100 steps
+while the source weights stay fixed, both ending in an ordinary static checkpoint:
+
+* **SRIO-LO** (``learn_srio_eps``): only the SRIO angle is learned. eps = sigmoid(t) and the
+  grown weights are ``growth.grow_tensor(name, plan, ...)`` with a tensor eps, so they are a
+  differentiable function of t and nothing else receives gradients (the expansions, the source
+  weights, the gates are fixed). On an RMSNorm family with an untied head every eps keeps the
+  function at gate 0, so the loss is taken with the gates open (``alpha``, default 1): that is the
+  only place the angle matters. ``save_srio_lo`` then writes the checkpoint the ordinary way
+  (``growth.build_plan`` with ``rotation.eps=<learned>``): exact at gate 0, like any SRIO growth.
+  LayerNorm families are refused: there only eps = sqrt(d/D) keeps the function.
+
+* **LiGO-style** (``LiGO``), the learned baseline of Wang et al. 2023, "Learning to Grow
+  Pretrained Models for Efficient Transformer Training" (ICLR), width part only, re-implemented
+  simply: every grown tensor is a product of expansion matrices with the source tensor,
+  W' = U_out W U_in^T, where along a residual axis the matrix is one residual expansion
+  B (D x d) shared by all layers and all tensors (LiGO ties the residual expansion across layers),
+  and along a unit axis it is the layer's head expansion (KV groups, lifted to query heads and
+  head_dim blocks, so head_dim and the query-per-KV ratio are kept) or its FFN expansion.
+  Norm gains and biases on the residual are expanded by B too. All matrices start from the
+  tool's static expansions ([I; M], M the recipe's convex / tiled mixtures, seeded as in
+  ``growth.build_plan``): at initialisation the grown tensors are exactly ``ops.expand_axis``
+  of the source tensors. No gates and no function preservation (LiGO does not keep the
+  function: new residual dims are read and written by everything from the start). After
+  training, ``fold`` gives the plain grown tensors, saved with ``checkpoint.save_tensors``.
+  Not re-implemented: LiGO's depth operator and its Kronecker factorisation across layers.
+
+``batches`` is any iterator of (idx, targets) LongTensor pairs [B, T]; it is consumed once per step.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Iterator
+
+import torch
+from torch.func import functional_call
+
+from . import growth, ops, recipes
+from .checkpoint import save, save_tensors
+from .config import ModelConfig
+from .errors import GrowError
+from .families import FAMILY, tensor_specs, unit_count
+from .model import LM
+
+Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
+
+
+def _with_head(cfg: ModelConfig, tensors: dict) -> dict:
+    """Checkpoint tensors -> module parameters (a tied head is the embedding)."""
+    if cfg.tie:
+        tensors = {**tensors, "lm_head.weight": tensors[FAMILY[cfg.family].embed]}
+    return tensors
+
+
+def lm_loss(model: LM, tensors: dict, x: torch.Tensor, y: torch.Tensor, alpha=None) -> torch.Tensor:
+    """Mean next-token loss of ``model``'s architecture run with ``tensors`` as its parameters."""
+    _, loss = functional_call(model, _with_head(model.cfg, tensors), (x, y), {"alpha": alpha})
+    return loss
+
+
+# ---- SRIO-LO: the SRIO angle learned -------------------------------------------------------
+
+@dataclass
+class LearnedEps:
+    eps: float  # the learned cos of the SRIO angle, in (0, 1)
+    eps0: float  # where it started
+    steps: int
+    tokens: int  # tokens the learning consumed
+    history: list = field(default_factory=list)  # per step: {"step", "eps", "loss"}
+
+
+def _recipe(recipe: str | dict, overrides: dict | None) -> dict:
+    """A recipe by name / YAML path (``recipes.load``) or as a dict, with overrides, checked."""
+    if isinstance(recipe, str):
+        return recipes.load(recipe, overrides)
+    return recipes.validate(recipes._merge(recipes._merge(recipes.DEFAULTS, recipe), overrides or {}))
+
+
+def _srio_plan(src: ModelConfig, width: int, eps: float, recipe: str | dict, overrides, seed: int,
+               ffn: int | None, heads: int | None) -> growth.Plan:
+    over = recipes._merge(overrides or {}, {"rotation": {"eps": float(eps)}})
+    return growth.build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
+
+
+def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches, *, steps: int = 100,
+                   lr: float = 0.05, eps0: float | None = None, alpha: float = 1.0, recipe: str | dict = "srio",
+                   overrides: dict | None = None, seed: int = 0, ffn: int | None = None,
+                   heads: int | None = None) -> LearnedEps:
+    """Learn the SRIO angle: Adam on t, eps = sigmoid(t), loss of the grown model at gate ``alpha``.
+
+    Everything but eps is the recipe's static growth (same seed, same expansions). Requires an
+    RMSNorm family with an untied head, where every eps in (0, 1) is exact at gate 0.
+    """
+    if src.norm != "rmsnorm" or src.tie:
+        raise GrowError("SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head")
+    if not 0.0 < alpha <= 1.0:
+        raise GrowError(f"alpha must be in (0, 1] (at gate 0 the loss does not depend on the angle), got {alpha}")
+    if steps < 1:
+        raise GrowError(f"steps must be >= 1, got {steps}")
+    eps0 = ops.exact_layernorm_eps(src.width, width) if eps0 is None else float(eps0)
+    if not 0.0 < eps0 < 1.0:
+        raise GrowError(f"eps0 must be in (0, 1), got {eps0}")
+    plan = _srio_plan(src, width, eps0, recipe, overrides, seed, ffn, heads)
+    model = LM(plan.cfg).train()
+    for p in model.parameters():
+        p.requires_grad_(False)
+    get = tensors.__getitem__
+    t = torch.tensor(math.log(eps0 / (1.0 - eps0)), requires_grad=True)
+    opt = torch.optim.Adam([t], lr=lr)
+    out = LearnedEps(eps=eps0, eps0=eps0, steps=steps, tokens=0)
+    names = [n for n, _, _ in plan.outputs()]
+    for step in range(steps):
+        x, y = next(batches)
+        eps = torch.sigmoid(t)
+        p = dataclasses.replace(plan, eps=eps)
+        grown = {n: growth.grow_tensor(n, p, get) for n in names}
+        loss = lm_loss(model, grown, x, y, alpha=alpha)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        out.tokens += y.numel()
+        out.history.append({"step": step, "eps": float(eps.detach()), "loss": float(loss.detach())})
+    out.eps = float(torch.sigmoid(t))
+    return out
+
+
+def save_srio_lo(out_path: str, src: ModelConfig, tensors: dict, width: int, learned: LearnedEps, *,
+                 lineage: list = (), source_sha256: str = "", recipe: str | dict = "srio",
+                 overrides: dict | None = None, seed: int = 0, ffn: int | None = None,
+                 heads: int | None = None, force: bool = False) -> str:
+    """Write the static SRIO growth at the learned angle (``rotation.eps=<learned>``): exact at gate 0."""
+    plan = _srio_plan(src, width, learned.eps, recipe, overrides, seed, ffn, heads)
+    entry = growth.lineage_entry(plan, source_sha256)
+    entry["learned"] = {"op": "srio-lo", "eps0": learned.eps0, "steps": learned.steps, "tokens": learned.tokens}
+    return save(out_path, plan.cfg, list(lineage) + [entry], plan.outputs(),
+                lambda n: growth.grow_tensor(n, plan, tensors.__getitem__), force=force)
+
+
+# ---- LiGO-style learned linear growth operator --------------------------------------------
+
+def expansion_matrix(e: ops.Expansion) -> torch.Tensor:
+    """The [n_new, n] matrix of an expansion: identity on old entries, the mixtures below."""
+    m = torch.zeros(e.n_new, e.n)
+    m[: e.n, : e.n] = torch.eye(e.n)
+    if e.added == 0 or e.kind == "zero":
+        return m
+    if e.kind == "mean":
+        m[e.n:] = 1.0 / e.n
+        return m
+    rows = torch.arange(e.n, e.n_new).unsqueeze(1).expand_as(e.index)
+    m.index_put_((rows.reshape(-1), e.index.reshape(-1)), e.weight.reshape(-1).float(), accumulate=True)
+    return m
+
+
+def apply_matrix(x: torch.Tensor, axis: int, m: torch.Tensor, block: int = 1) -> torch.Tensor:
+    """Expand ``axis`` (blocks of ``block`` entries) by the matrix m [n_new, n]: new = m @ old."""
+    x = x.movedim(axis, 0)
+    n = m.shape[1]
+    xb = x.reshape(n, block, -1)
+    out = torch.einsum("ij,jbr->ibr", m.to(x.dtype), xb).reshape(m.shape[0] * block, *x.shape[1:])
+    return out.movedim(0, axis)
+
+
+class LiGO(torch.nn.Module):
+    """Learned width-growth operator (LiGO-style): one residual expansion B and per-layer head / FFN
+    expansions, initialised from the recipe's static expansions (see the module docstring)."""
+
+    def __init__(self, src: ModelConfig, tensors: dict, width: int, *, ffn: int | None = None,
+                 heads: int | None = None, recipe: str | dict = "srio", seed: int = 0):
+        super().__init__()
+        if src.gated:
+            raise GrowError("LiGO grows plain models: fold the source's growth gates first (growtool fold)")
+        r = _recipe(recipe, {"gate": False, "rotation": {"eps": 1.0}})
+        plan = growth.build_plan(src, r, width, ffn, heads, seed=seed, allow_lossy=True)
+        self.src, self.cfg = src, growth.fold_config(plan.cfg)
+        self.source = {n: t.detach().float() for n, t in tensors.items()}
+        self.recipe = r["name"]
+        self.steps = 0  # optimiser steps taken so far
+        self.B = torch.nn.Parameter(expansion_matrix(plan.res["attn"]))
+        self.heads = torch.nn.ParameterList(torch.nn.Parameter(expansion_matrix(u["kv"])) for u in plan.units)
+        self.ffn = torch.nn.ParameterList(torch.nn.Parameter(expansion_matrix(u["ffn"])) for u in plan.units)
+        self.specs = tensor_specs(src)
+        self.layer_of = {n: lay for n, (_, lay) in plan.specs.items()}
+
+    def unit_matrix(self, kind: str, layer: int) -> torch.Tensor:
+        if kind == "ffn":
+            return self.ffn[layer]
+        c = self.heads[layer]
+        if kind == "kv":
+            return c
+        r = self.src.heads // self.src.kv_heads  # query heads per KV group: kron(C, I_r)
+        return torch.kron(c, torch.eye(r))
+
+    def grown(self) -> dict[str, torch.Tensor]:
+        """The grown model's tensors (differentiable in the operator's matrices)."""
+        out = {}
+        for name, spec in self.specs.items():
+            t = self.source[name]
+            layer = self.layer_of.get(name)
+            if spec.unit_axis is not None and spec.units:
+                sizes = [n * b for n, b in (unit_count(self.src, k) for k in spec.units)]
+                parts = [apply_matrix(seg, spec.unit_axis, self.unit_matrix(k, layer), unit_count(self.src, k)[1])
+                         for k, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis))]
+                t = torch.cat(parts, dim=spec.unit_axis)
+            if spec.res_axis is not None:
+                t = apply_matrix(t, spec.res_axis, self.B)
+            elif spec.role in ("norm_gain", "norm_bias"):
+                t = self.B @ t
+            out[name] = t
+        return out
+
+    def fit(self, batches: Batches, steps: int = 100, lr: float = 3e-3) -> list[dict]:
+        """Adam on the operator's matrices only, LM loss of the grown model; returns per-step losses."""
+        model = LM(self.cfg).train()
+        for p in model.parameters():
+            p.requires_grad_(False)
+        opt = torch.optim.Adam(self.parameters(), lr=lr)
+        hist = []
+        for step in range(steps):
+            x, y = next(batches)
+            loss = lm_loss(model, self.grown(), x, y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            hist.append({"step": step, "loss": float(loss)})
+        self.steps += steps
+        return hist
+
+    def fold(self) -> dict[str, torch.Tensor]:
+        """Plain grown tensors (detached): the operator applied once, nothing learned remains."""
+        with torch.no_grad():
+            return {n: t.detach().contiguous() for n, t in self.grown().items()}
+
+    def save(self, out_path: str, *, lineage: list = (), source_sha256: str = "", force: bool = False) -> str:
+        entry = {"op": "expand", "source_sha256": source_sha256, "width_from": self.src.width,
+                 "width_to": self.cfg.width, "heads": [self.src.heads, self.cfg.heads],
+                 "ffn": [self.src.ffn, self.cfg.ffn], "recipe": "ligo", "init_recipe": self.recipe,
+                 "learned": {"op": "ligo", "steps": self.steps}, "exact": False}
+        return save_tensors(out_path, self.cfg, list(lineage) + [entry], self.fold(), force=force)
+
+
+__all__ = ["learn_srio_eps", "save_srio_lo", "LearnedEps", "LiGO", "expansion_matrix", "apply_matrix", "lm_loss"]

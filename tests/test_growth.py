@@ -1,0 +1,201 @@
+"""The growth contract end to end through the CLI: expand, verify, fold, inspect, on the shipped fixtures."""
+
+import json
+
+import pytest
+import torch
+
+from growtool import checkpoint, recipes
+from growtool.model import LM
+
+from conftest import FIXTURES, cli, sh, verify_json
+
+EXACT = [r for r in recipes.shipped() if not recipes.load(r)["lossy"]]
+
+
+def test_shipped_recipes_are_the_three_of_the_brief():
+    assert set(recipes.shipped()) >= {"srio", "nrio", "copy"}
+    assert set(EXACT) >= {"srio", "copy"}
+
+
+@pytest.mark.parametrize("recipe", EXACT)
+def test_expand_then_verify_is_exact_at_gate_zero(fixture_ckpt, recipe, tmp_path):
+    out = tmp_path / "grown.safetensors"
+    r = cli("expand", fixture_ckpt, "--width", 96, "--recipe", recipe, "-o", out, "-q")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == str(out)
+    code, res = verify_json(fixture_ckpt, out, "--data", __file__)
+    assert code == 0 and res["pass"]
+    for row in res["results"]:
+        if row["alpha"] == 0.0:
+            assert row["rel"] <= 1e-4 and row["top1"] == 1.0
+    grown = checkpoint.load(out)
+    assert grown.config.width == 96 and grown.lineage[-1]["recipe"] == recipe
+
+
+def test_two_stages_through_a_pipe_non_integer_ratios(fixture_ckpt, tmp_path):
+    out = tmp_path / "c.safetensors"
+    p = sh(f"growtool expand {fixture_ckpt} --width 96 -q -o - | growtool expand - --width 128 -q -o {out}")
+    assert p.returncode == 0, p.stderr.decode()
+    assert p.stdout.decode().strip() == str(out)
+    code, res = verify_json(fixture_ckpt, out)
+    assert code == 0, res
+    ck = checkpoint.load(out)
+    assert [s["width_to"] for s in ck.lineage if s["op"] == "expand"] == [96, 128]
+
+
+def test_expand_default_output_chains_through_command_substitution(tmp_path):
+    src = tmp_path / "a.safetensors"
+    src.write_bytes(FIXTURES["llama-gqa"].read_bytes())
+    p = sh(f'growtool verify {src} "$(growtool expand {src} --width 96 -q)"')
+    assert p.returncode == 0, p.stderr.decode()
+    assert (tmp_path / "a-d96.safetensors").exists()
+
+
+def test_three_stages_odd_ratio_stay_exact(tmp_path):
+    a, b, c = FIXTURES["gpt2-tied"], tmp_path / "b.safetensors", tmp_path / "c.safetensors"
+    assert cli("expand", a, "--width", 80, "-o", b, "-q").exit_code == 0
+    assert cli("expand", b, "--width", 112, "-o", c, "-q", "--seed", 5).exit_code == 0
+    d = tmp_path / "d.safetensors"
+    assert cli("expand", c, "--width", 144, "-o", d, "-q").exit_code == 0
+    code, res = verify_json(a, d)
+    assert code == 0, res
+
+
+def _logits(ck_path, x, alpha=None):
+    ck = checkpoint.load(ck_path)
+    with torch.no_grad():
+        return ck.model()(x, alpha=alpha if ck.config.gated else None)
+
+
+def test_fold_alpha_one_is_the_open_gate_model(fixture_ckpt, tmp_path):
+    grown, plain = tmp_path / "g.safetensors", tmp_path / "plain.safetensors"
+    assert cli("expand", fixture_ckpt, "--width", 96, "-o", grown, "-q").exit_code == 0
+    r = cli("fold", grown, "--alpha", 1, "-o", plain)
+    assert r.exit_code == 0, r.stderr
+    folded = checkpoint.load(plain)
+    assert not folded.config.gated and not any("growth_gate" in n for n in folded.names())
+    x = torch.randint(256, (3, 40), generator=torch.Generator().manual_seed(0))
+    open_gate, flat = _logits(grown, x, alpha=1.0), _logits(plain, x)
+    assert (open_gate - flat).abs().max() <= 1e-5 * open_gate.std()
+    # and the open-gate model really differs from the closed one (the gate does something)
+    assert (open_gate - _logits(grown, x, alpha=0.0)).abs().max() > 1e-2 * open_gate.std()
+
+
+def test_fold_alpha_zero_is_lossless_and_plain(tmp_path):
+    grown, plain = tmp_path / "g.safetensors", tmp_path / "p.safetensors"
+    src = FIXTURES["llama-gated"]
+    assert cli("expand", src, "--width", 96, "-o", grown, "-q").exit_code == 0
+    assert cli("fold", grown, "--alpha", 0, "-o", plain).exit_code == 0
+    code, res = verify_json(src, plain)
+    assert code == 0 and not checkpoint.load(plain).config.gated
+
+
+def test_lossy_option_is_refused_with_its_reason(tmp_path):
+    out = tmp_path / "x.safetensors"
+    r = cli("expand", FIXTURES["gpt2-tied"], "--width", 96, "--set", "rotation.eps=0.9", "-o", out)
+    assert r.exit_code == 2
+    assert "LayerNorm" in r.stderr and "--allow-lossy" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert not out.exists()
+    r = cli("expand", FIXTURES["llama-gated"], "--width", 96, "--set", "rotation.eps=0.9", "-o", out)
+    assert r.exit_code == 2 and "tied head" in r.stderr and not out.exists()
+
+
+def test_allow_lossy_grows_and_reports_the_measured_loss(tmp_path):
+    out = tmp_path / "x.safetensors"
+    r = cli("expand", FIXTURES["gpt2-tied"], "--width", 96, "--set", "rotation.eps=0.9", "--allow-lossy", "-o", out, "-q")
+    assert r.exit_code == 0, r.stderr
+    assert "measured loss of function" in r.stderr and "KL" in r.stderr
+    code, res = verify_json(FIXTURES["gpt2-tied"], out)
+    assert code == 1 and not res["pass"] and res["results"][0]["rel"] > 1e-3
+
+
+def test_lossy_baseline_recipe_reports_its_loss(tmp_path):
+    """nrio declares itself lossy: on LayerNorm (gpt2) it grows, reports the loss, and verify fails."""
+    out = tmp_path / "n.safetensors"
+    r = cli("expand", FIXTURES["gpt2-tied"], "--width", 96, "--recipe", "nrio", "-o", out, "-q")
+    assert r.exit_code == 0 and "measured loss of function" in r.stderr
+    assert verify_json(FIXTURES["gpt2-tied"], out)[0] == 1
+    # on RMSNorm zero padding is exact, and verify says so
+    out2 = tmp_path / "n2.safetensors"
+    assert cli("expand", FIXTURES["llama-gqa"], "--width", 96, "--recipe", "nrio", "-o", out2, "-q").exit_code == 0
+    assert verify_json(FIXTURES["llama-gqa"], out2)[0] == 0
+
+
+def test_recipe_file_and_set_overrides(tmp_path):
+    rf = tmp_path / "mine.yaml"
+    rf.write_text("name: mine\nattention: {new_heads: zero}\nffn: {new_units: convex}\n")
+    out = tmp_path / "m.safetensors"
+    r = cli("expand", FIXTURES["llama-gqa"], "--width", 96, "--recipe", rf, "--set", "convex_k=3", "-o", out, "-q")
+    assert r.exit_code == 0, r.stderr
+    st = checkpoint.load(out).lineage[-1]
+    assert st["recipe"] == "mine" and st["recipe_full"]["convex_k"] == 3
+    assert st["recipe_full"]["attention"]["new_heads"] == "zero"
+    assert verify_json(FIXTURES["llama-gqa"], out)[0] == 0
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--width", 48], "not larger"),
+    (["--width", 100], "head_dim"),
+    (["--width", 96, "--recipe", "nope"], "unknown recipe"),
+    (["--width", 96, "--set", "rotation.angle=1"], "unknown recipe key"),
+    (["--width", 96, "--set", "ffn.new_units=magic"], "ffn.new_units"),
+])
+def test_bad_expand_arguments_exit_2_without_output(args, words, tmp_path):
+    out = tmp_path / "o.safetensors"
+    r = cli("expand", FIXTURES["llama-gqa"], *args, "-o", out)
+    assert r.exit_code == 2 and words in r.stderr and "Traceback" not in r.stderr
+    assert not out.exists() and list(tmp_path.iterdir()) == []
+
+
+def test_bad_input_files_exit_2(tmp_path):
+    r = cli("expand", tmp_path / "missing.safetensors", "--width", 96)
+    assert r.exit_code == 2 and "no such file" in r.stderr
+    bad = tmp_path / "bad.safetensors"
+    bad.write_text("hello, this is not a checkpoint at all")
+    r = cli("inspect", bad)
+    assert r.exit_code == 2 and "not a safetensors file" in r.stderr
+    cfgless = tmp_path / "x.safetensors"
+    from safetensors.torch import save_file
+    save_file({"a": torch.zeros(2)}, str(cfgless))
+    r = cli("inspect", cfgless)
+    assert r.exit_code == 2 and "no model config" in r.stderr
+
+
+def test_unknown_family_is_refused(tmp_path):
+    d = tmp_path / "m"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
+    from safetensors.torch import save_file
+    save_file({"a": torch.zeros(2)}, str(d / "model.safetensors"))
+    r = cli("expand", d, "--width", 96)
+    assert r.exit_code == 2 and "unknown family" in r.stderr
+
+
+def test_inspect_reports_family_shapes_gates_and_lineage(tmp_path):
+    out = tmp_path / "g.safetensors"
+    cli("expand", FIXTURES["llama-gated"], "--width", 96, "-o", out, "-q")
+    r = cli("inspect", out, "--json", "--metrics")
+    assert r.exit_code == 0, r.stderr
+    info = json.loads(r.stdout)
+    assert info["family"] == "llama" and info["width"] == 96 and info["gated"]
+    assert info["gates"] == [0.0, 0.0] and info["base_heads"] == 4 and info["heads"] == 6
+    assert info["lineage"][-1]["op"] == "expand" and len(info["lineage"][-1]["source_sha256"]) == 64
+    assert info["parameters"] == sum(torch.Size(s).numel() for s in info["tensors"].values())
+    m = info["metrics"]["model.layers.0.mlp.up_proj.weight"]
+    assert 1.0 <= m["stable_rank"] <= 96 and 0.0 <= m["row_cosine"] <= 1.0
+    assert cli("inspect", out).exit_code == 0
+
+
+def test_grown_model_is_a_bigger_trainable_model():
+    """Gate open, the grown model is an ordinary width-D model: parameters scale as planned."""
+    from growtool import growth
+    ck = checkpoint.load(FIXTURES["llama-gqa"])
+    plan = growth.build_plan(ck.config, recipes.load("srio"), 96)
+    tensors = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+    m = LM.from_tensors(plan.cfg, tensors)
+    assert (m.cfg.heads, m.cfg.kv_heads, m.cfg.ffn) == (6, 3, 288)
+    x = torch.randint(256, (2, 16))
+    _, loss = m(x, targets=x)
+    loss.backward()
+    assert all(p.grad is not None for p in m.parameters())

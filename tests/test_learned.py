@@ -1,0 +1,175 @@
+"""Learned growth operators (growtool.learned): SRIO-LO (the angle learned) and the LiGO-style operator."""
+
+import itertools
+
+import pytest
+import torch
+
+from growtool import checkpoint, growth, learned, ops, recipes
+from growtool.config import ModelConfig
+from growtool.errors import GrowError
+from growtool.families import expected_shapes, tensor_specs, unit_count
+from growtool.init import init_model
+from growtool.model import LM
+from growtool.verify import compare, random_batches
+
+from conftest import perturbed
+
+D = 36  # 24 -> 36: a non-integer ratio (1.5x), heads 4 -> 6, KV groups 2 -> 3
+
+
+def llama(tie=False, **kw):
+    return ModelConfig(family="llama", vocab_size=48, width=24, layers=2, heads=4, kv_heads=2, head_dim=6,
+                       ffn=48, context=32, norm_eps=1e-6, tie=tie, attn_gate=True, **kw)
+
+
+def gpt2():
+    return ModelConfig(family="gpt2", vocab_size=48, width=24, layers=2, heads=4, kv_heads=4, head_dim=6,
+                       ffn=48, context=32, norm_eps=1e-5, tie=True, attn_gate=True)
+
+
+def source(cfg, seed=1):
+    """A source with large-ish random weights (gamma 0.5) and perturbed gains, so the angle matters."""
+    return perturbed(init_model(cfg, gamma=0.5, seed=seed), seed=seed).tensors()
+
+
+def batch(vocab=48, seed=0, n=4, T=24):
+    x = torch.randint(vocab, (n, T + 1), generator=torch.Generator().manual_seed(seed))
+    return x[:, :-1], x[:, 1:]
+
+
+def grown_loss(cfg, tensors, eps, xy, alpha=1.0):
+    plan = growth.build_plan(cfg, recipes.load("srio", {"rotation": {"eps": eps}}), D, seed=0)
+    t = {n: growth.grow_tensor(n, plan, tensors.__getitem__) for n, _, _ in plan.outputs()}
+    return float(learned.lm_loss(LM(plan.cfg), t, *xy, alpha=alpha))
+
+
+# ---- SRIO-LO -------------------------------------------------------------------------------
+
+def test_tensor_eps_grows_the_same_tensors_as_float_eps():
+    cfg = llama()
+    T = source(cfg)
+    plan = growth.build_plan(cfg, recipes.load("srio", {"rotation": {"eps": 0.6}}), D, seed=0)
+    import dataclasses
+    tplan = dataclasses.replace(plan, eps=torch.tensor(0.6, requires_grad=True))
+    for n, _, _ in plan.outputs():
+        a, b = growth.grow_tensor(n, plan, T.__getitem__), growth.grow_tensor(n, tplan, T.__getitem__)
+        assert torch.allclose(a, b, atol=1e-6, rtol=0), n
+
+
+def test_srio_lo_learns_an_angle_that_lowers_the_open_gate_loss_and_stays_exact(tmp_path):
+    cfg = llama()
+    T = source(cfg)
+    xy = batch()
+    # the toy task: the open-gate loss on this batch depends on the angle ...
+    assert abs(grown_loss(cfg, T, 0.3, xy) - grown_loss(cfg, T, 0.95, xy)) > 1e-3
+    # ... and not at all with the gates closed (every angle is exact on an untied RMSNorm model)
+    assert abs(grown_loss(cfg, T, 0.3, xy, alpha=0.0) - grown_loss(cfg, T, 0.95, xy, alpha=0.0)) < 1e-5
+
+    res = learned.learn_srio_eps(cfg, T, D, itertools.repeat(xy), steps=15, lr=0.2, seed=0)
+    assert 0.0 < res.eps < 1.0
+    assert res.eps0 == pytest.approx((24 / 36) ** 0.5)
+    assert abs(res.eps - res.eps0) > 1e-3
+    assert res.tokens == 15 * xy[1].numel() and len(res.history) == 15
+    assert grown_loss(cfg, T, res.eps, xy) < grown_loss(cfg, T, res.eps0, xy)
+
+    out = learned.save_srio_lo(str(tmp_path / "lo.safetensors"), cfg, T, D, res, seed=0)
+    ck = checkpoint.load(out)
+    assert ck.config.width == D and ck.config.gated
+    assert ck.lineage[-1]["eps"] == pytest.approx(res.eps) and ck.lineage[-1]["learned"]["op"] == "srio-lo"
+    src = LM.from_tensors(cfg, T)
+    c = compare(src, ck.model(), random_batches(48, 32, 6, seed=3), alpha=0.0)
+    assert c.rel <= 1e-4 and c.top1 == 1.0
+    # and the learned angle is really in the file: gates open, it differs from the closed-form angle's model
+    plan0 = growth.build_plan(cfg, recipes.load("srio"), D, seed=0)
+    m0 = LM.from_tensors(plan0.cfg, {n: growth.grow_tensor(n, plan0, T.__getitem__) for n, _, _ in plan0.outputs()})
+    assert compare(m0, ck.model(), random_batches(48, 32, 2), alpha=1.0, src_alpha=1.0).max_dlogit > 1e-4
+
+
+@pytest.mark.parametrize("cfg", [gpt2(), llama(tie=True)], ids=["gpt2-layernorm", "llama-tied"])
+def test_srio_lo_refuses_families_where_the_angle_is_not_free(cfg):
+    with pytest.raises(GrowError, match="untied head"):
+        learned.learn_srio_eps(cfg, source(cfg), D, itertools.repeat(batch()), steps=1)
+
+
+def test_srio_lo_refuses_a_closed_gate():
+    with pytest.raises(GrowError, match="alpha"):
+        learned.learn_srio_eps(llama(), source(llama()), D, itertools.repeat(batch()), steps=1, alpha=0.0)
+
+
+# ---- LiGO ----------------------------------------------------------------------------------
+
+def static_expansion(cfg, T, seed):
+    """The static growth LiGO starts from, built with ops.expand_axis from the plan's expansions."""
+    r = recipes.load("srio", {"gate": False, "rotation": {"eps": 1.0}})
+    plan = growth.build_plan(cfg, r, D, seed=seed, allow_lossy=True)
+    out = {}
+    for name, spec in tensor_specs(cfg).items():
+        t = T[name].float()
+        layer = plan.specs[name][1]
+        if spec.units:
+            sizes = [n * b for n, b in (unit_count(cfg, k) for k in spec.units)]
+            t = torch.cat([ops.expand_axis(seg, spec.unit_axis, plan.units[layer][k], unit_count(cfg, k)[1])
+                           for k, seg in zip(spec.units, t.split(sizes, spec.unit_axis))], spec.unit_axis)
+        if spec.res_axis is not None:
+            t = ops.expand_axis(t, spec.res_axis, plan.res["attn"])
+        elif spec.role in ("norm_gain", "norm_bias"):
+            t = ops.expand_axis(t, 0, plan.res["attn"])
+        out[name] = t
+    return out
+
+
+@pytest.mark.parametrize("make", [llama, gpt2], ids=["llama", "gpt2"])
+def test_ligo_at_init_is_the_static_expansion(make):
+    cfg = make()
+    T = source(cfg)
+    op = learned.LiGO(cfg, T, D, seed=5)
+    want = static_expansion(cfg, T, seed=5)
+    got = op.grown()
+    assert set(got) == set(want) == set(expected_shapes(op.cfg))
+    for n in want:
+        assert got[n].shape == want[n].shape == expected_shapes(op.cfg)[n], n
+        assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-5), n
+    assert not op.cfg.gated and op.cfg.width == D and op.cfg.heads == 6
+
+
+def test_ligo_training_lowers_the_loss_and_touches_only_the_operator():
+    cfg = llama()
+    T = source(cfg)
+    op = learned.LiGO(cfg, T, D, seed=0)
+    xy = batch(seed=2)
+    model = LM(op.cfg)
+    before = float(learned.lm_loss(model, op.fold(), *xy))
+    B0 = op.B.detach().clone()
+    hist = op.fit(itertools.repeat(xy), steps=5, lr=1e-2)
+    after = float(learned.lm_loss(model, op.fold(), *xy))
+    assert len(hist) == 5 and hist[0]["loss"] == pytest.approx(before, rel=1e-5)
+    assert after < before - 1e-3
+    assert not torch.equal(op.B.detach(), B0)
+    assert all(torch.equal(op.source[n], T[n].float()) for n in T)
+
+
+def test_ligo_folded_checkpoint_loads_with_the_target_shapes(tmp_path):
+    cfg = llama()
+    T = source(cfg)
+    op = learned.LiGO(cfg, T, D, seed=0)
+    op.fit(itertools.repeat(batch()), steps=2, lr=1e-2)
+    path = op.save(str(tmp_path / "ligo.safetensors"))
+    ck = checkpoint.load(path)
+    assert ck.config.width == D and not ck.config.gated
+    assert {n: ck.shape(n) for n in ck.names()} == expected_shapes(op.cfg)
+    assert ck.lineage[-1]["recipe"] == "ligo" and ck.lineage[-1]["learned"]["steps"] == 2
+    folded = op.fold()
+    assert all(torch.equal(ck.get(n), folded[n]) for n in folded)
+    x, y = batch()
+    _, loss = ck.model()(x, y)
+    assert torch.isfinite(loss)
+
+
+def test_ligo_refuses_a_gated_source():
+    cfg = llama()
+    plan = growth.build_plan(cfg, recipes.load("srio"), D)
+    T = source(cfg)
+    grown = {n: growth.grow_tensor(n, plan, T.__getitem__) for n, _, _ in plan.outputs()}
+    with pytest.raises(GrowError, match="fold"):
+        learned.LiGO(plan.cfg, grown, 48)
