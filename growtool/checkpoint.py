@@ -74,7 +74,7 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
             raise GrowError(f"{src}: tensor {name} has bad data offsets {offs!r}")
         b, en = offs
         if not (0 <= b <= en <= data_len):
-            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes")
+            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes (truncated or corrupt file)")
         numel = 1
         for s in shape:
             numel *= s

@@ -4,7 +4,9 @@ init (llama, gamma 1, eps 1e-12, gated attention) -> train -> expand (SRIO) -> v
 with the gate warm-up -> expand again -> verify -> short train. Every stage uses the library calls
 the CLI uses. The summary table shows, per stage, the width, parameters, validation loss on the
 same held-out batches, and for each growth the verify figure max |dlogit| / logit scale at gate 0
-(pass: <= 1e-4). Returns False (the CLI exits 1) if a verify fails.
+on generated text and random tokens (pass: <= 1e-4). Training stages after a growth ("+gate") ramp
+the growth gates 0 -> 1 over their first 10% of tokens and fold them away at the end. Returns False
+(the CLI exits 1) if a verify fails.
 
 The corpus: sentences from a small random grammar (determiners, adjectives, nouns with number
 agreement of the verb, objects, prepositional phrases, a few fixed idioms), deterministic in the seed.
@@ -116,7 +118,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
                   lr=P["lr"], eval_every=max(1, steps // 10), eval_batches=8, device="cpu", progress=progress,
                   cache_dir=out / "cache")
         path = r["final"]
-        row(f"train {steps} steps" + (" +gate" if i else ""), path)
+        row(f"train {steps}" + (" +gate" if i else ""), path)
         if i == len(P["widths"]):
             break
         D = P["widths"][i]
@@ -129,7 +131,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         c = compare(ck.model(), checkpoint.load(grown).model(), batches, alpha=0.0)
         passed = c.rel <= TOL
         ok &= passed
-        row(f"expand srio d{D}", grown, c.rel, "PASS" if passed else "FAIL")
+        row(f"expand d{D} srio", grown, c.rel, "PASS" if passed else "FAIL")
         path = grown
 
     t = Table(title=f"growtool demo ({'quick, ' if quick else ''}{time.time() - t0:.0f} s, generated corpus "

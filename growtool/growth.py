@@ -162,6 +162,7 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
         "attn": ops.make_expansion(recipe["attention"]["new_columns"], d, D, gen, k),
         "ffn": ops.make_expansion(recipe["ffn"]["new_columns"], d, D, gen, k),
         "head": ops.make_expansion("zero", d, D, gen),
+        "tile": ops.make_expansion("tile", d, D, gen),
         "zero": ops.make_expansion("zero", d, D, gen),
         "mean": ops.make_expansion("mean", d, D, gen),
     }
@@ -186,6 +187,25 @@ def _expand_units(t: torch.Tensor, spec: TensorSpec, plan: Plan, layer: int, wri
             seg = ops.scale_axis(seg, spec.unit_axis, plan.split[layer][kind], block)
         parts.append(seg)
     return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
+
+
+def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorSpec, plan: Plan, layer: int) -> None:
+    """Units grown by "tile" live in the new residual dims only (in place on ``out``).
+
+    Their weights on the old residual dims are 0 and those on the new dims are the old matrix
+    tiled and cropped: the new-new block of the grown matrix is W[i mod n, j mod d]. Such units
+    pass through the gate, so the function at gate 0 is unchanged whatever they hold.
+    """
+    d, D, off = plan.src.width, plan.cfg.width, 0
+    for kind in spec.units:
+        e, block = plan.units[layer][kind], unit_count(plan.src, kind)[1]
+        if e.kind == "tile" and e.added:
+            lo, n = off + e.n * block, e.added * block
+            tiled = ops.expand_axis(t_units.narrow(spec.unit_axis, lo, n), spec.res_axis, plan.res["tile"])
+            dst = out.narrow(spec.unit_axis, lo, n)
+            dst.narrow(spec.res_axis, 0, d).zero_()
+            dst.narrow(spec.res_axis, d, D - d).copy_(tiled.narrow(spec.res_axis, d, D - d))
+        off += e.n_new * block
 
 
 def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
@@ -213,11 +233,14 @@ def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
         if spec.units:
             t = _expand_units(t, spec, plan, layer, writer=False)
         out = ops.expand_axis(t, spec.res_axis, plan.res[spec.group or "head"])
+        if spec.units:
+            _tile_into_new_block(out, t, spec, plan, layer)
         if plan.rotate_readers:
             out = ops.rotate_(out, d, eps, spec.res_axis)
     elif spec.role == "writer":
-        t = _expand_units(t, spec, plan, layer, writer=True)
-        t = ops.expand_axis(t, spec.res_axis, plan.res[spec.group])
+        t_units = _expand_units(t, spec, plan, layer, writer=True)
+        t = ops.expand_axis(t_units, spec.res_axis, plan.res[spec.group])
+        _tile_into_new_block(t, t_units, spec, plan, layer)
         kind = spec.units[0]
         n_base = plan.cfg.base_heads if kind == "q" else plan.cfg.base_ffn
         n_base *= unit_count(plan.src, kind)[1]

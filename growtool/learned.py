@@ -6,11 +6,20 @@ while the source weights stay fixed, both ending in an ordinary static checkpoin
 * **SRIO-LO** (``learn_srio_eps``): only the SRIO angle is learned. eps = sigmoid(t) and the
   grown weights are ``growth.grow_tensor(name, plan, ...)`` with a tensor eps, so they are a
   differentiable function of t and nothing else receives gradients (the expansions, the source
-  weights, the gates are fixed). On an RMSNorm family with an untied head every eps keeps the
-  function at gate 0, so the loss is taken with the gates open (``alpha``, default 1): that is the
-  only place the angle matters. ``save_srio_lo`` then writes the checkpoint the ordinary way
+  weights, the gates are fixed). ``save_srio_lo`` then writes the checkpoint the ordinary way
   (``growth.build_plan`` with ``rotation.eps=<learned>``): exact at gate 0, like any SRIO growth.
-  LayerNorm families are refused: there only eps = sqrt(d/D) keeps the function.
+  Only an RMSNorm family with an untied head is accepted (there every eps is exact at gate 0).
+
+  What the loss can and cannot see: on such a model every reader, writer and embedding of the
+  grown model is rotated by the same R(eps) (norm gains folded, RMSNorm commutes with R), so the
+  grown models for all eps < 1 are *one function* written in rotated residual bases - at gate 0
+  and with the gates open alike. The plain loss of the grown model is flat in eps (checked:
+  ``lookahead=0`` raises instead of following round-off). The angle matters only through training,
+  whose coordinate-wise parts (Adam's per-coordinate step, the per-coordinate norm gains) are not
+  rotation-equivariant. So the objective is the loss one step later: from W(eps) take
+  ``lookahead`` sign steps (Adam's first update, lr * sign(grad)) on all weights, detached, and
+  measure the loss on the next batch. The step directions are piecewise constant in eps, so the
+  gradient through W(eps) alone is the exact derivative almost everywhere.
 
 * **LiGO-style** (``LiGO``), the learned baseline of Wang et al. 2023, "Learning to Grow
   Pretrained Models for Efficient Transformer Training" (ICLR), width part only, re-implemented
@@ -70,8 +79,10 @@ class LearnedEps:
     eps: float  # the learned cos of the SRIO angle, in (0, 1)
     eps0: float  # where it started
     steps: int
-    tokens: int  # tokens the learning consumed
-    history: list = field(default_factory=list)  # per step: {"step", "eps", "loss"}
+    tokens: int  # tokens the learning consumed (inner and outer batches)
+    passes: int  # forward+backward passes of the grown model (compute)
+    lookahead: int
+    history: list = field(default_factory=list)  # per step: {"step", "eps", "loss", "grad"}
 
 
 def _recipe(recipe: str | dict, overrides: dict | None) -> dict:
@@ -87,45 +98,82 @@ def _srio_plan(src: ModelConfig, width: int, eps: float, recipe: str | dict, ove
     return growth.build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
 
 
-def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches, *, steps: int = 100,
-                   lr: float = 0.05, eps0: float | None = None, alpha: float = 1.0, recipe: str | dict = "srio",
-                   overrides: dict | None = None, seed: int = 0, ffn: int | None = None,
-                   heads: int | None = None) -> LearnedEps:
-    """Learn the SRIO angle: Adam on t, eps = sigmoid(t), loss of the grown model at gate ``alpha``.
+class SrioObjective:
+    """eps -> loss of the grown model after ``lookahead`` detached sign steps (see the module doc)."""
 
-    Everything but eps is the recipe's static growth (same seed, same expansions). Requires an
-    RMSNorm family with an untied head, where every eps in (0, 1) is exact at gate 0.
+    def __init__(self, src: ModelConfig, tensors: dict, width: int, *, lookahead: int = 1, lr: float = 3e-3,
+                 alpha: float = 1.0, recipe: str | dict = "srio", overrides: dict | None = None,
+                 seed: int = 0, ffn: int | None = None, heads: int | None = None, eps0: float = 0.5):
+        if src.norm != "rmsnorm" or src.tie:
+            raise GrowError("SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head")
+        if not 0.0 < alpha <= 1.0:
+            raise GrowError(f"alpha must be in (0, 1] (at gate 0 the loss does not depend on the angle), got {alpha}")
+        if lookahead < 0:
+            raise GrowError(f"lookahead must be >= 0, got {lookahead}")
+        self.plan = _srio_plan(src, width, eps0, recipe, overrides, seed, ffn, heads)
+        self.model = LM(self.plan.cfg).train()
+        for p in self.model.parameters():
+            p.requires_grad_(False)
+        self.get, self.lookahead, self.lr, self.alpha = tensors.__getitem__, lookahead, lr, alpha
+        self.names = [n for n, _, _ in self.plan.outputs()]
+
+    def grown(self, eps) -> dict:
+        eps = eps if isinstance(eps, torch.Tensor) else torch.tensor(float(eps))
+        p = dataclasses.replace(self.plan, eps=eps)
+        return {n: growth.grow_tensor(n, p, self.get) for n in self.names}
+
+    def __call__(self, eps, inner: tuple, outer: tuple) -> torch.Tensor:
+        w0 = self.grown(eps)
+        w = {n: v.detach().requires_grad_(not n.endswith("growth_gate")) for n, v in w0.items()}
+        for _ in range(self.lookahead):
+            train = [n for n in self.names if w[n].requires_grad]
+            with torch.enable_grad():
+                grads = torch.autograd.grad(lm_loss(self.model, w, *inner, alpha=self.alpha), [w[n] for n in train])
+            for n, g in zip(train, grads):
+                w[n] = (w[n] - self.lr * torch.sign(g)).detach().requires_grad_(True)
+        return lm_loss(self.model, {n: w0[n] + (w[n] - w0[n]).detach() for n in self.names}, *outer, alpha=self.alpha)
+
+
+def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches, *, steps: int = 100,
+                   lr: float = 0.05, eps0: float | None = None, lookahead: int = 1, inner_lr: float = 3e-3,
+                   alpha: float = 1.0, recipe: str | dict = "srio", overrides: dict | None = None, seed: int = 0,
+                   ffn: int | None = None, heads: int | None = None) -> LearnedEps:
+    """Learn the SRIO angle: Adam on t, eps = sigmoid(t), ``steps`` steps of the ``SrioObjective``.
+
+    Each step takes two batches (the sign steps' and the loss's) when ``lookahead`` >= 1, one when
+    0. Everything but eps is the recipe's static growth (same seed, same expansions). With
+    ``lookahead=0`` the objective is checked first and refused when it is flat in eps.
     """
-    if src.norm != "rmsnorm" or src.tie:
-        raise GrowError("SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head")
-    if not 0.0 < alpha <= 1.0:
-        raise GrowError(f"alpha must be in (0, 1] (at gate 0 the loss does not depend on the angle), got {alpha}")
     if steps < 1:
         raise GrowError(f"steps must be >= 1, got {steps}")
     eps0 = ops.exact_layernorm_eps(src.width, width) if eps0 is None else float(eps0)
     if not 0.0 < eps0 < 1.0:
         raise GrowError(f"eps0 must be in (0, 1), got {eps0}")
-    plan = _srio_plan(src, width, eps0, recipe, overrides, seed, ffn, heads)
-    model = LM(plan.cfg).train()
-    for p in model.parameters():
-        p.requires_grad_(False)
-    get = tensors.__getitem__
+    obj = SrioObjective(src, tensors, width, lookahead=lookahead, lr=inner_lr, alpha=alpha, recipe=recipe,
+                        overrides=overrides, seed=seed, ffn=ffn, heads=heads, eps0=eps0)
+    out = LearnedEps(eps=eps0, eps0=eps0, steps=steps, tokens=0, passes=0, lookahead=lookahead)
     t = torch.tensor(math.log(eps0 / (1.0 - eps0)), requires_grad=True)
     opt = torch.optim.Adam([t], lr=lr)
-    out = LearnedEps(eps=eps0, eps0=eps0, steps=steps, tokens=0)
-    names = [n for n, _, _ in plan.outputs()]
     for step in range(steps):
-        x, y = next(batches)
+        inner = next(batches) if lookahead else None
+        outer = next(batches)
+        if step == 0 and lookahead == 0:
+            with torch.no_grad():
+                l0, l1 = float(obj(eps0, None, outer)), float(obj(0.5 * eps0, None, outer))
+            if abs(l0 - l1) <= 1e-6 * max(1.0, abs(l0)):
+                raise GrowError(f"the grown model's loss does not depend on the angle ({l0:.7g} at eps {eps0:.4g} and "
+                                f"{0.5 * eps0:.4g}): every eps < 1 is the same function in a rotated basis; "
+                                "learn it through training (lookahead >= 1)")
         eps = torch.sigmoid(t)
-        p = dataclasses.replace(plan, eps=eps)
-        grown = {n: growth.grow_tensor(n, p, get) for n in names}
-        loss = lm_loss(model, grown, x, y, alpha=alpha)
+        loss = obj(eps, inner, outer)
         opt.zero_grad()
         loss.backward()
+        g = float(t.grad)
         opt.step()
-        out.tokens += y.numel()
-        out.history.append({"step": step, "eps": float(eps.detach()), "loss": float(loss.detach())})
-    out.eps = float(torch.sigmoid(t))
+        out.tokens += outer[1].numel() + (inner[1].numel() * lookahead if lookahead else 0)
+        out.passes += 1 + lookahead
+        out.history.append({"step": step, "eps": float(eps.detach()), "loss": float(loss.detach()), "grad": g})
+    out.eps = float(torch.sigmoid(t.detach()))
     return out
 
 
@@ -136,7 +184,8 @@ def save_srio_lo(out_path: str, src: ModelConfig, tensors: dict, width: int, lea
     """Write the static SRIO growth at the learned angle (``rotation.eps=<learned>``): exact at gate 0."""
     plan = _srio_plan(src, width, learned.eps, recipe, overrides, seed, ffn, heads)
     entry = growth.lineage_entry(plan, source_sha256)
-    entry["learned"] = {"op": "srio-lo", "eps0": learned.eps0, "steps": learned.steps, "tokens": learned.tokens}
+    entry["learned"] = {"op": "srio-lo", "eps0": learned.eps0, "steps": learned.steps, "tokens": learned.tokens,
+                        "lookahead": learned.lookahead}
     return save(out_path, plan.cfg, list(lineage) + [entry], plan.outputs(),
                 lambda n: growth.grow_tensor(n, plan, tensors.__getitem__), force=force)
 
@@ -227,7 +276,7 @@ class LiGO(torch.nn.Module):
             opt.zero_grad()
             loss.backward()
             opt.step()
-            hist.append({"step": step, "loss": float(loss)})
+            hist.append({"step": step, "loss": float(loss.detach())})
         self.steps += steps
         return hist
 
@@ -244,4 +293,4 @@ class LiGO(torch.nn.Module):
         return save_tensors(out_path, self.cfg, list(lineage) + [entry], self.fold(), force=force)
 
 
-__all__ = ["learn_srio_eps", "save_srio_lo", "LearnedEps", "LiGO", "expansion_matrix", "apply_matrix", "lm_loss"]
+__all__ = ["learn_srio_eps", "save_srio_lo", "LearnedEps", "SrioObjective", "LiGO", "expansion_matrix", "apply_matrix", "lm_loss"]

@@ -9,8 +9,8 @@
       new_heads: convex     # how new heads are filled: convex | tile | copy | zero
       new_columns: convex   # how readers' new input columns are filled: convex | tile | mean | zero
     ffn:
-      new_units: tile       # convex | tile | copy | zero
-      new_columns: tile     # convex | tile | mean | zero
+      new_units: tile       # convex | tile | copy | zero  (tile: the old matrix tiled into the new-new block)
+      new_columns: zero     # convex | tile | mean | zero
     convex_k: 2             # old units mixed into each convex new unit
     gate: true              # new units write through the block's warm-up gate
 
@@ -37,7 +37,7 @@ DEFAULTS = {
     "lossy": False,
     "rotation": {"eps": "auto"},
     "attention": {"new_heads": "convex", "new_columns": "convex"},
-    "ffn": {"new_units": "tile", "new_columns": "tile"},
+    "ffn": {"new_units": "tile", "new_columns": "zero"},
     "convex_k": 2,
     "gate": True,
 }

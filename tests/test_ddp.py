@@ -1,0 +1,58 @@
+"""Data-parallel training under torchrun (gloo, two CPU processes) follows the single-process run
+with the same global batch: each rank computes half of the same batch and DDP averages gradients."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from growtool import checkpoint, growth, recipes
+from growtool.config import ModelConfig
+from growtool.init import init_model
+from growtool.train import train
+
+ARGS = dict(steps=12, batch=8, seq=16, eval_every=4, eval_batches=2, lr=3e-3, seed=1)
+
+
+def test_torchrun_two_processes_match_one(tmp_path):
+    text = tmp_path / "d.txt"
+    text.write_text(" ".join(f"the {w} sees {v} number {i % 7}." for i, (w, v) in
+                             enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))))
+    cfg = ModelConfig(family="gpt2", vocab_size=256, width=32, layers=1, heads=4, kv_heads=4, head_dim=8, ffn=64,
+                      context=16, norm_eps=1e-5, tie=True, attn_gate=True)
+    ck = checkpoint.load(checkpoint.save_tensors(str(tmp_path / "a.safetensors"), cfg, [],
+                                                 init_model(cfg, gamma=0.5, seed=0).tensors()))
+    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
+    grown = checkpoint.save_tensors(str(tmp_path / "g.safetensors"), plan.cfg, [],
+                                    {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+           "-m", "growtool.cli", "train", grown, "--data", str(text), "--out", str(tmp_path / "ddp"), "--device", "cpu",
+           "-q"] + [x for k, v in ARGS.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert p.stdout.strip().splitlines() == [str(tmp_path / "ddp" / "final.safetensors")]  # rank 0 only
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = train(grown, [text], tmp_path / "one", device="cpu", progress=False, **ARGS)
+    finally:
+        torch.set_num_threads(threads)
+    a = [json.loads(line) for line in open(tmp_path / "ddp" / "metrics.jsonl")]
+    b = [json.loads(line) for line in open(one["metrics"])]
+    assert [x["step"] for x in a] == [x["step"] for x in b] == list(range(13))
+    assert b[-1]["val_loss"] < b[0]["val_loss"] - 0.05  # it trained, so the curves are not flat by accident
+    for x, y in zip(a, b):
+        for k in ("loss", "val_loss", "grad_norm"):
+            if k in x:
+                assert x[k] == pytest.approx(y[k], rel=1e-4, abs=1e-5), (x["step"], k)
+    ta = checkpoint.load(tmp_path / "ddp" / "final.safetensors").tensors()
+    tb = checkpoint.load(one["final"]).tensors()
+    assert checkpoint.load(one["final"]).lineage[-1]["world_size"] == 1
+    assert checkpoint.load(tmp_path / "ddp" / "final.safetensors").lineage[-1]["world_size"] == 2
+    assert all(torch.allclose(ta[n], tb[n], atol=1e-4) for n in ta)
