@@ -12,6 +12,7 @@ import csv
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -93,8 +94,9 @@ def median_time(fn, repeats: int, warmup: int = 1) -> tuple[float, list[float]]:
 
 
 def run_measured(cmd: list[str], stdin=None) -> dict:
-    """Run ``cmd``; return its exit code, wall seconds, peak RSS in bytes (this child only, from
-    ``os.wait4``'s rusage: Linux reports ru_maxrss in KiB), and stdout / stderr text."""
+    """Run ``cmd``; return its exit code, wall seconds, CPU seconds (user + system), peak RSS in
+    bytes (this child only, from ``os.wait4``'s rusage: Linux reports ru_maxrss in KiB), and
+    stdout / stderr text. CPU seconds are less sensitive than wall time to a busy machine."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=err)
@@ -103,8 +105,14 @@ def run_measured(cmd: list[str], stdin=None) -> dict:
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"rc": p.returncode, "wall_s": wall, "peak_rss": ru.ru_maxrss * 1024,
+        return {"rc": p.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss": ru.ru_maxrss * 1024,
                 "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
+
+
+def cpu_seconds() -> float:
+    """User + system CPU seconds of this process so far (includes kernel time of copies)."""
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 def fsync_file(path: Path) -> None:

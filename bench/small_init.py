@@ -23,8 +23,10 @@ gamma comparisons use common random numbers. Outputs, under ``<out>/small_init/`
   gamma 0.5 (model A) on every non-overlapping window of the validation tail, binned by
   difficulty (the mean of both models' losses), at the largest width, in the paper's setting
   (eps 1e-12, gate on) and the masking one (eps 1e-5, gate off), seed 0.
-* ``runs/<name>/``: each run's trainer folder (metrics.jsonl, loss.png, final.safetensors).
-  A run whose ``summary.json`` holds the same settings is reused (``--fresh`` re-runs it).
+* ``curves.csv``: validation loss over training, every run.
+* ``<out>/tmp/small_init/runs/<name>/`` (git-ignored): each run's trainer folder (metrics.jsonl,
+  loss.png, final.safetensors). A run whose ``summary.json`` holds the same settings is reused
+  (``--fresh`` re-runs it), so an interrupted grid continues where it stopped.
 
 Runs go to a pool of ``--jobs`` processes with ``--threads`` torch threads each.
 ``--quick`` is the CI smoke run: width 32, one layer, 4 runs of 20 steps, in-process.
@@ -153,11 +155,11 @@ def run_grid(specs, args) -> list[dict]:
     t0 = time.perf_counter()
     if args.jobs <= 1:
         for sp in specs:
-            rows[sp["name"]] = run_one(sp, str(args.dir), args.threads, args.fresh)
+            rows[sp["name"]] = run_one(sp, str(args.work), args.threads, args.fresh)
             log_row(rows[sp["name"]], len(rows), len(specs), t0)
     else:
         with ProcessPoolExecutor(args.jobs) as pool:
-            futs = {sp["name"]: pool.submit(run_one, sp, str(args.dir), args.threads, args.fresh) for sp in specs}
+            futs = {sp["name"]: pool.submit(run_one, sp, str(args.work), args.threads, args.fresh) for sp in specs}
             for name, f in futs.items():
                 rows[name] = f.result()
                 log_row(rows[name], len(rows), len(specs), t0)
@@ -259,7 +261,7 @@ def val_windows(args):
     """Every non-overlapping (seq + 1)-token window of the trainer's validation tail."""
     import torch
     from growtool import data
-    toks = data.load_tokens([args.data], data.get_tokenizer("byte"), args.dir / "cache", 256)
+    toks = data.load_tokens([args.data], data.get_tokenizer("byte"), args.work / "cache", 256)
     ds = data.Dataset(toks, args.seq, args.batch)
     return torch.cat([torch.cat([x, y[:, -1:]], 1) for x, y in ds.val_batches(10 ** 9)])
 
@@ -280,7 +282,7 @@ def token_compare(rows, args) -> list[dict]:
         if not all(n in have for n in names):
             continue
         label = f"eps {eps:.0e}, gate {'on' if gate else 'off'}"
-        paths = [args.dir / "runs" / n / "train" / "final.safetensors" for n in names]
+        paths = [args.work / "runs" / n / "train" / "final.safetensors" for n in names]
         a, b = (checkpoint.load(str(p)).model() for p in paths)
         for r in compare_models(a, b, windows, bins=args.bins, batch=32):
             out.append({"setting": label, "width": w, **vars(r)})
@@ -319,6 +321,7 @@ def token_plot(rows, path: Path) -> None:
 def main():
     args = parse_args("small_init", __doc__.splitlines()[0], options)
     settle(args)
+    args.work = Path(args.out) / "tmp" / "small_init"
     specs = grid(args)
     t0 = time.perf_counter()
     print(f"small_init: {len(specs)} runs x {args.steps} steps ({args.batch}x{args.seq} tokens), "
@@ -332,12 +335,20 @@ def main():
     grid_table = pivot(rows)
     print(table(grid_table, "validation loss (nats/byte), mean over seeds"), file=sys.stderr)
 
+    from growtool.train import read_metrics
+    curves = []
+    for r in rows:
+        for m in read_metrics(args.work / "runs" / r["name"] / "train" / "metrics.jsonl"):
+            if "val_loss" in m:
+                curves.append({"name": r["name"], "step": m["step"], "tokens": m["tokens"], "val_loss": m["val_loss"]})
+    write_csv(args.dir / "curves.csv", curves)
+
     cond, series = [], {}
     for w in args.widths:
         for g in (0.5, 1.0):
             name = run_name(w, g, min(args.eps), True, 0)
-            if (args.dir / "runs" / name).exists() and name in {r["name"] for r in rows}:
-                c = condensation(args.dir / "runs" / name)
+            if (args.work / "runs" / name).exists() and name in {r["name"] for r in rows}:
+                c = condensation(args.work / "runs" / name)
                 series[f"d{w} g{g:g}"] = c
                 cond += [{"run": name, "width": w, "gamma": g, **r} for r in c]
     if cond:

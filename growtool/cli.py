@@ -307,32 +307,33 @@ def inspect(ckpt, metrics, as_json):
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 @click.option("--compile", "compile_", is_flag=True, help="torch.compile the model")
+@click.option("--deterministic", is_flag=True, help="deterministic kernels (CUDA runs then repeat and resume bitwise)")
 @click.option("--out", required=True, help="run folder (checkpoints, metrics.jsonl, loss.png)")
 @click.option("--resume", is_flag=True, help="continue the run in --out exactly where it stopped")
 @click.option("--stop-at", type=int, default=None, help="end this invocation after this step (resumable)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @clean_errors
 def train(ckpt, data_files, tokenizer, tokens, steps, batch, seq, lr, min_lr_ratio, warmup, weight_decay, clip,
-          gate_warmup_tokens, eval_every, eval_batches, save_every, metrics_every, seed, device, compile_, out,
-          resume, stop_at, quiet):
+          gate_warmup_tokens, eval_every, eval_batches, save_every, metrics_every, seed, device, compile_,
+          deterministic, out, resume, stop_at, quiet):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
     from .train import train as run
     r = run(ckpt, list(data_files), out, tokens=tokens, steps=steps, batch=batch, seq=seq, lr=lr,
             min_lr_ratio=min_lr_ratio, warmup=warmup, weight_decay=weight_decay, clip=clip,
             gate_warmup_tokens=gate_warmup_tokens, eval_every=eval_every, eval_batches=eval_batches,
             save_every=save_every, metrics_every=metrics_every, seed=seed, device=device, compile=compile_,
-            resume=resume, tokenizer=tokenizer, progress=not quiet, stop_at=stop_at)
+            resume=resume, tokenizer=tokenizer, progress=not quiet, stop_at=stop_at, deterministic=deterministic)
     if os.environ.get("RANK", "0") != "0":
         return
     err.print(f"trained {r['steps']}/{r['total_steps']} steps ({r['tokens']:,} tokens) in {r['seconds']:.1f} s: "
-              f"val loss {r['first_val_loss']:.4f} -> {r['val_loss']:.4f}")
+              f"val loss {r['first_val_loss']:.4f} -> {r['val_loss']:.4f}", soft_wrap=True)
     if r["final"]:
         g = r["gate"]
         err.print(f"final checkpoint ({r['params']:,} parameters" +
-                  (f", growth gates folded at {g:g}" if g is not None else "") + f"): {r['final']}")
+                  (f", growth gates folded at {g:g}" if g is not None else "") + f"): {r['final']}", soft_wrap=True)
         click.echo(r["final"])
     else:
-        err.print(f"stopped at step {r['steps']}: resume with the same command and --resume")
+        err.print(f"stopped at step {r['steps']}: resume with the same command and --resume", soft_wrap=True)
 
 
 # ---- demo ---------------------------------------------------------------------------------

@@ -1,7 +1,7 @@
 """Learned growth operators: a few optimiser steps choose part of the growth map, then it is frozen.
 
-Two operators, both trained on the language-modelling loss of the grown model for ~100 steps
-while the source weights stay fixed, both ending in an ordinary static checkpoint:
+Two operators, each fitted for ~100 forward/backward passes of the grown model on language-
+modelling loss while the source weights stay fixed, each ending in an ordinary static checkpoint:
 
 * **SRIO-LO** (``learn_srio_eps``): only the SRIO angle is learned. eps = sigmoid(t) and the
   grown weights are ``growth.grow_tensor(name, plan, ...)`` with a tensor eps, so they are a
@@ -25,7 +25,8 @@ while the source weights stay fixed, both ending in an ordinary static checkpoin
   Pretrained Models for Efficient Transformer Training" (ICLR), width part only, re-implemented
   simply: every grown tensor is a product of expansion matrices with the source tensor,
   W' = U_out W U_in^T, where along a residual axis the matrix is one residual expansion
-  B (D x d) shared by all layers and all tensors (LiGO ties the residual expansion across layers),
+  B (D x d) shared by all layers and all tensors (one matrix for the residual stream, which the
+  residual connections require; it starts from the recipe's attention column expansion),
   and along a unit axis it is the layer's head expansion (KV groups, lifted to query heads and
   head_dim blocks, so head_dim and the query-per-KV ratio are kept) or its FFN expansion.
   Norm gains and biases on the residual are expanded by B too. All matrices start from the
@@ -36,7 +37,8 @@ while the source weights stay fixed, both ending in an ordinary static checkpoin
   training, ``fold`` gives the plain grown tensors, saved with ``checkpoint.save_tensors``.
   Not re-implemented: LiGO's depth operator and its Kronecker factorisation across layers.
 
-``batches`` is any iterator of (idx, targets) LongTensor pairs [B, T]; it is consumed once per step.
+``batches`` is any iterator of (idx, targets) LongTensor pairs [B, T] (SRIO-LO with lookahead
+takes two per step, LiGO one).
 """
 
 from __future__ import annotations

@@ -123,11 +123,16 @@ class Block(nn.Module):
         if K != H:
             k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
         y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, hd]
-        mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
+        mult = None  # a plain model without gated attention skips the multiply by ones
+        if cfg.base_heads < H:
+            mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
         if cfg.attn_gate:
             gl = (self.attn.c_gate(x) if cfg.family == "gpt2" else self.self_attn.g_proj(x))  # [B, T, H]
-            mult = mult * torch.sigmoid(gl).transpose(1, 2).unsqueeze(-1)
-        y = (y * mult).transpose(1, 2).reshape(B, T, H * hd)
+            s = torch.sigmoid(gl).transpose(1, 2).unsqueeze(-1)
+            mult = s if mult is None else mult * s
+        if mult is not None:
+            y = y * mult
+        y = y.transpose(1, 2).reshape(B, T, H * hd)
         return self.attn.c_proj(y) if cfg.family == "gpt2" else self.self_attn.o_proj(y)
 
     def ffn(self, x, g):
@@ -136,7 +141,8 @@ class Block(nn.Module):
             h = F.gelu(self.mlp.c_fc(x), approximate="tanh")
         else:
             h = F.silu(self.mlp.gate_proj(x)) * self.mlp.up_proj(x)
-        h = h * unit_mask(cfg.ffn, cfg.base_ffn, g, h)
+        if cfg.base_ffn < cfg.ffn:  # grown neurons behind the gate (skipped in a plain model)
+            h = h * unit_mask(cfg.ffn, cfg.base_ffn, g, h)
         return self.mlp.c_proj(h) if cfg.family == "gpt2" else self.mlp.down_proj(h)
 
     def forward(self, x, rope=None, alpha=None):

@@ -44,13 +44,14 @@ DEFAULTS = {
 
 
 def _recipe_dir() -> Path:
+    """recipes/ of the source tree, or the copy an installed wheel carries (growtool_recipes)."""
+    here = Path(__file__).resolve().parent.parent / "recipes"
+    if here.is_dir():
+        return here
     try:
-        p = Path(str(resources.files("growtool.recipes")))
-        if p.is_dir():
-            return p
+        return Path(str(resources.files("growtool_recipes")))
     except (ModuleNotFoundError, TypeError):
-        pass
-    return Path(__file__).resolve().parent.parent / "recipes"
+        return here
 
 
 def shipped() -> list[str]:

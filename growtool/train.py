@@ -217,7 +217,7 @@ def settings(cfg, ds: data.Dataset, tok, shas, src_sha, *, tokens, steps, batch,
         gate_warmup_tokens = None
     return {
         "steps": steps, "batch": batch, "seq": seq, "lr": lr, "min_lr_ratio": min_lr_ratio,
-        "warmup": min(max(0, int(warmup)), steps), "weight_decay": weight_decay, "clip": clip,
+        "warmup": min(int(warmup), steps), "weight_decay": weight_decay, "clip": clip,
         "gate_warmup_tokens": gate_warmup_tokens,
         "eval_every": int(eval_every or max(1, round(steps / 20))), "eval_batches": eval_batches,
         "metrics_every": int(metrics_every or max(1, round(steps / 10))),
@@ -226,19 +226,22 @@ def settings(cfg, ds: data.Dataset, tok, shas, src_sha, *, tokens, steps, batch,
     }
 
 
-def check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg) -> None:
+def check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg, optional) -> None:
     if tokens is not None and steps is not None:
         raise GrowError("give --tokens or --steps, not both")
     for name, v in (("--batch", batch), ("--seq", seq), ("--eval-batches", eval_batches)):
         if not isinstance(v, int) or v < 1:
             raise GrowError(f"{name} must be a positive integer, got {v!r}")
-    for name, v in (("--tokens", tokens), ("--steps", steps)):
-        if v is not None and v < 1:
-            raise GrowError(f"{name} must be positive, got {v}")
+    for name, v in (("--tokens", tokens), ("--steps", steps), *optional.items()):
+        low = 0 if name in ("--warmup", "--gate-warmup-tokens") else 1
+        if v is not None and v < low:
+            raise GrowError(f"{name} must be {'at least 0' if low == 0 else 'positive'}, got {v}")
     if seq > cfg.context:
         raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
-    if not lr > 0 or not 0 <= min_lr_ratio <= 1 or not clip > 0:
-        raise GrowError("--lr and the clip norm must be positive and min_lr_ratio in [0, 1]")
+    for name, ok in (("--lr must be positive", lr > 0), ("--clip must be positive", clip > 0),
+                     ("--min-lr-ratio must lie in [0, 1]", 0 <= min_lr_ratio <= 1)):
+        if not ok:
+            raise GrowError(name)
     if batch % world:
         raise GrowError(f"--batch {batch} is not divisible by the {world} processes (each takes an equal slice)")
 
@@ -246,11 +249,13 @@ def check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, 
 def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None, lr=3e-3, min_lr_ratio=0.1,
           warmup=None, weight_decay=0.1, clip=1.0, gate_warmup_tokens=None, eval_every=None, eval_batches=8,
           save_every=None, metrics_every=None, seed=0, device="auto", compile=False, resume=False,
-          tokenizer="byte", progress=True, stop_at=None, cache_dir=None) -> dict:
+          tokenizer="byte", progress=True, stop_at=None, cache_dir=None, deterministic=False) -> dict:
     """Train checkpoint ``ckpt`` on text files ``data_files``, writing into folder ``out``.
 
     ``steps`` (or ``tokens``, default: one pass over the training split) sets the run length;
     ``stop_at`` ends this invocation after that many updates with a resumable checkpoint.
+    ``deterministic`` turns on torch's deterministic algorithms: needed on CUDA for runs (and
+    resumed runs) to repeat bitwise; CPU runs repeat without it.
     Returns a summary dict (paths, steps, tokens, first / last val loss, final gate, seconds).
     """
     t_start = time.time()
@@ -268,7 +273,9 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
     ck = checkpoint.load(ckpt)
     cfg = ck.config
     seq = min(cfg.context, 128) if seq is None else seq
-    check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg)
+    check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg,
+               {"--eval-every": eval_every, "--save-every": save_every, "--metrics-every": metrics_every,
+                "--stop-at": stop_at, "--warmup": warmup, "--gate-warmup-tokens": gate_warmup_tokens})
     if cfg.gated and any(v != 0.0 for v in growth.gate_values(ck)):
         raise GrowError(f"{ckpt}: its growth gates are already open ({max(growth.gate_values(ck)):g}); "
                         "fold it first (growtool fold) or resume the run that wrote it")
@@ -319,6 +326,10 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
             torch.cuda.set_rng_state(state["rng"]["cuda"], dev)
     else:
         torch.manual_seed(seed)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    if deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+        torch.use_deterministic_algorithms(True)
 
     own_group = world > 1 and not dist.is_initialized()
     if own_group:
@@ -410,6 +421,7 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
         bar.close()
         if fh:
             fh.close()
+        torch.use_deterministic_algorithms(was_deterministic)
 
     summary = {"out": str(out), "steps": step, "total_steps": s["steps"], "tokens": step * B * T,
                "first_val_loss": next((r["val_loss"] for r in records if "val_loss" in r), None),

@@ -47,12 +47,13 @@ def write_ckpt(path, cfg: ModelConfig, seed: int = 0, dtype=torch.float32, **kw)
 
 
 def sha256(path) -> str:
-    """Hash of a file, or of every file in a folder (names and contents, sorted)."""
+    """Hash of a file's bytes, or of every file in a folder (relative names and contents, sorted)."""
     p = Path(path)
+    if not p.is_dir():
+        return hashlib.sha256(p.read_bytes()).hexdigest()
     h = hashlib.sha256()
-    files = sorted(f for f in p.rglob("*") if f.is_file()) if p.is_dir() else [p]
-    for f in files:
-        h.update(str(f.relative_to(p) if p.is_dir() else f.name).encode())
+    for f in sorted(f for f in p.rglob("*") if f.is_file()):
+        h.update(str(f.relative_to(p)).encode() + b"\0")
         h.update(f.read_bytes())
     return h.hexdigest()
 

@@ -129,7 +129,8 @@ def test_final_checkpoint_is_plain_and_keeps_the_trained_function(world, grown_r
 def test_stop_and_resume_equals_an_uninterrupted_run(world):
     d, kw = world["dir"], dict(steps=30, lr=3e-3, eval_every=5, save_every=4, **KW)
     full = train(world["grown"], [world["text"]], d / "full", **kw)
-    part = train(world["grown"], [world["text"]], d / "part", stop_at=13, **kw)
+    part = train(world["grown"], [world["text"]], d / "part", stop_at=13, deterministic=True, **kw)
+    assert not torch.are_deterministic_algorithms_enabled()  # the global switch is restored
     assert part["final"] is None and part["steps"] == 13
     with pytest.raises(GrowError, match="already holds a training run"):
         train(world["grown"], [world["text"]], d / "part", **kw)
@@ -205,6 +206,7 @@ def test_hf_tokenizer_and_token_cache(tmp_path):
     ("both", "not both"),
     ("seq", "exceeds the model's context"),
     ("tokenizer", "no such file"),
+    ("every", "--eval-every must be positive"),
 ])
 def test_bad_input_exits_2_without_output(world, tmp_path, case, msg):
     f = tmp_path / "d.txt"
@@ -218,7 +220,7 @@ def test_bad_input_exits_2_without_output(world, tmp_path, case, msg):
     else:
         f.write_text(make_text(300))
         args = {"both": ["--steps", 5, "--tokens", 100], "seq": ["--seq", 64],
-                "tokenizer": ["--tokenizer", tmp_path / "tok.json"]}[case]
+                "tokenizer": ["--tokenizer", tmp_path / "tok.json"], "every": ["--eval-every", 0]}[case]
     r = cli("train", world["base"], "--data", f, *args, "--out", tmp_path / "run")
     assert r.exit_code == 2, r.output
     assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr

@@ -1,0 +1,48 @@
+"""``growtool demo --quick``: the whole story runs, and verify passes after each growth."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from growtool import checkpoint
+from growtool.demo import make_corpus
+
+from conftest import cli
+
+
+def test_demo_quick(tmp_path):
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        r = cli("demo", "--quick", "--out", tmp_path / "demo")
+    finally:
+        torch.set_num_threads(threads)
+    assert r.exit_code == 0, r.stderr[-3000:]
+    s = json.loads((tmp_path / "demo" / "summary.json").read_text())
+    stages = s["stages"]
+    assert s["ok"] and [x["stage"].split()[0] for x in stages] == ["init", "train", "expand", "train", "expand", "train"]
+    widths = [x["width"] for x in stages]
+    assert widths[0] < widths[2] < widths[4] and widths[2:4] == [widths[2]] * 2
+    for i, x in enumerate(stages):
+        if x["stage"].startswith("expand"):
+            assert x["pass"] == "PASS" and x["verify_rel"] <= 1e-4
+            assert x["val_loss"] == pytest.approx(stages[i - 1]["val_loss"], rel=1e-5)  # function kept
+            assert checkpoint.load(x["path"]).config.gated
+        if x["stage"].startswith("train"):
+            assert not checkpoint.load(x["path"]).config.gated  # gates folded away
+    losses = [x["val_loss"] for x in stages]
+    assert all(math.isfinite(v) for v in losses) and losses[-1] < losses[1] < losses[0]
+    # the table on stderr says the same
+    rows = [line for line in r.stderr.splitlines() if "expand" in line and "│" in line]
+    assert len(rows) == 2 and all("PASS" in line for line in rows)
+    # and refuses to overwrite a previous demo
+    again = cli("demo", "--quick", "--out", tmp_path / "demo")
+    assert again.exit_code == 2 and "not empty" in again.stderr
+
+
+def test_corpus_is_deterministic_text():
+    a, b = make_corpus(5000, seed=0), make_corpus(5000, seed=0)
+    assert a == b and a != make_corpus(5000, seed=1) and len(a) >= 5000
+    assert a.isascii() and a.count(".") > 50

@@ -1,0 +1,355 @@
+"""Hardening: streaming, sharded output and input, dtypes, determinism, atomic writes, peak memory.
+
+* ``expand`` and ``fold`` stream: one source tensor and one output tensor alive at a time.
+* ``--shard-size`` writes a Hugging Face folder (shards + index + config.json); sharded input reads.
+* float32 / float16 / bfloat16 in -> the same dtype out; the arithmetic is float32 (so growing a
+  bf16 file equals growing its float32 upcast and rounding); gate 0 is exact up to the dtype.
+* Same input, recipe and seed -> byte-identical output, across processes and thread counts.
+* A SIGKILL in the middle of writing leaves no file at the destination (or the earlier one intact).
+* Peak RSS stays at the baseline plus a few output tensors, whatever the model's total size.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+import weakref
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from growtool import checkpoint
+from growtool.checkpoint import DTYPE_NAME
+from growtool.verify import compare, random_batches
+
+from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
+
+SHARD = re.compile(r"model-(\d{5})-of-(\d{5})\.safetensors")
+
+
+def tensors_of(path) -> dict[str, torch.Tensor]:
+    return checkpoint.load(path).tensors()
+
+
+def assert_same_tensors(a, b):
+    ta, tb = tensors_of(a), tensors_of(b)
+    assert list(ta) == list(tb)
+    for n in ta:
+        assert ta[n].dtype == tb[n].dtype and torch.equal(ta[n], tb[n]), n
+
+
+# ---- streaming ------------------------------------------------------------------------------
+
+def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
+    """Count live tensors at every write: at most one source tensor and no earlier output."""
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3, attn_gate=True))
+    reads, outs, worst = [], [], {"src": 0, "out": 0}
+    real_read, real_bytes = checkpoint.read_tensor, checkpoint._tensor_bytes
+
+    def read(*a, **kw):
+        t = real_read(*a, **kw)
+        reads.append(weakref.ref(t))
+        return t
+
+    def tensor_bytes(t):
+        worst["src"] = max(worst["src"], sum(r() is not None for r in reads))
+        worst["out"] = max(worst["out"], sum(r() is not None for r in outs))
+        outs.append(weakref.ref(t))
+        return real_bytes(t)
+
+    monkeypatch.setattr(checkpoint, "read_tensor", read)
+    monkeypatch.setattr(checkpoint, "_tensor_bytes", tensor_bytes)
+    assert cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "b.safetensors").exit_code == 0
+    assert cli("fold", tmp_path / "b.safetensors", "--alpha", 1, "-o", tmp_path / "c.safetensors").exit_code == 0
+    n_tensors = len(checkpoint.load(src).names()) + len(checkpoint.load(tmp_path / "b.safetensors").names())
+    assert len(outs) == n_tensors and len(reads) >= n_tensors  # every tensor went through the hooks
+    assert worst["src"] <= 1 and worst["out"] == 0
+
+
+# ---- sharded output and input -----------------------------------------------------------------
+
+def shard_files(folder: Path) -> list[Path]:
+    files = sorted(p for p in folder.iterdir() if SHARD.fullmatch(p.name))
+    n = len(files)
+    assert [p.name for p in files] == [f"model-{i:05d}-of-{n:05d}.safetensors" for i in range(1, n + 1)]
+    return files
+
+
+def check_hf_folder(folder: Path, like: Path, limit: int, same_source: bool = True):
+    """``folder`` is an HF sharded folder holding exactly ``like``'s tensors, config and lineage
+    (whose last source hash differs when the two were made from differently stored sources)."""
+    files = shard_files(folder)
+    assert len(files) > 1
+    index = json.loads((folder / "model.safetensors.index.json").read_text())
+    ref_header, _ = read_raw(like)
+    ref_meta = ref_header.pop("__metadata__")
+    seen, total = {}, 0
+    for f in files:
+        h, data = read_raw(f)
+        meta = h.pop("__metadata__")
+        assert meta["format"] == "pt"
+        if same_source:
+            assert meta == ref_meta
+        else:
+            la, lb = json.loads(meta.pop("lineage")), json.loads(ref_meta["lineage"])
+            assert [e["op"] for e in la] == [e["op"] for e in lb] and la[:-1] == lb[:-1]
+            assert meta == {k: v for k, v in ref_meta.items() if k != "lineage"}
+        nbytes = sum(e["data_offsets"][1] - e["data_offsets"][0] for e in h.values())
+        assert nbytes == len(data)
+        assert nbytes <= limit or len(h) == 1
+        total += nbytes
+        seen.update({n: f.name for n in h})
+    assert index == {"metadata": {"total_size": total}, "weight_map": seen}
+    assert set(seen) == set(ref_header)
+    assert json.loads((folder / "config.json").read_text()) == json.loads(ref_meta["config"])
+    assert_same_tensors(folder, like)
+
+
+def test_sharded_expand_and_fold_write_hf_folders(tmp_path):
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3))
+    single, sharded = tmp_path / "single.safetensors", tmp_path / "sharded"
+    assert cli("expand", src, "--width", 48, "-q", "-o", single).exit_code == 0
+    r = cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "40KB")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == str(sharded)
+    check_hf_folder(sharded, single, 40_000)
+    assert cli("verify", src, sharded, "--samples", 4).exit_code == 0
+    # fold reads the shards and writes shards again (limit in binary units)
+    assert cli("fold", single, "--alpha", 1, "-o", tmp_path / "f.safetensors").exit_code == 0
+    assert cli("fold", sharded, "--alpha", 1, "-o", tmp_path / "f", "--shard-size", "32KiB").exit_code == 0
+    check_hf_folder(tmp_path / "f", tmp_path / "f.safetensors", 32 * 1024, same_source=False)
+    # replacing a sharded folder leaves no stale shard; one shard is a plain model.safetensors
+    before = len(shard_files(sharded))
+    assert cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "100KB", "--force").exit_code == 0
+    assert 1 < len(shard_files(sharded)) < before
+    assert cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "1GB", "--force").exit_code == 0
+    assert sorted(p.name for p in sharded.iterdir()) == ["config.json", "model.safetensors"]
+    assert_same_tensors(sharded, single)
+    # nothing else in the folder: no temporary or set-aside leftovers
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "f", "f.safetensors", "sharded", "single.safetensors"]
+
+
+def test_failure_in_the_middle_of_a_sharded_write_leaves_nothing(tmp_path):
+    """A NaN in the last layer is only seen while streaming, after some shards are written: the
+    temporary folder goes, and an earlier folder at the destination (with --force) stays as it was."""
+    cfg = make_config(layers=3)
+    t = random_tensors(cfg)
+    t["model.layers.2.mlp.down_proj.weight"][0, 0] = float("nan")
+    src = tmp_path / "a.safetensors"
+    checkpoint.save_tensors(str(src), cfg, [], t)
+    before = listing(tmp_path)
+    r = cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "g", "--shard-size", "20KB")
+    assert r.exit_code == 2 and "NaN" in r.stderr
+    assert listing(tmp_path) == before
+    earlier = write_ckpt(tmp_path / "g", make_config(), shard_size=20_000)
+    before, h = listing(tmp_path), sha256(earlier)
+    r = cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "g", "--shard-size", "20KB", "--force")
+    assert r.exit_code == 2 and "NaN" in r.stderr
+    assert listing(tmp_path) == before and sha256(earlier) == h
+
+
+def test_shard_size_without_output_writes_a_folder_beside_the_input(tmp_path):
+    src = write_ckpt(tmp_path / "a.safetensors", make_config())
+    r = cli("expand", src, "--width", 48, "-q", "--shard-size", "30000")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == str(tmp_path / "a-d48") and len(shard_files(tmp_path / "a-d48")) > 1
+
+
+@pytest.mark.parametrize("size,expect", [("500MB", 500 * 10**6), ("2GB", 2 * 10**9), ("1.5GiB", 3 * 2**29),
+                                         ("123", 123), ("64 kb", 64_000)])
+def test_parse_size(size, expect):
+    assert checkpoint.parse_size(size) == expect
+
+
+def test_sharded_hf_input_reads_like_the_single_file(tmp_path):
+    """A folder as transformers writes it: shards without our metadata, an index, config.json."""
+    cfg = make_config(layers=3, tie=True)
+    t = random_tensors(cfg)
+    names = list(t)
+    folder = tmp_path / "hf"
+    folder.mkdir()
+    parts = {"model-00001-of-00002.safetensors": names[::2], "model-00002-of-00002.safetensors": names[1::2]}
+    for fname, ns in parts.items():
+        save_file({n: t[n] for n in ns}, str(folder / fname), metadata={"format": "pt"})
+    wm = {n: f for f, ns in parts.items() for n in ns}
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {"total_size": 0}, "weight_map": wm}))
+    (folder / "config.json").write_text(json.dumps(cfg.to_hf()))
+    single = tmp_path / "a.safetensors"
+    checkpoint.save_tensors(str(single), cfg, [], t)
+    assert_same_tensors(folder, single)
+    for src, out in ((folder, tmp_path / "g1.safetensors"), (single, tmp_path / "g2.safetensors")):
+        assert cli("expand", src, "--width", 48, "-q", "-o", out).exit_code == 0
+    assert_same_tensors(tmp_path / "g1.safetensors", tmp_path / "g2.safetensors")
+    assert cli("verify", folder, tmp_path / "g1.safetensors", "--samples", 4).exit_code == 0
+
+
+# ---- dtypes ---------------------------------------------------------------------------------
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def rel_error(a, b, alpha=0.0) -> float:
+    ma, mb = checkpoint.load(a).model(), checkpoint.load(b).model()  # both in float32
+    return compare(ma, mb, random_batches(ma.cfg.vocab_size, ma.cfg.context, 8), alpha).rel
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_dtype_in_is_dtype_out_and_growth_is_exact_up_to_rounding(family, dtype, tmp_path):
+    dt = DTYPES[dtype]
+    cfg = make_config(family=family, width=64, heads=4, vocab=128, context=64)
+    src = write_ckpt(tmp_path / "a.safetensors", cfg, dtype=dt)
+    out = tmp_path / "b.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", out).exit_code == 0
+    header, _ = read_raw(out)
+    assert {e["dtype"] for n, e in header.items() if n != "__metadata__"} == {DTYPE_NAME[dt]}
+    # gate 0 against the source upcast to float32: float32 round-off, or the dtype's own rounding
+    tol = 1e-4 if dt == torch.float32 else 16 * torch.finfo(dt).eps
+    assert rel_error(src, out) <= tol
+    # the arithmetic is float32: growing the half-precision file == growing its float32 upcast, then rounding
+    up = tmp_path / "up.safetensors"
+    checkpoint.save_tensors(str(up), cfg, [], {n: v.float() for n, v in tensors_of(src).items()})
+    assert cli("expand", up, "--width", 96, "-q", "-o", tmp_path / "c.safetensors", "--dtype", dtype).exit_code == 0
+    assert_same_tensors(out, tmp_path / "c.safetensors")
+    # fold keeps the dtype too
+    assert cli("fold", out, "--alpha", 1, "-o", tmp_path / "f.safetensors").exit_code == 0
+    assert checkpoint.load(tmp_path / "f.safetensors").main_dtype() == dt
+
+
+def test_dtype_option_converts_and_float32_output_of_bf16_source_is_exact(tmp_path):
+    cfg = make_config(width=64, heads=4, vocab=128, context=64)
+    src = write_ckpt(tmp_path / "a.safetensors", cfg, dtype=torch.bfloat16)
+    out = tmp_path / "b.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", out, "--dtype", "float32").exit_code == 0
+    assert checkpoint.load(out).main_dtype() == torch.float32
+    assert rel_error(src, out) <= 1e-4  # no rounding on the way out: float32-exact against the bf16 source
+    r = cli("verify", src, out, "--samples", 4, "--json")
+    assert r.exit_code == 0 and json.loads(r.stdout)["pass"]
+
+
+# ---- determinism ----------------------------------------------------------------------------
+
+def test_same_input_recipe_seed_give_identical_bytes(tmp_path):
+    """Two processes (1 and 2 threads) and an in-process run write the same bytes; another seed
+    writes other bytes (so the comparison can fail)."""
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=256, heads=8, kv_heads=4, layers=2, vocab=512,
+                                                             ffn=1024, context=64, attn_gate=True))
+    outs = [tmp_path / f"t{k}.safetensors" for k in (1, 2)]
+    procs = [subprocess.Popen([GROWTOOL, "expand", str(src), "--width", "384", "--seed", "7", "-q", "-o", str(out)],
+                              env={**os.environ, "OMP_NUM_THREADS": str(k)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+             for k, out in zip((1, 2), outs)]
+    for p in procs:
+        assert p.wait(timeout=120) == 0, p.stderr.read().decode()
+    for seed in (7, 8):
+        r = cli("expand", src, "--width", 384, "--seed", seed, "-q", "-o", tmp_path / f"s{seed}.safetensors")
+        assert r.exit_code == 0, r.stderr
+    assert sha256(outs[0]) == sha256(outs[1]) == sha256(tmp_path / "s7.safetensors")
+    assert sha256(tmp_path / "s8.safetensors") != sha256(outs[0])
+
+
+# ---- atomic writes under SIGKILL ------------------------------------------------------------
+
+def kill_while_writing(args: list, folder: Path, dest_name: str, timeout: float = 60.0) -> list[int]:
+    """Start ``growtool args``; once its temporary file in ``folder`` exists and is growing, SIGKILL it.
+    Returns the temporary file sizes seen."""
+    p = subprocess.Popen([GROWTOOL, *map(str, args)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    sizes, t0 = [], time.time()
+    try:
+        while time.time() - t0 < timeout:
+            tmps = [f for f in folder.iterdir() if f.name.startswith(f".{dest_name}.") and f.name.endswith(".tmp")]
+            if tmps:
+                try:
+                    sizes.append(tmps[0].stat().st_size)
+                except FileNotFoundError:
+                    pass
+                if len(sizes) >= 2 and 0 < sizes[-2] < sizes[-1]:
+                    break
+            assert p.poll() is None, f"finished before it could be killed: {p.stderr.read().decode()}"
+            time.sleep(0.005)
+        else:
+            raise AssertionError("no growing temporary file seen")
+    finally:
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+    assert p.returncode == -signal.SIGKILL
+    return sizes
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGKILL"), reason="needs POSIX signals")
+def test_sigkill_mid_write_leaves_no_partial_output(tmp_path):
+    # a big-vocabulary model: ~100 MB in, ~200 MB out (the embedding and head dominate)
+    cfg = make_config(width=256, heads=4, layers=1, vocab=50_000, ffn=256, context=64)
+    src = tmp_path / "in" / "a.safetensors"
+    src.parent.mkdir()
+    write_ckpt(src, cfg)
+    src_hash = sha256(src)
+    out = tmp_path / "out"
+    out.mkdir()
+    sizes = kill_while_writing(["expand", src, "--width", 512, "-q", "-o", out / "b.safetensors"], out, "b.safetensors")
+    assert sizes[-1] > 0
+    assert not (out / "b.safetensors").exists()
+    left = sorted(f.name for f in out.iterdir())
+    assert all(re.fullmatch(r"\.b\.safetensors\..+\.tmp", n) for n in left), left  # only a hidden temporary
+    for n in left:
+        (out / n).unlink()
+    # an earlier complete output stays intact when --force is killed mid-write
+    earlier = out / "b.safetensors"
+    earlier.write_bytes(src.read_bytes())
+    before = sha256(earlier)
+    kill_while_writing(["expand", src, "--width", 512, "-q", "-o", earlier, "--force"], out, "b.safetensors")
+    assert sha256(earlier) == before
+    assert sha256(src) == src_hash  # the input is never touched
+
+
+# ---- peak memory ----------------------------------------------------------------------------
+
+CHILD = r"""
+import json, re, sys
+def hwm():
+    return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
+import torch, growtool.cli, growtool.growth, growtool.verify  # everything a run imports
+from growtool.cli import main
+res = {"baseline": hwm(), "peaks": [], "codes": []}
+for args in sys.argv[1:]:
+    try:
+        main(args.split("|"), standalone_mode=False)
+        res["codes"].append(0)
+    except SystemExit as e:
+        res["codes"].append(e.code)
+    res["peaks"].append(hwm())
+print("RESULT " + json.dumps(res))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
+def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
+    """One process grows a 2-layer model, then the same model with 8 layers (~75 MB in, ~135 MB out,
+    30x its largest tensor). VmHWM (peak resident set, file-backed pages included) must stay within
+    the import baseline + 3 x the largest output tensor + a fixed 32 MB allowance, and must not grow
+    with the number of layers by more than two largest tensors."""
+    kw = dict(width=384, heads=6, ffn=1536, vocab=256, context=64)
+    small, big = tmp_path / "small.safetensors", tmp_path / "big.safetensors"
+    write_ckpt(small, make_config(layers=2, **kw))
+    write_ckpt(big, make_config(layers=8, **kw))
+    runs = [f"expand|{small}|--width|512|-q|-o|{tmp_path / 's.safetensors'}",
+            f"expand|{big}|--width|512|-q|-o|{tmp_path / 'b.safetensors'}",
+            f"fold|{tmp_path / 'b.safetensors'}|--alpha|1|-o|{tmp_path / 'f.safetensors'}"]
+    p = subprocess.run([sys.executable, "-c", CHILD, *runs], capture_output=True, text=True, timeout=300)
+    res = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
+    assert res["codes"] == [0, 0, 0], p.stderr
+    out = checkpoint.load(tmp_path / "b.safetensors")
+    largest = max(out.dtype(n).itemsize * torch.Size(out.shape(n)).numel() for n in out.names())
+    total = (tmp_path / "b.safetensors").stat().st_size
+    assert total > 25 * largest
+    base, (p_small, p_big, p_fold) = res["baseline"], res["peaks"]
+    allowance = 32 * 2**20
+    assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
+    assert p_fold - base < 3 * largest + allowance
+    assert p_big - p_small < 2 * largest  # the model's size does not show in the peak

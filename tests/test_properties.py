@@ -1,0 +1,60 @@
+"""Property-based growth contract: random families, shapes, ratios, options and recipes.
+
+For every drawn source (random weights, perturbed norm gains and biases) and growth request:
+  1. gate 0: the grown model's logits equal the source's within 1e-4 x the logit scale (float32);
+  2. ``fold --alpha 1`` equals the grown model run at gate 1 (same tolerance).
+Ratios are whatever the draw gives (e.g. 3 -> 5 heads: 48 -> 80), integer or not.
+"""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from growtool import growth, recipes
+from growtool.families import expected_shapes
+from growtool.model import LM
+from growtool.verify import compare, random_batches
+
+from helpers_hardening import make_config, random_tensors
+
+
+@st.composite
+def growth_cases(draw):
+    family = draw(st.sampled_from(["gpt2", "llama"]))
+    head_dim = draw(st.sampled_from([4, 6, 8, 16]))
+    per_kv = 1 if family == "gpt2" else draw(st.sampled_from([1, 2, 3]))  # query heads per KV head
+    kv = draw(st.integers(1, 3))
+    new_kv = draw(st.integers(kv + 1, kv + 3))
+    heads, width = kv * per_kv, kv * per_kv * head_dim
+    cfg = make_config(
+        family=family, width=width, heads=heads, kv_heads=kv, head_dim=head_dim,
+        layers=draw(st.integers(1, 2)), ffn=draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
+        vocab=draw(st.integers(16, 48)), context=16, tie=draw(st.booleans()),
+        attn_gate=draw(st.booleans()), qkv_bias=draw(st.booleans()),
+        norm_eps=draw(st.sampled_from([1e-5, 1e-12])))
+    recipe = draw(st.sampled_from(["srio", "copy"] + (["nrio"] if family == "llama" else [])))
+    return cfg, new_kv * per_kv * head_dim, recipe, draw(st.integers(0, 2**16))
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(growth_cases())
+def test_gate_zero_keeps_the_function_and_fold_one_is_gate_one(case):
+    cfg, D, recipe, seed = case
+    src = random_tensors(cfg, seed=seed)
+    plan = growth.build_plan(cfg, recipes.load(recipe), D, seed=seed)
+    assert plan.exact and plan.cfg.width == D
+    grown = {n: growth.grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
+    m_src, m_grown = LM.from_tensors(cfg, src), LM.from_tensors(plan.cfg, grown)
+    x = random_batches(cfg.vocab_size, cfg.context, 4, seed)
+    c0 = compare(m_src, m_grown, x, alpha=0.0)
+    assert c0.logit_scale > 1e-3  # a real function, not a degenerate one
+    assert c0.rel <= 1e-4, (c0, case)
+
+    fcfg = growth.fold_config(plan.cfg)
+    folded = {n: growth.fold_tensor(n, plan.cfg, 1.0, grown.__getitem__, torch.float32) for n in expected_shapes(fcfg)}
+    m_fold = LM.from_tensors(fcfg, folded)
+    assert not fcfg.gated
+    c1 = compare(m_grown, m_fold, x, alpha=1.0, src_alpha=1.0)
+    assert c1.rel <= 1e-4, (c1, case)
