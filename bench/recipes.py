@@ -29,6 +29,7 @@ loss and more), runs.csv (per run), results.json (settings, machine, rows, curve
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import statistics
@@ -70,6 +71,8 @@ def options(p):
         p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
     p.add_argument("--recipes", default=None, help="comma-separated subset of: " + ", ".join(RECIPES))
     p.add_argument("--work", default=None, help="folder for checkpoints and training runs (default: a temp dir, removed)")
+    p.add_argument("--reuse", default=None, metavar="RESULTS_JSON",
+                   help="re-aggregate a finished run's results.json (tables, plot) without training")
 
 
 # ---- the jobs (run in worker processes) -----------------------------------------------------
@@ -207,13 +210,13 @@ class InProcess:
 
 
 def mean_curve(runs, x0=0.0):
-    """(flops, mean val, std val) per eval point, averaged over seeds (same schedule in every run)."""
+    """(flops, mean val, sample std val, tokens) per eval point over seeds (same schedule in every run)."""
     n = min(len(r["curve"]) for r in runs)
     out = []
     for i in range(n):
         vals = [r["curve"][i][1] for r in runs]
         flops = statistics.mean(x0 + r["op_flops"] + 6.0 * r["params"] * r["curve"][i][0] for r in runs)
-        out.append((flops, statistics.mean(vals), statistics.pstdev(vals), runs[0]["curve"][i][0]))
+        out.append((flops, statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, runs[0]["curve"][i][0]))
     return out
 
 
@@ -233,15 +236,20 @@ def plot(curves, base_curve, path, title):
     import matplotlib.pyplot as plt
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5))
     f, v, s, _ = zip(*base_curve)
-    ax.plot(f, v, color="black", lw=1.2, label="base (narrow)")
+    ax.plot([x / 1e12 for x in f], v, color="black", lw=1.2, label="base (narrow)")
+    starts = []
     for name, c in curves.items():
         f, v, s, t = zip(*c)
         style = dict(ls="--", color="grey") if name == "scratch" else {}
-        ax.plot(f, v, lw=1.2, label=name, **style)
+        ax.plot([x / 1e12 for x in f], v, lw=1.2, label=name, **style)
         if name != "scratch":
+            starts.append(max(v))
             (line,) = bx.plot(t, v, lw=1.2, marker="o", ms=3, label=name)
             bx.fill_between(t, [a - b for a, b in zip(v, s)], [a + b for a, b in zip(v, s)], color=line.get_color(), alpha=0.12)
-    ax.set_xlabel("training FLOPs (6 x params x tokens, cumulative; learned operators' steps included)")
+    lo = min(min(c[i][1] for i in range(len(c))) for c in curves.values())
+    if starts:
+        ax.set_ylim(lo - 0.05, max(starts) + 2 * (max(starts) - lo))
+    ax.set_xlabel("training TFLOPs (6 x params x tokens, cumulative; learned operators' steps included)")
     ax.set_ylabel("validation loss (nats/byte), mean over seeds")
     ax.set_title(title, fontsize=9)
     ax.legend(fontsize=7)
@@ -254,30 +262,8 @@ def plot(curves, base_curve, path, title):
     plt.close(fig)
 
 
-def main():
-    args = parse_args("recipes", __doc__.splitlines()[0], options)
-    P = dict(QUICK if args.quick else FULL)
-    for k in FULL:
-        if getattr(args, k) is not None:
-            P[k] = getattr(args, k)
-    names = args.recipes.split(",") if args.recipes else (QUICK_RECIPES if args.quick else list(RECIPES))
-    bad = [n for n in names if n not in RECIPES]
-    if bad:
-        raise SystemExit(f"bench/recipes.py: unknown recipe(s) {', '.join(bad)} (known: {', '.join(RECIPES)})")
-    if not Path(args.data).is_file():
-        raise SystemExit(f"bench/recipes.py: {args.data}: no such file")
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="growtool-recipes-"))
-    work.mkdir(parents=True, exist_ok=True)
-    P.update(data=str(Path(args.data).resolve()), work=str(work.resolve()))
-    n_small, n_wide = _config(P, P["width"]).n_params(), _config(P, P["grow_to"]).n_params()
-    per_step = P["batch"] * P["seq"]
-    phase_tokens = math.ceil(P["tokens"] / per_step) * per_step
-    scratch_tokens = round(phase_tokens * (n_small + n_wide) / n_wide)
-    seeds = list(range(P["seeds"]))
-    print(f"recipes bench: llama d{P['width']} ({n_small:,} params) -> d{P['grow_to']} ({n_wide:,}), {P['layers']} layers, "
-          f"{phase_tokens:,} tokens per phase, scratch {scratch_tokens:,} tokens, seeds {seeds}, "
-          f"recipes {', '.join(names)}, {P['jobs']} worker(s)", flush=True)
-
+def run_all(P, names, seeds, scratch_tokens):
+    """Train everything; returns (bases by seed, runs, wall seconds)."""
     t_start = time.time()
     runs, bases = [], {}
     pool = ProcessPoolExecutor(max_workers=P["jobs"], mp_context=get_context("spawn")) if P["jobs"] > 1 else InProcess()
@@ -299,63 +285,111 @@ def main():
                             pending[pool.submit(job_grow, P, n, s, r["final"])] = (n, s)
                 else:
                     runs.append(r)
-    wall = time.time() - t_start
+    return bases, runs, time.time() - t_start
 
-    # -- aggregate
-    base_flops = {s: 6.0 * n_small * bases[s]["tokens"] for s in seeds}
-    x0 = statistics.mean(base_flops.values())
+
+def aggregate(names, seeds, bases, runs, n_small):
+    """Per-recipe rows, mean curves (FLOPs), the scratch target and the best recipe."""
+    x0 = statistics.mean(6.0 * n_small * bases[s]["tokens"] for s in seeds)
     base_curve = mean_curve([{**bases[s], "op_flops": 0.0} for s in seeds])
     by = {n: sorted((r for r in runs if r["recipe"] == n), key=lambda r: r["seed"]) for n in names}
     curves = {n: mean_curve(rs, 0.0 if n == "scratch" else x0) for n, rs in by.items()}
     scratch_final = statistics.mean(r["val"] for r in by["scratch"]) if "scratch" in by else None
     scratch_flops = curves["scratch"][-1][0] if "scratch" in by else None
+    ref = {r["seed"]: r["val"] for r in by.get("srio", [])}
     rows = []
     for n, rs in by.items():
         vals = [r["val"] for r in rs]
         row = {"recipe": n, "seeds": len(rs), "val_mean": statistics.mean(vals),
-               "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0, "val_min": min(vals), "val_max": max(vals),
-               "train_tail_mean": statistics.mean(r["train_tail"] for r in rs),
-               "start_val_mean": statistics.mean(r["start_val"] for r in rs),
-               "total_pflops": curves[n][-1][0] / 1e15, "op_pflops": statistics.mean(r["op_flops"] for r in rs) / 1e15}
+               "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0, "val_min": min(vals), "val_max": max(vals)}
+        diffs = [r["val"] - ref[r["seed"]] for r in rs if r["seed"] in ref]
+        if diffs:  # paired by seed: same base model, same data order
+            row["d_vs_srio"] = statistics.mean(diffs)
+            row["d_vs_srio_std"] = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
+        row.update({"train_tail_mean": statistics.mean(r["train_tail"] for r in rs),
+                    "start_val_mean": statistics.mean(r["start_val"] for r in rs),
+                    "total_tflops": curves[n][-1][0] / 1e12,
+                    "op_tflops": statistics.mean(r["op_flops"] for r in rs) / 1e12})
         if n != "scratch":
             row["eps_mean"] = statistics.mean(r["eps"] for r in rs) if "eps" in rs[0] else None
             row["new_units_zero"] = statistics.mean(r["new_units_zero"] for r in rs)
         if scratch_final is not None and n != "scratch":
             f = flops_to_reach(curves[n], scratch_final)
-            row["pflops_to_scratch_final"] = None if f is None else f / 1e15
+            row["tflops_to_scratch_final"] = None if f is None else f / 1e12
             row["compute_saving"] = None if f is None else 1.0 - f / scratch_flops
+            row["saving_without_op"] = None if f is None else 1.0 - (f - row["op_tflops"] * 1e12) / scratch_flops
         rows.append(row)
-    grown_rows = [r for r in rows if r["recipe"] != "scratch"]
-    best = min(grown_rows, key=lambda r: r["val_mean"]) if grown_rows else None
+    grown = [r for r in rows if r["recipe"] != "scratch"]
+    best = min(grown, key=lambda r: r["val_mean"]) if grown else None
+    return rows, curves, base_curve, scratch_final, best
 
+
+def main():
+    args = parse_args("recipes", __doc__.splitlines()[0], options)
     d = args.dir
+    if args.reuse:  # re-aggregate a finished run (same rows, plot, files) without training
+        old = json.loads(Path(args.reuse).read_text())
+        st = old["settings"]
+        P, names, seeds = st, list(st["recipes"]), list(range(st["seeds"]))
+        bases = {b["seed"]: b for b in old["base"]}
+        runs, wall, mach = old["runs"], old["wall_seconds"], old["machine"]
+        n_small, phase_tokens, scratch_tokens = st["params_small"], st["phase_tokens"], st["scratch_tokens"]
+        data_name = st["data"]
+    else:
+        P = dict(QUICK if args.quick else FULL)
+        for k in FULL:
+            if getattr(args, k) is not None:
+                P[k] = getattr(args, k)
+        names = args.recipes.split(",") if args.recipes else (QUICK_RECIPES if args.quick else list(RECIPES))
+        bad = [n for n in names if n not in RECIPES]
+        if bad:
+            raise SystemExit(f"bench/recipes.py: unknown recipe(s) {', '.join(bad)} (known: {', '.join(RECIPES)})")
+        if not Path(args.data).is_file():
+            raise SystemExit(f"bench/recipes.py: {args.data}: no such file")
+        work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="growtool-recipes-"))
+        work.mkdir(parents=True, exist_ok=True)
+        P.update(data=str(Path(args.data).resolve()), work=str(work.resolve()))
+        data_name = P["data"]
+        n_small, n_wide = _config(P, P["width"]).n_params(), _config(P, P["grow_to"]).n_params()
+        per_step = P["batch"] * P["seq"]
+        phase_tokens = math.ceil(P["tokens"] / per_step) * per_step
+        scratch_tokens = round(phase_tokens * (n_small + n_wide) / n_wide)
+        seeds = list(range(P["seeds"]))
+        print(f"recipes bench: llama d{P['width']} ({n_small:,} params) -> d{P['grow_to']} ({n_wide:,}), "
+              f"{P['layers']} layers, {phase_tokens:,} tokens per phase, scratch {scratch_tokens:,} tokens, "
+              f"seeds {seeds}, recipes {', '.join(names)}, {P['jobs']} worker(s)", flush=True)
+        bases, runs, wall = run_all(P, names, seeds, scratch_tokens)
+        mach = machine()
+        P = {**{k: v for k, v in P.items() if k != "work"}, "phase_tokens": phase_tokens,
+             "scratch_tokens": scratch_tokens, "params_small": n_small, "params_wide": n_wide,
+             "recipes": {n: RECIPES[n] for n in names}, "quick": args.quick}
+        if not args.work:
+            shutil.rmtree(work, ignore_errors=True)
+
+    rows, curves, base_curve, scratch_final, best = aggregate(names, seeds, bases, runs, n_small)
     write_csv(d / "results.csv", rows)
     write_csv(d / "runs.csv", [{k: v for k, v in r.items() if k not in ("curve", "eps_path", "final")}
                                for r in sorted(runs, key=lambda r: (r["recipe"], r["seed"]))])
-    plot(curves, base_curve, d / "curves.png",
-         f"llama d{P['width']} -> d{P['grow_to']}, {phase_tokens:,} tokens per phase, {len(seeds)} seed(s), {args.data}")
+    plot(curves, base_curve, d / "curves.png", f"llama d{P['width']} -> d{P['grow_to']}, {phase_tokens:,} tokens "
+         f"per phase, {len(seeds)} seed(s), {Path(data_name).name}")
     summary = {
-        "settings": {**{k: v for k, v in P.items() if k != "work"}, "phase_tokens": phase_tokens,
-                     "scratch_tokens": scratch_tokens, "params_small": n_small, "params_wide": n_wide,
-                     "recipes": {n: RECIPES[n] for n in names}, "quick": args.quick},
-        "machine": machine(), "wall_seconds": wall,
+        "settings": P, "machine": mach, "wall_seconds": wall,
         "base": [{k: v for k, v in bases[s].items() if k != "final"} for s in seeds],
         "rows": rows, "best_recipe": best["recipe"] if best else None,
         "best_compute_saving": best.get("compute_saving") if best else None,
         "scratch_final_val": scratch_final,
-        "curves": {n: [{"pflops": f / 1e15, "tokens": t, "val": v, "std": sd} for f, v, sd, t in c] for n, c in curves.items()},
+        "curves": {n: [{"tflops": f / 1e12, "tokens": t, "val": v, "std": sd} for f, v, sd, t in c]
+                   for n, c in curves.items()},
         "runs": [{k: v for k, v in r.items() if k != "final"} for r in runs],
     }
     write_json(d / "results.json", summary)
-    print(table([{k: v for k, v in r.items()} for r in rows], f"final validation loss by recipe ({wall:.0f} s)"))
+    print(table(rows, f"final validation loss by recipe ({wall:.0f} s)"))
     if best:
         cs = best.get("compute_saving")
         print(f"best recipe: {best['recipe']} ({best['val_mean']:.4f}); compute saved to reach scratch's final "
               f"val loss {scratch_final if scratch_final is None else round(scratch_final, 4)}: "
               f"{'not reached' if cs is None else f'{cs:.1%}'}")
     print(f"wrote {d}/results.csv, runs.csv, results.json, curves.png")
-    if not args.work:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

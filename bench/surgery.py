@@ -6,7 +6,7 @@ For float32 and bfloat16 (same parameter count) it
   2. runs ``growtool expand SRC --width 1.5d -o OUT`` as a subprocess: wall time and peak RSS
      (the child's own ru_maxrss from ``os.wait4``);
   3. copies OUT to a temporary name on the same disk (``shutil.copyfile`` + fsync, as expand fsyncs);
-  4. repeats 2-3 alternately and reports medians: ratio = expand / copy (target <= 1.5) and
+  4. repeats 1-3 (3; 1 with --quick) alternately and reports medians: ratio = expand / copy (target <= 1.5) and
      peak RSS against 3 x the largest output tensor + 0.5 GB (the memory target);
   5. runs the same expansion in-process with timers around each step (source hash for the lineage,
      reading, growing, writing + fsync) to show where the time goes.
@@ -33,6 +33,7 @@ import torch
 from common import MB, cpu_seconds, fsync_file, machine, parse_args, run_measured, table, write_csv, write_json
 
 from growtool import checkpoint, growth, recipes
+from growtool.cli import one_thread
 from growtool.config import ModelConfig
 from growtool.families import expected_shapes, tensor_specs
 
@@ -123,7 +124,8 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
         return y
 
     t0 = time.perf_counter()
-    checkpoint.save(str(out), plan.cfg, lineage, plan.outputs(), produce, force=True)
+    with one_thread():  # as growtool expand does
+        checkpoint.save(str(out), plan.cfg, lineage, plan.outputs(), produce, force=True)
     t_save = time.perf_counter() - t0
     t["write_fsync"] = t_save - t["read"] - t["nan_check"] - t["grow"]
     t["total"] = time.perf_counter() - t_all
@@ -138,7 +140,8 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     return t
 
 
-def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, tmp: Path, args) -> tuple[dict, dict]:
+def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, startup: dict, tmp: Path,
+                args) -> tuple[dict, dict]:
     name = {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
     src, out, cp = tmp / f"src-{name}.safetensors", tmp / f"out-{name}.safetensors", tmp / f"copy-{name}.bin"
     t0 = time.perf_counter()
@@ -157,11 +160,10 @@ def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, 
         copies.append(timed_copy(out, cp))
     steps = instrumented_expand(src, tmp / f"inproc-{name}.safetensors", width,
                                 args.dir / f"profile-{name}.txt" if args.profile else None)
-    startup = run_measured([sys.executable, "-c", "import growtool.cli"])
     src_b, out_b = src.stat().st_size, out.stat().st_size
     for p in (src, out, tmp / f"inproc-{name}.safetensors"):
         p.unlink(missing_ok=True)
-    med = lambda xs: statistics.median(xs)  # noqa: E731
+    med = statistics.median
     t_exp, c_exp = med(m["wall_s"] for m in expands), med(m["cpu_s"] for m in expands)
     t_cp, c_cp = med(c[0] for c in copies), med(c[1] for c in copies)
     rss = max(m["peak_rss"] for m in expands)
@@ -184,19 +186,24 @@ def plot(rows: list[dict], steps: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(7, 3.5))
+    fig, ax = plt.subplots(figsize=(8, 4))
     keys = ["sha256", "read", "nan_check", "grow", "write_fsync", "other"]
-    labels = []
+    labels, y = [], 0
     for i, (r, s) in enumerate(zip(rows, steps)):
-        ax.barh(2 * i + 1, r["copy_s"], color="grey")
+        ax.barh(y, r["startup_s"], color="lightgrey", label="interpreter + torch import" if i == 0 else None)
+        ax.barh(y, r["expand_s"] - r["startup_s"], left=r["startup_s"], color="tab:blue",
+                label="growtool expand (rest)" if i == 0 else None)
         left = 0.0
         for j, k in enumerate(keys):
-            ax.barh(2 * i, s[k], left=left, color=f"C{j}", label=k if i == 0 else None)
+            ax.barh(y + 1, s[k], left=left, color=f"C{j + 1}", label=k if i == 0 else None)
             left += s[k]
-        labels += [f"{r['dtype']} expand (in-process steps)", f"{r['dtype']} file copy"]
-    ax.set_yticks(range(len(labels)), labels)
+        ax.barh(y + 2, r["copy_s"], color="black", label="file copy + fsync" if i == 0 else None)
+        labels += [f"{r['dtype']}: growtool expand", f"{r['dtype']}: in-process steps", f"{r['dtype']}: copy of output"]
+        y += 3
+    ax.set_yticks(range(len(labels)), labels, fontsize=8)
+    ax.invert_yaxis()
     ax.set_xlabel("seconds")
-    ax.set_title(f"growtool expand {rows[0]['src_MB']:.0f} MB float32 -> 1.5x width vs copy of the output")
+    ax.set_title(f"expand {rows[0]['src_MB']:.0f} MB (float32) to 1.5x width, against a copy of the output", fontsize=9)
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -209,13 +216,14 @@ def main():
     torch.manual_seed(0)
     cfg = llama_config(args.quick)
     width = cfg.width * 3 // 2
-    repeats = 2 if args.quick else 3
+    repeats = 1 if args.quick else 3
     tmp = Path(args.out) / "tmp" / "surgery"
     tmp.mkdir(parents=True, exist_ok=True)
     rows, steps = [], []
+    startup = run_measured([sys.executable, "-c", "import growtool.cli"])  # interpreter + torch import
     try:
         for dt in (torch.float32, torch.bfloat16):
-            row, st = bench_dtype(cfg, dt, width, repeats, tmp, args)
+            row, st = bench_dtype(cfg, dt, width, repeats, startup, tmp, args)
             rows.append(row)
             steps.append(st)
             print(f"{row['dtype']}: expand {row['expand_s']:.2f}s, copy {row['copy_s']:.2f}s, "

@@ -41,8 +41,8 @@ from growtool.init import init_model
 from growtool.model import LM
 
 SIZES = {  # width, layers, heads, batch, seq, warm-up steps, timed steps, repeats
-    "quick": dict(width=64, layers=2, heads=4, batch=4, seq=64, warmup=2, steps=4, repeats=1),
-    "full": dict(width=256, layers=4, heads=4, batch=8, seq=256, warmup=3, steps=8, repeats=3),
+    "quick": dict(width=64, layers=2, heads=4, batch=4, seq=64, warmup=1, steps=3, repeats=1),
+    "full": dict(width=256, layers=4, heads=4, batch=8, seq=128, warmup=2, steps=8, repeats=2),
 }
 LR, CLIP, WD = 1e-3, 1.0, 0.1
 
@@ -238,6 +238,7 @@ def plot(rows: list[dict], gates: list[dict], path: Path) -> None:
 def main():
     import transformers
     transformers.utils.logging.disable_progress_bar()
+    transformers.utils.logging.set_verbosity_error()
     args = parse_args("throughput", __doc__, lambda p: p.add_argument(
         "--threads", type=int, default=min(2, os.cpu_count() or 1), help="torch threads (default 2)"))
     torch.set_num_threads(args.threads)

@@ -249,6 +249,7 @@ def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
         out = ops.rotate_(t, d, eps, spec.res_axis)
     else:  # pragma: no cover - the family tables only use the roles above
         raise AssertionError(spec.role)
+    del t  # release the float32 source before the cast: lower peak memory for 16-bit checkpoints
     return out.to(plan.dtype).contiguous()
 
 

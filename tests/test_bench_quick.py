@@ -1,0 +1,83 @@
+"""CI smoke runs of the speed benchmarks: ``python bench/<name>.py --quick --out TMP`` exits 0 and
+writes its result files with numbers that hang together (no timing targets here: those are the
+benchmarks' business, on a quiet machine)."""
+
+import csv
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_bench(name: str, out: Path) -> Path:
+    p = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--out", str(out)],
+                       capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert name in p.stdout or "wrote" in p.stdout  # the table went to stdout
+    return out / name
+
+
+def files_ok(d: Path, names) -> None:
+    for f in names:
+        assert (d / f).is_file() and (d / f).stat().st_size > 0, f
+
+
+def positive(*vals) -> bool:
+    return all(math.isfinite(v) and v > 0 for v in vals)
+
+
+def test_surgery_quick(tmp_path):
+    d = run_bench("surgery", tmp_path)
+    files_ok(d, ["surgery.csv", "steps.csv", "surgery.json", "surgery.png"])
+    res = json.loads((d / "surgery.json").read_text())
+    rows = {r["dtype"]: r for r in res["rows"]}
+    assert set(rows) == {"float32", "bfloat16"}
+    assert [r["dtype"] for r in csv.DictReader(open(d / "surgery.csv"))] == ["float32", "bfloat16"]
+    for dt, size in (("float32", 4), ("bfloat16", 2)):
+        r = rows[dt]
+        # files hold the planned tensors: parameter count x dtype size, plus a header under 1 MB
+        assert 0 < r["src_MB"] * 2**20 - r["params"] * size < 2**20
+        assert 0 < r["out_MB"] * 2**20 - r["grown_params"] * size < 2**20
+        assert 1.5 * r["params"] < r["grown_params"] < 2.25 * r["params"]  # 1.5x width
+        assert positive(r["expand_s"], r["copy_s"], r["startup_s"], r["peak_rss_MB"])
+        assert math.isclose(r["ratio"], r["expand_s"] / r["copy_s"])
+        assert r["ratio_ok"] == (r["ratio"] <= 1.5) and r["rss_ok"] == (r["peak_rss_MB"] <= r["rss_target_MB"])
+        # the expanding process held at least its largest output tensor
+        assert r["peak_rss_MB"] > r["largest_out_MB"]
+        assert math.isclose(r["rss_target_MB"], 3 * r["largest_out_MB"] + 512)
+    assert rows["float32"]["params"] == rows["bfloat16"]["params"]
+    for s in res["steps"]:
+        parts = [s[k] for k in ("sha256", "read", "nan_check", "grow", "write_fsync")]
+        assert all(v >= 0 for v in parts) and s["grow"] > 0 and sum(parts) <= s["total"] + 1e-3
+    assert not list((tmp_path / "tmp").rglob("*.safetensors"))  # generated checkpoints removed
+
+
+def test_throughput_quick(tmp_path):
+    d = run_bench("throughput", tmp_path)
+    files_ok(d, ["throughput.csv", "gates.csv", "throughput.json", "throughput.png"])
+    res = json.loads((d / "throughput.json").read_text())
+    sz = res["sizes"]
+    assert res["threads"] >= 1
+    rows = res["rows"]
+    assert {(r["family"], r["impl"]) for r in rows} == {
+        (f, i) for f in ("llama", "gpt2") for i in ("growtool.train", "growtool loop", "transformers loop")}
+    for r in rows:
+        assert positive(r["tok_s"], r["step_ms"], r["vs_transformers"])
+        assert abs(r["tok_s"] * r["step_ms"] / 1000 - sz["batch"] * sz["seq"]) < 1e-6 * sz["batch"] * sz["seq"]
+        assert r["steps_timed"] == sz["steps"] * sz["repeats"]
+        if r["impl"] == "transformers loop":
+            assert r["vs_transformers"] == 1.0
+    assert len(list(csv.DictReader(open(d / "throughput.csv")))) == 6
+    gates = res["gates"]
+    assert [g["family"] for g in gates] == ["llama", "gpt2"]
+    for g in gates:
+        assert positive(g["gated_tok_s"], g["folded_tok_s"]) and math.isfinite(g["overhead"])
+        assert g["overhead_ok"] == (g["overhead"] <= 0.10)
+    detail = {(x["family"], "max_logit_diff_vs_hf" in x): x for x in res["detail"]}
+    for fam in ("llama", "gpt2"):
+        # the timed models compute the same function: ours vs transformers, gated at 0.5 vs folded at 0.5
+        assert detail[(fam, True)]["max_logit_diff_vs_hf"] < 1e-4
+        assert detail[(fam, False)]["max_logit_diff_gated_vs_folded"] < 1e-4
