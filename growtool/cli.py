@@ -156,6 +156,8 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
         err.print(plan_table(plan))
     for reason in plan.lossy:
         err.print(f"[yellow]lossy:[/] {reason}")
+    for w in plan.warnings:
+        err.print(f"[yellow]warning:[/] {w}")
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
     with one_thread():
         path = checkpoint.save(out, plan.cfg, lineage, plan.outputs(), lambda n: growth.grow_tensor(n, plan, ck.get),

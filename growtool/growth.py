@@ -35,6 +35,7 @@ class Plan:
     res: dict  # residual expansions by group: "attn", "ffn", "head", "zero", "mean"
     dtype: torch.dtype
     specs: dict = field(default_factory=dict)  # output name -> (TensorSpec, layer or None)
+    warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
 
     @property
     def exact(self) -> bool:
@@ -166,9 +167,16 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
         "zero": ops.make_expansion("zero", d, D, gen),
         "mean": ops.make_expansion("mean", d, D, gen),
     }
+    warnings = []
+    for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
+        added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
+        if added and recipe[sec][key] == "zero":
+            warnings.append(f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
+                            "zero-gradient saddle, so training never moves them (dead capacity)")
     if recipe["lossy"] is False and lossy and not allow_lossy:
         raise GrowError(f"refused: {lossy[0]} (pass --allow-lossy to grow anyway)")
-    plan = Plan(src, cfg, recipe, seed, eps, src.norm == "rmsnorm" and eps != 1.0, lossy, units, split, res, dtype)
+    plan = Plan(src, cfg, recipe, seed, eps, src.norm == "rmsnorm" and eps != 1.0, lossy, units, split, res, dtype,
+                warnings=warnings)
     for name, spec in tensor_specs(cfg).items():
         layer = None
         if "{i}" in spec.pattern:

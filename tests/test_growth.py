@@ -199,3 +199,12 @@ def test_grown_model_is_a_bigger_trainable_model():
     _, loss = m(x, targets=x)
     loss.backward()
     assert all(p.grad is not None for p in m.parameters())
+
+
+def test_zero_filled_new_units_are_exact_but_warned_as_dead(tmp_path):
+    out = tmp_path / "z.safetensors"
+    r = cli("expand", FIXTURES["llama-gqa"], "--width", 96, "--set", "ffn.new_units=zero", "-o", out, "-q")
+    assert r.exit_code == 0 and "zero-gradient saddle" in r.stderr and "FFN neurons" in r.stderr
+    assert verify_json(FIXTURES["llama-gqa"], out)[0] == 0
+    r = cli("expand", FIXTURES["llama-gqa"], "--width", 96, "-o", tmp_path / "s.safetensors", "-q")
+    assert "warning" not in r.stderr
