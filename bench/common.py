@@ -22,6 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "bench" / "results"
+LOAD_AT_START = os.getloadavg()  # other jobs on the machine inflate timings: record how busy it was
 
 
 def parse_args(name: str, doc: str, extra=None) -> argparse.Namespace:
@@ -59,12 +60,12 @@ def machine() -> dict:
     import torch
     return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
-            "loadavg_1m": os.getloadavg()[0], "argv": " ".join(sys.argv)}
+            "loadavg_1m_start": LOAD_AT_START[0], "loadavg_1m_end": os.getloadavg()[0], "argv": " ".join(sys.argv)}
 
 
 def fmt(v) -> str:
     if isinstance(v, float):
-        return f"{v:.4g}" if abs(v) < 1e5 else f"{v:,.0f}"
+        return f"{v:.4g}" if abs(v) < 1000 else f"{v:,.0f}"
     return str(v)
 
 

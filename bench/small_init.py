@@ -26,10 +26,12 @@ gamma comparisons use common random numbers. Outputs, under ``<out>/small_init/`
 * ``curves.csv``: validation loss over training, every run.
 * ``<out>/tmp/small_init/runs/<name>/`` (git-ignored): each run's trainer folder (metrics.jsonl,
   loss.png, final.safetensors). A run whose ``summary.json`` holds the same settings is reused
-  (``--fresh`` re-runs it), so an interrupted grid continues where it stopped.
+  (``--fresh`` re-runs it), so an interrupted grid continues where it stopped; results.json
+  counts the reused runs (``runs_reused``; their ``seconds`` are from when they were trained).
 
 Runs go to a pool of ``--jobs`` processes with ``--threads`` torch threads each.
-``--quick`` is the CI smoke run: width 32, one layer, 4 runs of 20 steps, in-process.
+``--quick`` is the CI smoke run: width 32, one layer, 4 runs of 20 steps, in-process; without
+``--out`` it writes under bench/results/tmp/quick/ (git-ignored), never over the full results.
 """
 
 from __future__ import annotations
@@ -45,7 +47,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from common import machine, parse_args, table, write_csv, write_json  # noqa: E402
+from common import DEFAULT_OUT, machine, parse_args, results_dir, table, write_csv, write_json  # noqa: E402
 
 DATA = "/work/shared/data/tinyshakespeare.txt"
 KINDS = ("embed_tokens", "q_proj", "k_proj", "v_proj", "g_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
@@ -59,7 +61,7 @@ def options(p):
     p.add_argument("--eps", type=float, nargs="+", default=None, help="RMSNorm eps values; default 1e-5 1e-12")
     p.add_argument("--gate", choices=["off", "on", "both"], default="both", help="gated attention")
     p.add_argument("--layers", type=int, default=None, help="default 2 (quick: 1)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per run; default 400 (quick: 30)")
+    p.add_argument("--steps", type=int, default=None, help="training steps per run; default 400 (quick: 20)")
     p.add_argument("--batch", type=int, default=None, help="sequences per step; default 16 (quick: 8)")
     p.add_argument("--seq", type=int, default=None, help="tokens per sequence; default 64 (quick: 32)")
     p.add_argument("--lr", type=float, default=3e-3)
@@ -82,6 +84,10 @@ def settle(args) -> None:
     args.jobs = pick(args.jobs, 2, 1)
     args.batch = pick(args.batch, 16, 8)
     args.seq = pick(args.seq, 64, 32)
+    if quick and Path(args.out).resolve() == DEFAULT_OUT.resolve():
+        # never overwrite the full benchmark's results with a smoke run: quick goes to the ignored tmp/
+        args.out = str(DEFAULT_OUT / "tmp" / "quick")
+        args.dir = results_dir(args.out, "small_init")
     if not Path(args.data).is_file():
         sys.exit(f"bench/small_init.py: error: --data {args.data}: no such file")
     if any(w % 16 for w in args.widths):
@@ -125,7 +131,7 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
     if done.exists() and not fresh:
         old = json.loads(done.read_text())
         if old.get("spec") == spec:
-            return old["row"]
+            return {**old["row"], "reused": True}
     if run.exists():
         shutil.rmtree(run)
     run.mkdir(parents=True)
@@ -147,7 +153,7 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
                first_val_loss=summ["first_val_loss"], seconds=round(wall, 1))
     (run / "init.safetensors").unlink()
     done.write_text(json.dumps({"spec": spec, "row": row}, indent=1))
-    return row
+    return {**row, "reused": False}
 
 
 def run_grid(specs, args) -> list[dict]:
@@ -164,6 +170,11 @@ def run_grid(specs, args) -> list[dict]:
                 rows[name] = f.result()
                 log_row(rows[name], len(rows), len(specs), t0)
     return [rows[sp["name"]] for sp in specs]
+
+
+def strip_reused(rows) -> tuple[list[dict], int]:
+    """(rows without the "reused" flag, how many runs were reused rather than trained now)."""
+    return [{k: v for k, v in r.items() if k != "reused"} for r in rows], sum(r["reused"] for r in rows)
 
 
 def log_row(r, i, n, t0):
@@ -326,7 +337,7 @@ def main():
     t0 = time.perf_counter()
     print(f"small_init: {len(specs)} runs x {args.steps} steps ({args.batch}x{args.seq} tokens), "
           f"{args.jobs} jobs x {args.threads} threads -> {args.dir}", file=sys.stderr, flush=True)
-    rows = run_grid(specs, args)
+    rows, reused = strip_reused(run_grid(specs, args))
     t_grid = time.perf_counter() - t0
 
     write_csv(args.dir / "results.csv", rows)
@@ -365,7 +376,8 @@ def main():
 
     write_json(args.dir / "results.json", {
         "settings": {k: v for k, v in vars(args).items() if k not in ("dir",)}, "machine": machine(),
-        "grid_seconds": round(t_grid, 1), "total_seconds": round(time.perf_counter() - t0, 1),
+        "grid_seconds": round(t_grid, 1), "runs_reused": reused,
+        "run_seconds_sum": round(sum(r["seconds"] for r in rows), 1), "total_seconds": round(time.perf_counter() - t0, 1),
         "runs": rows, "summary": summary, "grid": grid_table, "token_compare": tok,
     })
     print(f"wrote {args.dir} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)

@@ -186,7 +186,7 @@ def plot(rows: list[dict], steps: list[dict], path: Path) -> None:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
-    fig, ax = plt.subplots(figsize=(8, 4))
+    fig, ax = plt.subplots(figsize=(10, 4))
     keys = ["sha256", "read", "nan_check", "grow", "write_fsync", "other"]
     labels, y = [], 0
     for i, (r, s) in enumerate(zip(rows, steps)):
@@ -204,7 +204,7 @@ def plot(rows: list[dict], steps: list[dict], path: Path) -> None:
     ax.invert_yaxis()
     ax.set_xlabel("seconds")
     ax.set_title(f"expand {rows[0]['src_MB']:.0f} MB (float32) to 1.5x width, against a copy of the output", fontsize=9)
-    ax.legend(fontsize=7, loc="lower right")
+    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

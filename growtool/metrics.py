@@ -1,4 +1,4 @@
-"""Condensation metrics of weight matrices (small-init paper) and a token-level model comparison.
+"""Condensation metrics of weight matrices (small-init paper); the token-level comparison is in compare.py.
 
 * stable rank  ||W||_F^2 / ||W||_2^2 : near 1 when the matrix is condensed onto one direction.
 * row cosine   mean |cos| between distinct rows, a row being one unit's weight vector (slices

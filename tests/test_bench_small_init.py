@@ -28,7 +28,7 @@ def test_small_init_quick(tmp_path):
     assert len(runs) == 4 and {r["gamma"] for r in runs} == {0.5, 1.0}
     for run in runs:
         assert run["steps"] == 20 and 0 < run["val_loss"] < 10
-        assert (d / "runs" / run["name"] / "train" / "final.safetensors").is_file()
+        assert (tmp_path / "tmp" / "small_init" / "runs" / run["name"] / "train" / "final.safetensors").is_file()
     rows = list(csv.DictReader(open(d / "token_compare.csv")))
     assert {r["setting"] for r in rows} == {"eps 1e-12, gate on", "eps 1e-05, gate off"}
     for setting in {r["setting"] for r in rows}:
