@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import cProfile
 import io
+import json
 import os
 import pstats
 import shutil
@@ -25,7 +26,6 @@ import statistics
 import struct
 import sys
 import time
-import json
 from pathlib import Path
 
 import torch
@@ -42,7 +42,7 @@ GB = 1024 ** 3
 
 
 def llama_config(quick: bool) -> ModelConfig:
-    """~247M parameters (~0.99 GB float32) for the full run, ~31M (~123 MB) for --quick."""
+    """246M parameters (0.98 GB in float32) for the full run, 31M (123 MB) for --quick."""
     if quick:
         return ModelConfig("llama", vocab_size=8000, width=512, layers=8, heads=8, kv_heads=2, head_dim=64,
                            ffn=1408, context=2048, norm_eps=1e-5, tie=False)

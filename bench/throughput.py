@@ -17,15 +17,16 @@ warm-up gates.
 
 Warm-up steps are excluded and median step times are reported. A busy machine slows everything, so
 the comparisons are made between measurements adjacent in time: the two plain loops alternate step
-by step (ratio = median of the per-step ratios), and the trainer runs sit between loop blocks
-(ratio = transformers' median step in the blocks just before and after / the trainer's median step;
-the median of these over the repeats).
+by step (ratio = median of the per-step ratios); each trainer run sits between two blocks of the
+transformers loop running alone, as the trainer does (ratio = transformers' median step in the
+blocks just before and after / the trainer's median step; the median of these over the repeats).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import sys
 import time
@@ -107,6 +108,16 @@ def paired_step_times(models: dict, ds: data.Dataset, warmup: int, steps: int) -
     return times
 
 
+def spread(xs: list[float]) -> str:
+    """The spread of ratios: quartiles (min and max when there are fewer than 8)."""
+    if len(xs) < 8:
+        lo, hi = min(xs), max(xs)
+    else:
+        q = statistics.quantiles(xs, n=4)
+        lo, hi = q[0], q[2]
+    return f"{lo:.2f} to {hi:.2f}"
+
+
 def ours_loss(model: LM):
     return lambda x, y: model(x, y)[1]
 
@@ -155,35 +166,36 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
     diff = max_logit_diff(ours(), lambda i: hf()(input_ids=i).logits, x)
     times = {"growtool.train": [], "growtool loop": [], "transformers loop": []}
     ratios = {k: [] for k in times}  # transformers step / this step, for measurements adjacent in time
-
-    def loops():
+    for _ in range(sz["repeats"]):  # the two plain loops, alternating step by step
         m, h = ours(), hf()
         lp = paired_step_times({"growtool loop": (m, ours_loss(m)), "transformers loop": (h, hf_loss(h))},
                                ds, sz["warmup"], sz["steps"])
         for k, v in lp.items():
             times[k] += v
-        for a, b in zip(lp["growtool loop"], lp["transformers loop"]):
-            ratios["growtool loop"].append(b / a)
-            ratios["transformers loop"].append(1.0)
-        return lp["transformers loop"]
+        ratios["growtool loop"] += [b / a for a, b in zip(lp["growtool loop"], lp["transformers loop"])]
+        ratios["transformers loop"] += [1.0] * len(lp["transformers loop"])
 
-    # loops, trainer, loops, trainer, ..., loops: each trainer run is set against the transformers
-    # steps timed just before and just after it
-    hf_before = loops()
+    def hf_alone():  # the trainer runs one model alone, so its reference does too
+        h = hf()
+        return paired_step_times({"transformers": (h, hf_loss(h))}, ds, sz["warmup"], sz["steps"])["transformers"]
+
+    # transformers alone, trainer, transformers alone, trainer, ...: each trainer run is set against
+    # the transformers steps timed just before and just after it
+    alone = [hf_alone()]
     for r in range(sz["repeats"]):
         tr = trainer_step_times(ckpt, text, work, r, sz)
-        hf_after = loops()
+        alone.append(hf_alone())
         times["growtool.train"] += tr
-        ratios["growtool.train"].append(statistics.median(hf_before + hf_after) / statistics.median(tr))
-        hf_before = hf_after
+        ratios["growtool.train"].append(statistics.median(alone[-2] + alone[-1]) / statistics.median(tr))
     tok = sz["batch"] * sz["seq"]
     rows = []
     for impl, ts in times.items():
         s = statistics.median(ts)
         rows.append({"family": family, "impl": impl, "params": cfg.n_params(), "step_ms": 1000 * s,
-                     "tok_s": tok / s, "vs_transformers": statistics.median(ratios[impl]), "steps_timed": len(ts)})
+                     "tok_s": tok / s, "vs_transformers": statistics.median(ratios[impl]),
+                     "spread": spread(ratios[impl]), "steps_timed": len(ts)})
     return rows, {"family": family, "config": cfg.to_hf(), "max_logit_diff_vs_hf": diff, "step_s": times,
-                  "ratios": ratios}
+                  "transformers_alone_step_s": alone, "ratios": ratios}
 
 
 def gate_cost(family: str, sz: dict, ds: data.Dataset) -> tuple[dict, dict]:
@@ -213,10 +225,12 @@ def gate_cost(family: str, sz: dict, ds: data.Dataset) -> tuple[dict, dict]:
         for k, v in lp.items():
             times[k] += v
     g, f = statistics.median(times["gated"]), statistics.median(times["folded"])
-    paired = statistics.median(a / b for a, b in zip(times["gated"], times["folded"])) - 1
+    per_step = [a / b - 1 for a, b in zip(times["gated"], times["folded"])]
+    paired = statistics.median(per_step)
     tok = sz["batch"] * sz["seq"]
     row = {"family": family, "width": f"{cfg.width}->{plan.cfg.width}", "params": plain.n_params(),
-           "gated_tok_s": tok / g, "folded_tok_s": tok / f, "overhead": paired, "overhead_ok": paired <= 0.10,
+           "gated_tok_s": tok / g, "folded_tok_s": tok / f, "overhead": paired, "spread": spread(per_step),
+           "overhead_ok": paired <= 0.10,
            "steps_timed": len(times["folded"])}
     return row, {"family": family, "max_logit_diff_gated_vs_folded": diff, "step_s": times,
                  "overhead_of_medians": g / f - 1}
@@ -234,12 +248,14 @@ def plot(rows: list[dict], gates: list[dict], path: Path) -> None:
         a.bar([i + 0.27 * (j - 1) for i in range(len(fams))], vals, width=0.27, label=impl)
     a.set_xticks(range(len(fams)), fams)
     a.set_ylabel("tokens / s (median step)")
+    a.set_ylim(0, 1.3 * max(r["tok_s"] for r in rows))  # room for the legend
     a.set_title("training throughput, float32 CPU")
     a.legend(fontsize=7)
     for j, (key, label) in enumerate((("gated_tok_s", "gated, gates 0.5"), ("folded_tok_s", "folded at 0.5"))):
         b.bar([i + 0.35 * (j - 0.5) for i in range(len(gates))], [g[key] for g in gates], width=0.35, label=label)
     b.set_xticks(range(len(gates)), [f"{g['family']} {g['width']}" for g in gates])
     b.set_title("cost of open warm-up gates")
+    b.set_ylim(0, 1.3 * max(max(g["gated_tok_s"], g["folded_tok_s"]) for g in gates))
     b.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
@@ -273,7 +289,6 @@ def main():
             gates.append(g)
             detail.append(d)
     finally:
-        import shutil
         shutil.rmtree(work, ignore_errors=True)
     out = args.dir
     write_csv(out / "throughput.csv", rows)

@@ -58,6 +58,9 @@ def apply_rope(x, cos, sin):
     return x * cos + torch.cat([-x2, x1], dim=-1) * sin
 
 
+SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
+
+
 def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
     """[n] multipliers: 1 for ungated units (< base), the gate for grown ones."""
     m = torch.ones(n, dtype=like.dtype, device=like.device)
@@ -120,9 +123,12 @@ class Block(nn.Module):
         v = v.view(B, T, K, hd).transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        if K != H:
+        gqa = {}
+        if K != H and SDPA_GQA:  # query head h reads KV head h // (H / K), without copying K and V
+            gqa = {"enable_gqa": True}
+        elif K != H:
             k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # [B, H, T, hd]
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
             mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
