@@ -443,9 +443,11 @@ def plan_shards(specs, shard_size: int | None) -> list[list]:
     return shards
 
 
-def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, meta: dict) -> None:
+def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, meta: dict,
+                  files: dict[str, bytes] | None = None) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
-    shards (each with the same metadata) plus model.safetensors.index.json."""
+    shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
+    (name -> bytes: tokenizer, generation config, modeling code, model card) beside them."""
     def write_json(path, obj):
         atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
@@ -461,6 +463,8 @@ def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, m
                 total += _nbytes(shape, dt)
         write_json(folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
     write_json(folder / "config.json", cfg.to_hf())
+    for name, data in (files or {}).items():
+        atomic_file(folder / name, lambda fh, data=data: fh.write(data))
 
 
 def _replace(tmp: Path, dest: Path) -> None:
@@ -477,13 +481,15 @@ def _replace(tmp: Path, dest: Path) -> None:
 
 
 def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool = False,
-         inputs: Iterable[str] = (), shard_size: int | None = None) -> str:
+         inputs: Iterable[str] = (), shard_size: int | None = None, files: dict[str, bytes] | None = None) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
 
     Tensors are produced one at a time and streamed to a temporary file (a temporary folder for a
     folder target) beside the destination, fsynced, then renamed into place: the destination is
-    either absent, the earlier complete file, or the new complete one. Returns the written path.
+    either absent, the earlier complete file, or the new complete one. ``files`` (name -> bytes)
+    are written into a folder target beside the weights (ignored for a single file). Returns the
+    written path.
     """
     meta = metadata(cfg, lineage)
     dest = check_destination(out, inputs, force)
@@ -505,7 +511,7 @@ def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool 
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(tmpdir, cfg, shards, produce, meta)
+            _write_folder(tmpdir, cfg, shards, produce, meta, files)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:
@@ -523,8 +529,10 @@ def _umask() -> int:
 
 
 def save_tensors(out: str, cfg: ModelConfig, lineage: list, tensors: dict[str, torch.Tensor],
-                 force: bool = False, inputs: Iterable[str] = (), shard_size: int | None = None) -> str:
+                 force: bool = False, inputs: Iterable[str] = (), shard_size: int | None = None,
+                 files: dict[str, bytes] | None = None) -> str:
     """Save in-memory tensors (in the family's canonical order)."""
     order = [n for n in expected_shapes(cfg)]
     specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in order]
-    return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs, shard_size=shard_size)
+    return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs, shard_size=shard_size,
+                files=files)
