@@ -119,6 +119,7 @@ class Checkpoint:
     _get: Callable[[str], torch.Tensor]
     files: list = field(default_factory=list)  # backing files (for hashing)
     raw: bytes | None = None  # stdin bytes
+    tokenizer: dict | None = None  # the tokenizer the model expects, as recorded in the metadata (growtool.tokenizer)
 
     def names(self) -> list[str]:
         return list(self.entries)
@@ -156,6 +157,19 @@ class Checkpoint:
     def model(self, dtype=torch.float32):
         from .model import LM
         return LM.from_tensors(self.config, self.tensors(), dtype=dtype)
+
+
+def _tokenizer_record(meta: dict, src: str) -> dict | None:
+    """The ``tokenizer`` metadata entry (a JSON object), or None when absent."""
+    if "tokenizer" not in meta:
+        return None
+    try:
+        rec = json.loads(meta["tokenizer"])
+    except json.JSONDecodeError:
+        rec = None
+    if not isinstance(rec, dict):
+        raise GrowError(f"{src}: tokenizer record in the metadata is not a JSON object")
+    return rec
 
 
 def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelConfig, list]:
@@ -266,7 +280,7 @@ def load(src: str | os.PathLike) -> Checkpoint:
             buf, dt = bytearray(memoryview(data)[start + b:start + e]), DTYPES[header[name]["dtype"]]
             return (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(header[name]["shape"])
 
-        return Checkpoint(cfg, lineage, "<stdin>", entries, get, raw=data)
+        return Checkpoint(cfg, lineage, "<stdin>", entries, get, raw=data, tokenizer=_tokenizer_record(meta, "<stdin>"))
     p = Path(s)
     if not p.exists():
         raise GrowError(f"{p}: no such file or folder")
@@ -296,18 +310,21 @@ def load(src: str | os.PathLike) -> Checkpoint:
     entries, meta, get = _open_files(files, s)
     cfg, lineage = _config_from(meta, folder_cfg, s)
     entries = _check_tensors(cfg, entries, s)
-    return Checkpoint(cfg, lineage, s, entries, get, files=files)
+    return Checkpoint(cfg, lineage, s, entries, get, files=files, tokenizer=_tokenizer_record(meta, s))
 
 
 # ---- writing ------------------------------------------------------------------------------
 
-def metadata(cfg: ModelConfig, lineage: list) -> dict[str, str]:
-    return {
+def metadata(cfg: ModelConfig, lineage: list, tokenizer: dict | None = None) -> dict[str, str]:
+    meta = {
         "format": "pt",
         "family": cfg.family,
         "config": json.dumps(cfg.to_hf(), sort_keys=True),
         "lineage": json.dumps(lineage, sort_keys=True),
     }
+    if tokenizer is not None:
+        meta["tokenizer"] = json.dumps(tokenizer, sort_keys=True)
+    return meta
 
 
 def _header_bytes(specs: list[tuple[str, tuple, torch.dtype]], meta: dict) -> bytes:
@@ -481,17 +498,19 @@ def _replace(tmp: Path, dest: Path) -> None:
 
 
 def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool = False,
-         inputs: Iterable[str] = (), shard_size: int | None = None, files: dict[str, bytes] | None = None) -> str:
+         inputs: Iterable[str] = (), shard_size: int | None = None, files: dict[str, bytes] | None = None,
+         tokenizer: dict | None = None) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
 
     Tensors are produced one at a time and streamed to a temporary file (a temporary folder for a
     folder target) beside the destination, fsynced, then renamed into place: the destination is
     either absent, the earlier complete file, or the new complete one. ``files`` (name -> bytes)
-    are written into a folder target beside the weights (ignored for a single file). Returns the
-    written path.
+    are written into a folder target beside the weights (ignored for a single file). ``tokenizer``
+    (a record from ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects.
+    Returns the written path.
     """
-    meta = metadata(cfg, lineage)
+    meta = metadata(cfg, lineage, tokenizer)
     dest = check_destination(out, inputs, force)
     shards = plan_shards(specs, shard_size)
     if len(shards) > 1 and (dest is None or not is_folder_target(out)):
@@ -530,9 +549,9 @@ def _umask() -> int:
 
 def save_tensors(out: str, cfg: ModelConfig, lineage: list, tensors: dict[str, torch.Tensor],
                  force: bool = False, inputs: Iterable[str] = (), shard_size: int | None = None,
-                 files: dict[str, bytes] | None = None) -> str:
+                 files: dict[str, bytes] | None = None, tokenizer: dict | None = None) -> str:
     """Save in-memory tensors (in the family's canonical order)."""
     order = [n for n in expected_shapes(cfg)]
     specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in order]
     return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs, shard_size=shard_size,
-                files=files)
+                files=files, tokenizer=tokenizer)

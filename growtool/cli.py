@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from . import checkpoint, growth, recipes
+from . import checkpoint, growth, recipes, tokenizer
 from .errors import GrowError
 
 err = Console(stderr=True)
@@ -137,15 +137,19 @@ def plan_table(plan) -> Table:
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
 @click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True, help="replace an existing output")
+@click.option("--tokenizer", "tokenizer_path", default=None, metavar="PATH",
+              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files) instead of the input's own")
 @click.option("--quiet", "-q", is_flag=True, help="no plan table")
 @clean_errors
-def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, shard_size, force, quiet):
+def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, shard_size, force, quiet,
+           tokenizer_path):
     """Grow CKPT to --width; prints the written path on stdout."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
     out = out or default_out(ckpt, width, folder=shard_size is not None)
     checkpoint.check_destination(out, [ckpt], force)  # fail before any work
     ck = checkpoint.load(ckpt)
+    carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     try:
         plan = growth.build_plan(ck.config, r, width, ffn, heads, seed=seed, allow_lossy=allow_lossy,
@@ -161,7 +165,10 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
     with one_thread():
         path = checkpoint.save(out, plan.cfg, lineage, plan.outputs(), lambda n: growth.grow_tensor(n, plan, ck.get),
-                               force=force, inputs=[ckpt], shard_size=shard_size)
+                               force=force, inputs=[ckpt], shard_size=shard_size, tokenizer=carry.record,
+                               files=carry.files(plan.cfg, lineage, ckpt, Path(out).name))
+    if carry.note:
+        err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     if plan.lossy:
         from .verify import compare, random_batches
         from .model import LM
@@ -187,12 +194,20 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
 @click.option("--tol", type=float, default=1e-4, show_default=True, help="max |dlogit| / logit scale")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON on stdout")
+@click.option("--generate", "gen_tokens", type=int, default=None, metavar="N",
+              help="also check that greedy N-token continuations are identical")
+@click.option("--prompt", "prompts", multiple=True, metavar="TEXT",
+              help="prompt for --generate (repeatable; default: from --data, else random ids)")
 @clean_errors
-def verify(source, grown, alpha, samples, data, tol, seed, as_json):
+def verify(source, grown, alpha, samples, data, tol, seed, as_json, gen_tokens, prompts):
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not)."""
     from .verify import compare, random_batches, text_batches
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
+    if gen_tokens is not None and gen_tokens < 1:
+        raise GrowError(f"--generate must be positive, got {gen_tokens}")
+    if prompts and gen_tokens is None:
+        raise GrowError("--prompt is for --generate N (greedy continuations); add --generate")
     a, b = checkpoint.load(source), checkpoint.load(grown)
     if a.config.vocab_size != b.config.vocab_size:
         raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
@@ -211,8 +226,14 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json):
         if alpha != 1.0 and b.config.gated:
             rows.append((label + " (info)", compare(ma, mb, batches, 1.0)))
     ok = all(c.rel <= tol for label, c in rows if "(info)" not in label)
+    gen = None
+    if gen_tokens is not None:
+        from .sample import compare_generations, verify_prompts
+        gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), gen_tokens, alpha)
+    passed = ok and (gen is None or gen.ok)
     if as_json:
-        click.echo(json.dumps({"pass": ok, "tol": tol, "results": [{"inputs": l, **c.as_dict()} for l, c in rows]}))
+        click.echo(json.dumps({"pass": passed, "tol": tol, "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
+                               **({"generate": gen.as_dict()} if gen else {})}))
     t = Table(title=f"verify {grown} against {source}", title_justify="left")
     for c in ("inputs", "gate", "max |dlogit|", "logit scale", "rel", "mean KL", "top-1 agree"):
         t.add_column(c, justify="right")
@@ -220,9 +241,15 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json):
         t.add_row(label, f"{c.alpha:g}", f"{c.max_dlogit:.3g}", f"{c.logit_scale:.3g}", f"{c.rel:.3g}",
                   f"{c.kl:.3g}", f"{c.top1:.4f}")
     err.print(t)
+    if gen is not None:
+        where = "" if gen.ok else f"; first difference: prompt {gen.first_divergence[0]}, token {gen.first_divergence[1]}"
+        err.print(f"greedy continuations at gate {alpha:g}: {gen.identical}/{gen.prompts} identical "
+                  f"over {gen.tokens} tokens{where}")
     err.print(("[green]PASS[/]" if ok else "[red]FAIL[/]") + f": max |dlogit| within {tol:g} x logit scale at gate {alpha:g}"
               if ok else f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}")
-    sys.exit(0 if ok else 1)
+    if gen is not None and not gen.ok:
+        err.print(f"[red]FAIL[/]: greedy continuations differ at gate {alpha:g}")
+    sys.exit(0 if passed else 1)
 
 
 # ---- fold ---------------------------------------------------------------------------------
@@ -234,14 +261,17 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json):
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
 @click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True)
+@click.option("--tokenizer", "tokenizer_path", default=None, metavar="PATH",
+              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files) instead of the input's own")
 @clean_errors
-def fold(grown, alpha, out, dtype, shard_size, force):
+def fold(grown, alpha, out, dtype, shard_size, force, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
     if not 0.0 <= alpha <= 1.0:
         raise GrowError(f"--alpha must be in [0, 1], got {alpha}")
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     checkpoint.check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
+    carry = tokenizer.carry(ck, tokenizer_path)
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     cfg = growth.fold_config(ck.config)
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
@@ -249,7 +279,10 @@ def fold(grown, alpha, out, dtype, shard_size, force):
     with one_thread():
         path = checkpoint.save(out, cfg, lineage, specs,
                                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt), force=force,
-                               inputs=[grown], shard_size=shard_size)
+                               inputs=[grown], shard_size=shard_size, tokenizer=carry.record,
+                               files=carry.files(cfg, lineage, grown, Path(out).name))
+    if carry.note:
+        err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     err.print(f"folded gates at alpha {alpha:g}" + ("" if ck.config.gated else " (the model had no gates)"))
     if path != "-":
         click.echo(path)
@@ -302,12 +335,51 @@ def inspect(ckpt, metrics, as_json):
         err.print(m)
 
 
+# ---- sample -------------------------------------------------------------------------------
+
+@main.command()
+@click.argument("ckpt")
+@click.option("--prompt", required=True, help="text to continue")
+@click.option("--max-tokens", type=int, default=64, show_default=True, help="tokens to generate (fewer if EOS comes)")
+@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy; above 0, sample")
+@click.option("--top-k", type=int, default=None, help="sample among the K most likely tokens")
+@click.option("--seed", type=int, default=0, show_default=True, help="sampling seed (same seed, same text)")
+@click.option("--alpha", type=float, default=None, help="grown checkpoints: growth-gate value (default: the stored gates)")
+@click.option("--tokenizer", "tokenizer_spec", default=None, metavar="byte|PATH", help="default: the checkpoint's own")
+@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
+@clean_errors
+def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
+    """Continue --prompt with CKPT and its own tokenizer; prints the continuation on stdout."""
+    import time
+    from .data import tokenizer_for
+    from .sample import check_options, eos_id, generate
+    from .train import pick_device
+    check_options(max_tokens, temperature, top_k)
+    ck = checkpoint.load(ckpt)
+    if alpha is not None and not ck.config.gated:
+        raise GrowError(f"--alpha: {ckpt} has no growth gates (a plain model; drop --alpha)")
+    if alpha is not None and not 0.0 <= alpha <= 1.0:
+        raise GrowError(f"--alpha must be in [0, 1], got {alpha}")
+    tok = tokenizer_for(ck, tokenizer_spec)
+    ids = tok.encode_prompt(prompt)
+    if not ids:
+        raise GrowError("--prompt encodes to no tokens (give some text)")
+    model = ck.model().to(pick_device(device, 0))
+    t0 = time.time()
+    out = generate(model, torch.tensor([ids]), max_tokens, temperature=temperature, top_k=top_k, seed=seed,
+                   alpha=alpha, eos=eos_id(ck.config))[0].tolist()
+    click.echo(tok.decode(out))
+    how = "greedy" if temperature <= 0 else f"temperature {temperature:g}" + (f", top-k {top_k}" if top_k else "") + f", seed {seed}"
+    err.print(f"{len(out)} tokens ({how}) in {time.time() - t0:.2f} s, {tok.name} tokenizer", soft_wrap=True)
+
+
 # ---- train --------------------------------------------------------------------------------
 
 @main.command()
 @click.argument("ckpt")
 @click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
-@click.option("--tokenizer", default="byte", show_default=True, help="byte, or a Hugging Face tokenizer.json")
+@click.option("--tokenizer", default=None, metavar="byte|PATH",
+              help="default: the checkpoint's own (its folder's or the recorded one), byte for a 256-id vocabulary")
 @click.option("--tokens", type=int, default=None, help="tokens to train on (default: one pass over the data)")
 @click.option("--steps", type=int, default=None, help="optimizer steps (instead of --tokens)")
 @click.option("--batch", type=int, default=16, show_default=True, help="global batch (sequences per step)")

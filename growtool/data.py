@@ -1,7 +1,10 @@
 """Training data: text files -> one token array (cached), a train/validation split, and batches.
 
-* Tokenizer: ``"byte"`` (ids 0..255, vocab 256) or the path of a Hugging Face ``tokenizer.json``
-  (through the ``tokenizers`` library). Files are tokenised in the order given and concatenated.
+* Tokenizer (``tokenizer_for``): the checkpoint's own (its folder's ``tokenizer.json`` or the one its
+  metadata records, see ``growtool.tokenizer``), or an explicit ``"byte"`` / path; the byte
+  tokenizer (ids 0..255) only for a model with a vocabulary of 256, and never a tokenizer with more
+  ids than the model's vocabulary. Files are tokenised in the order given and concatenated; the ids
+  equal encoding each whole file in one call (``encode_text``), computed in pieces.
 * Cache: the token array is written once as a raw uint16 (uint32 for vocabularies above 65536)
   file named after the sha256 of the tokenizer and of every data file, and read back as a numpy
   memmap. The file is written atomically, so a cache file is always complete.
@@ -34,48 +37,153 @@ def file_sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+CHUNK, OVERLAP, AGREE = 1 << 16, 1 << 10, 8
+
+
+def _cuts(text: str, chunk: int) -> list[int]:
+    """Piece boundaries: after the first line end at least ``chunk`` characters on (or right at
+    ``chunk`` within a line longer than ``2 * chunk``); the last piece is at least ``chunk`` long."""
+    cuts, pos = [0], 0
+    while pos + 2 * chunk < len(text):
+        nl = text.find("\n", pos + chunk, pos + 2 * chunk)
+        pos = nl + 1 if nl >= 0 else pos + chunk
+        cuts.append(pos)
+    return cuts + [len(text)]
+
+
+def _stitch(prev, nxt, lo: int) -> tuple[int, int] | None:
+    """Where to join two overlapping encodings (ids, starts, ends; absolute character offsets):
+    (i, j) with prev's tokens [lo, i) followed by nxt's tokens [j, ...). The join is at the first
+    clean token boundary (no character split between tokens) where both encodings hold the same
+    ``AGREE`` tokens, ids and offsets - past the reach of the context each piece lacks. None if
+    there is no such place."""
+    (pi, ps, pe), (ni, ns, ne) = prev, nxt
+    first = {}
+    for i in range(max(lo, 1, int(np.searchsorted(ps, ns[0]))), len(pi) - AGREE + 1):
+        if pe[i - 1] <= ps[i]:
+            first.setdefault(int(ps[i]), i)
+    for j in range(1, len(ni) - AGREE + 1):
+        i = first.get(int(ns[j]))
+        if i is None or ne[j - 1] > ns[j]:
+            continue
+        k = slice(i, i + AGREE), slice(j, j + AGREE)
+        if (pi[k[0]] == ni[k[1]]).all() and (ps[k[0]] == ns[k[1]]).all() and (pe[k[0]] == ne[k[1]]).all():
+            return i, j
+    return None
+
+
+def encode_text(hf, text: str, chunk: int = CHUNK, overlap: int = OVERLAP, group: int = 64) -> np.ndarray:
+    """The ids of ``hf.encode(text, add_special_tokens=False)`` (a ``tokenizers.Tokenizer``),
+    computed in pieces of about ``chunk`` characters, ``group`` pieces per parallel batch.
+
+    Each piece after the first is encoded with ``overlap`` characters of the text before it, and
+    consecutive pieces are joined where their encodings agree (``_stitch``), so a token spanning a
+    piece boundary, or a tokenizer that treats the start of its input specially, comes out as in
+    one whole-text call. Where no agreeing join exists the whole text is encoded in one call.
+    """
+    cuts = _cuts(text, chunk)
+    if len(cuts) <= 2:
+        return np.asarray(hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+    spans = [(max(0, a - (overlap if k else 0)), b) for k, (a, b) in enumerate(zip(cuts, cuts[1:]))]
+    kept, prev, lo = [], None, 0
+    for g in range(0, len(spans), group):
+        encs = hf.encode_batch([text[a:b] for a, b in spans[g:g + group]], add_special_tokens=False)
+        for (a, _), e in zip(spans[g:g + group], encs):
+            off = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) + a
+            cur = (np.asarray(e.ids, dtype=np.int64), off[:, 0].copy(), off[:, 1].copy())
+            if prev is not None:
+                join = _stitch(prev, cur, lo) if len(cur[0]) else None
+                if join is None:
+                    return np.asarray(hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
+                kept.append(prev[0][lo:join[0]])
+                lo = join[1]
+            prev = cur
+    kept.append(prev[0][lo:])
+    return np.concatenate(kept)
+
+
 @dataclass
 class Tokenizer:
-    """``encode(bytes) -> int array``; ``key`` identifies it in the cache."""
+    """``encode(bytes) -> int array``; ``key`` identifies it in the cache; ``files`` are the tokenizer
+    files it was read from (carried into a training run's folder), None for the byte tokenizer."""
 
     name: str
     vocab_size: int
     key: str
     hf: object = None
+    files: object = None  # growtool.tokenizer.TokenizerFiles
 
     def encode(self, raw: bytes, src: str) -> np.ndarray:
+        """A data file's ids: its bytes, or equal to encoding the whole file's text in one call."""
         if self.hf is None:
             return np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise GrowError(f"{src}: not UTF-8 text (byte {e.start}); the {self.name} tokenizer needs text") from None
-        chunks, cur, size = [], [], 0
-        for line in text.splitlines(keepends=True):  # encode in ~64 KB pieces at line ends
-            cur.append(line)
-            size += len(line)
-            if size >= 1 << 16:
-                chunks.append("".join(cur))
-                cur, size = [], 0
-        if cur:
-            chunks.append("".join(cur))
-        ids = [np.asarray(e.ids, dtype=np.int64) for e in self.hf.encode_batch(chunks, add_special_tokens=False)]
-        return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+        return encode_text(self.hf, text)
+
+    def encode_prompt(self, text: str) -> list[int]:
+        """A prompt's ids, with the special tokens the tokenizer adds to an input (e.g. BOS)."""
+        if self.hf is None:
+            return list(text.encode("utf-8"))
+        return list(self.hf.encode(text, add_special_tokens=True).ids)
+
+    def decode(self, ids) -> str:
+        if self.hf is None:
+            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
+        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
+
+
+def _hf_tokenizer(tf, where: str) -> Tokenizer:
+    """A Tokenizer from the tokenizer.json among ``tf``'s files (growtool.tokenizer.TokenizerFiles)."""
+    from tokenizers import Tokenizer as HFTokenizer
+    raw = tf.files.get("tokenizer.json")
+    if raw is None:
+        raise GrowError(f"{where}: has tokenizer files but no tokenizer.json "
+                        "(save the tokenizer with transformers' save_pretrained to write one)")
+    try:
+        tok = HFTokenizer.from_str(raw.decode("utf-8"))
+    except Exception as e:  # tokenizers raises its own exception type
+        raise GrowError(f"{where}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+    ids = list(tok.get_vocab(with_added_tokens=True).values())
+    size = max(ids) + 1 if ids else 0
+    return Tokenizer(where, size, "hf-" + hashlib.sha256(raw).hexdigest(), tok, tf)
 
 
 def get_tokenizer(spec: str) -> Tokenizer:
-    """``"byte"`` or a path to a Hugging Face ``tokenizer.json``."""
+    """``"byte"``, or a path to a Hugging Face ``tokenizer.json`` or a folder holding one."""
     if spec == "byte":
         return Tokenizer("byte", 256, "byte")
-    p = Path(spec)
-    if not p.is_file():
-        raise GrowError(f"--tokenizer {spec}: not 'byte' and no such file (expected a tokenizer.json)")
-    from tokenizers import Tokenizer as HFTokenizer
-    try:
-        tok = HFTokenizer.from_file(str(p))
-    except Exception as e:  # tokenizers raises its own exception type
-        raise GrowError(f"{p}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
-    return Tokenizer(str(p), tok.get_vocab_size(with_added_tokens=True), "hf-" + file_sha256(p), tok)
+    from .tokenizer import from_path
+    return _hf_tokenizer(from_path(spec), spec)
+
+
+def tokenizer_for(ck, spec: str | None = None) -> Tokenizer:
+    """The tokenizer to use with checkpoint ``ck``: ``spec`` (``"byte"`` or a path) if given, else
+    the checkpoint's own (``growtool.tokenizer.resolve``), else the byte tokenizer for a model with
+    a vocabulary of 256. Raises GrowError (one line) when there is none, or when the tokenizer and
+    the model's vocabulary do not match (byte on a vocabulary other than 256, or a tokenizer with
+    more ids than the vocabulary)."""
+    from .tokenizer import resolve
+    vocab = ck.config.vocab_size
+    if spec == "byte":
+        if vocab != 256:
+            raise GrowError(f"the byte tokenizer (256 ids) does not match {ck.source}'s vocabulary of {vocab:,} "
+                            "(use the model's own tokenizer: drop --tokenizer byte, or pass --tokenizer PATH)")
+        return get_tokenizer("byte")
+    tf, note = resolve(ck, spec)
+    if tf is None or not tf.has_tokenizer:
+        if vocab == 256:
+            return get_tokenizer("byte")
+        why = f" ({note})" if note else ""
+        raise GrowError(f"{ck.source}: no tokenizer found for its vocabulary of {vocab:,}{why}: "
+                        "pass --tokenizer PATH (a tokenizer.json or a folder holding one)")
+    tok = _hf_tokenizer(tf, spec or tf.origin)
+    if tok.vocab_size > vocab:
+        raise GrowError(f"tokenizer {tok.name} has {tok.vocab_size:,} ids, more than {ck.source}'s vocabulary "
+                        f"of {vocab:,} (not this model's tokenizer)")
+    return tok
 
 
 def check_files(files) -> list[Path]:
@@ -113,7 +221,7 @@ def load_tokens(files, tok: Tokenizer, cache_dir: str | Path | None, vocab_size:
     paths = check_files(files)
     shas = [file_sha256(p) for p in paths]
     dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
-    key = hashlib.sha256(json.dumps([tok.key, shas]).encode()).hexdigest()[:32]
+    key = hashlib.sha256(json.dumps([tok.key, shas, "whole-text"]).encode()).hexdigest()[:32]
     cache = Path(cache_dir) / f"tokens-{key}.{np.dtype(dtype).name}" if cache_dir is not None else None
     src = ", ".join(map(str, paths))
     if cache is not None and cache.is_file() and cache.stat().st_size > 0:
@@ -176,4 +284,4 @@ class Dataset:
         return w[:, :-1], w[:, 1:]
 
 
-__all__ = ["Tokenizer", "get_tokenizer", "load_tokens", "Dataset", "file_sha256"]
+__all__ = ["Tokenizer", "get_tokenizer", "tokenizer_for", "encode_text", "load_tokens", "Dataset", "file_sha256"]

@@ -43,6 +43,7 @@ from .errors import GrowError
 from .families import expected_shapes
 from .metrics import matrix_metrics
 from .model import LM
+from .tokenizer import Carry, write_files
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 # settings a resumed run must share with the run it continues
@@ -249,7 +250,7 @@ def check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, 
 def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None, lr=3e-3, min_lr_ratio=0.1,
           warmup=None, weight_decay=0.1, clip=1.0, gate_warmup_tokens=None, eval_every=None, eval_batches=8,
           save_every=None, metrics_every=None, seed=0, device="auto", compile=False, resume=False,
-          tokenizer="byte", progress=True, stop_at=None, cache_dir=None, deterministic=False) -> dict:
+          tokenizer=None, progress=True, stop_at=None, cache_dir=None, deterministic=False) -> dict:
     """Train checkpoint ``ckpt`` on text files ``data_files``, writing into folder ``out``.
 
     ``steps`` (or ``tokens``, default: one pass over the training split) sets the run length;
@@ -268,10 +269,11 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
 
     # -- check everything before writing anything
     files = data.check_files(data_files)
-    tok = data.get_tokenizer(tokenizer)
     dev = pick_device(device, local_rank)
     ck = checkpoint.load(ckpt)
     cfg = ck.config
+    tok = data.tokenizer_for(ck, tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
+    tok_record = tok.files.record() if tok.files else ck.tokenizer
     seq = min(cfg.context, 128) if seq is None else seq
     check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg,
                {"--eval-every": eval_every, "--save-every": save_every, "--metrics-every": metrics_every,
@@ -366,7 +368,8 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
             return
         entry = {"op": "train", "step": step, "steps": s["steps"], "tokens": step * B * T, "complete": False,
                  "data_sha256": s["data_sha256"], "tokenizer": s["tokenizer"]}
-        checkpoint.save_tensors(str(out / MODEL), model.cfg, lineage + [entry], cpu_tensors(model), force=True)
+        checkpoint.save_tensors(str(out / MODEL), model.cfg, lineage + [entry], cpu_tensors(model), force=True,
+                                tokenizer=tok_record)
         rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
         save_bytes(out / STATE, {"step": step, "data_step": step, "settings": s, "optimizer": opt.state_dict(), "rng": rng})
 
@@ -434,7 +437,10 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
         entry = {"op": "train", "steps": step, "tokens": step * B * T, "batch": B, "seq": T, "lr": s["lr"],
                  "tokenizer": s["tokenizer"], "data_sha256": s["data_sha256"], "source_sha256": s["source_sha256"],
                  "val_loss": summary["val_loss"], "gates_folded_at": gate, "world_size": world}
-        summary["final"] = checkpoint.save_tensors(str(out / FINAL), cfg_f, lineage + [entry], tensors, force=True)
+        summary["final"] = checkpoint.save_tensors(str(out / FINAL), cfg_f, lineage + [entry], tensors, force=True,
+                                                   tokenizer=tok_record)
+        carried = Carry(tok.files, tok_record, None).files(cfg_f, lineage + [entry], str(ckpt), FINAL)
+        write_files(out, carried)  # tokenizer files and model card beside final.safetensors
         summary["params"] = cfg_f.n_params()
         plot(records, out / "loss.png", f"{cfg_f.family} d{cfg_f.width}: {step} steps, {step * B * T:,} tokens")
         summary["plot"] = str(out / "loss.png")

@@ -193,10 +193,15 @@ def test_hf_tokenizer_and_token_cache(tmp_path):
     assert len(cache) == 1
     ids = np.fromfile(cache[0], dtype=np.uint16)
     assert list(ids[:5]) == tok.encode(text.read_text()[:200]).ids[:5]
-    # the byte tokenizer's ids exceed this small vocabulary: a clear error, not an index crash
-    r = cli("train", base, "--data", text, "--steps", 3, "--out", tmp_path / "run2")
-    assert r.exit_code == 2 and "does not fit the model's vocabulary" in r.stderr
-    assert not (tmp_path / "run2").exists()
+    # the byte tokenizer does not match this vocabulary: refused in one line, nothing written
+    r = cli("train", base, "--data", text, "--tokenizer", "byte", "--steps", 3, "--out", tmp_path / "run2")
+    assert r.exit_code == 2 and "byte tokenizer (256 ids) does not match" in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "run2").exists()
+    # without --tokenizer, the tokenizer.json beside the checkpoint is its own: same tokens
+    r = cli("train", base, "--data", text, "--steps", 3, "--batch", 4, "--seq", 16, "--out", tmp_path / "run3", "-q")
+    assert r.exit_code == 0, r.stderr
+    again = list((tmp_path / "run3" / "cache").glob("tokens-*.uint16"))
+    assert again[0].read_bytes() == cache[0].read_bytes()
 
 
 @pytest.mark.parametrize("case, msg", [

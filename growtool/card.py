@@ -1,0 +1,54 @@
+"""The model card (README.md) written into a folder output: the model's shape, its growth lineage
+(source, widths, recipe, whether the growth was exact, training stages) and its tokenizer."""
+
+from __future__ import annotations
+
+
+def _stage(st: dict) -> str:
+    op = st.get("op")
+    src = f"; source sha256 {st['source_sha256'][:12]}" if st.get("source_sha256") else ""
+    if op == "init":
+        return f"initialised at width {st.get('width')} (gamma {st.get('gamma')}, seed {st.get('seed')})"
+    if op == "expand":
+        exact = "exact at gate 0" if st.get("exact") else "lossy (not function-preserving)"
+        return (f"grown d{st.get('width_from')} -> d{st.get('width_to')}, heads {st.get('heads')}, "
+                f"FFN {st.get('ffn')}, recipe {st.get('recipe')}, {exact}{src}")
+    if op == "fold":
+        return f"growth gates folded at alpha {st.get('alpha')}{src}"
+    if op == "train":
+        out = f"trained {st.get('steps')} steps, {st.get('tokens', 0):,} tokens"
+        if isinstance(st.get("val_loss"), (int, float)):
+            out += f", val loss {st['val_loss']:.4f}"
+        if st.get("gates_folded_at") is not None:
+            out += f", gates folded at {st['gates_folded_at']:g}"
+        if st.get("complete") is False:
+            out += " (run in progress)"
+        return out + src
+    return ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full",))
+
+
+def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> str:
+    """Markdown text of the card for a model ``name`` made from ``source``."""
+    lines = ["---", "library_name: transformers", "tags: [growtool, width-growth]", "---", "",
+             f"# {name}", "",
+             f"A {cfg.family} model: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads "
+             f"({cfg.kv_heads} key/value), FFN {cfg.ffn}, vocabulary {cfg.vocab_size:,}, context {cfg.context}, "
+             f"{cfg.n_params():,} parameters. Written by growtool from `{source}`.", ""]
+    if cfg.gated:
+        lines += ["**Growth gates present** (a grown, unfolded model): growtool computes it at any gate value; "
+                  "transformers ignores the gates, so fold them first (`growtool fold DIR --alpha 0 -o OUT`).", ""]
+    lines += ["## Lineage", ""]
+    if lineage:
+        lines += ["| # | stage |", "|---|---|"]
+        lines += [f"| {i} | {_stage(st)} |" for i, st in enumerate(lineage)]
+    else:
+        lines += ["No recorded stages (a plain checkpoint)."]
+    lines += ["", "## Tokenizer", ""]
+    if tokenizer is not None:
+        lines += [f"Carried unchanged from `{tokenizer.origin}`: " + ", ".join(f"`{n}`" for n in sorted(tokenizer.files)) + "."]
+    elif cfg.vocab_size == 256:
+        lines += ["Byte-level (token id = byte value, 0..255): growtool's `byte` tokenizer."]
+    else:
+        lines += ["None found; pass one with `--tokenizer PATH`."]
+    lines += ["", "Sample from it: `growtool sample DIR --prompt \"...\"`.", ""]
+    return "\n".join(lines)
