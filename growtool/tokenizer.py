@@ -124,7 +124,11 @@ class Carry:
 
 
 def carry(ck, explicit: str | None = None) -> Carry:
-    """The tokenizer an output of ``ck`` takes along (``explicit`` = an attached ``--tokenizer``)."""
+    """The tokenizer an output of ``ck`` takes along (``explicit`` = an attached ``--tokenizer``,
+    refused with GrowError when it does not fit the model's vocabulary)."""
+    if explicit is not None:
+        from .data import tokenizer_for
+        tokenizer_for(ck, explicit)  # checks the tokenizer against the vocabulary
     found, note = resolve(ck, explicit)
     if note:
         note = f"{ck.source}: {note}; the output has no tokenizer files (attach one with --tokenizer PATH)"
