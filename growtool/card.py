@@ -50,5 +50,5 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
         lines += ["Byte-level (token id = byte value, 0..255): growtool's `byte` tokenizer."]
     else:
         lines += ["None found; pass one with `--tokenizer PATH`."]
-    lines += ["", "Sample from it: `growtool sample DIR --prompt \"...\"`.", ""]
+    lines += ["", f"Sample from it: `growtool sample {name} --prompt \"...\"`.", ""]
     return "\n".join(lines)

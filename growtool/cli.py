@@ -306,7 +306,7 @@ def inspect(ckpt, metrics, as_json):
         "context": cfg.context, "norm_eps": cfg.norm_eps, "tied": cfg.tie, "attn_gate": cfg.attn_gate,
         "parameters": cfg.n_params(), "dtype": str(ck.main_dtype()).replace("torch.", ""),
         "gated": cfg.gated, "base_heads": cfg.base_heads, "base_ffn": cfg.base_ffn, "gates": gates,
-        "lineage": ck.lineage, "tensors": {n: list(ck.shape(n)) for n in ck.names()},
+        "lineage": ck.lineage, "tokenizer": ck.tokenizer, "tensors": {n: list(ck.shape(n)) for n in ck.names()},
     }
     if metrics:
         from .metrics import matrix_metrics
@@ -325,6 +325,8 @@ def inspect(ckpt, metrics, as_json):
         if st.get("source_sha256"):
             desc += f", source {st['source_sha256'][:12]}"
         t.add_row(f"lineage {i}", desc)
+    if ck.tokenizer:
+        t.add_row("tokenizer", f"{', '.join(sorted(ck.tokenizer.get('files', {})))} from {ck.tokenizer.get('from')}")
     err.print(t)
     if metrics:
         m = Table(title="condensation metrics", title_justify="left")
@@ -370,7 +372,8 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
                    alpha=alpha, eos=eos_id(ck.config))[0].tolist()
     click.echo(tok.decode(out))
     how = "greedy" if temperature <= 0 else f"temperature {temperature:g}" + (f", top-k {top_k}" if top_k else "") + f", seed {seed}"
-    err.print(f"{len(out)} tokens ({how}) in {time.time() - t0:.2f} s, {tok.name} tokenizer", soft_wrap=True)
+    which = "the byte tokenizer" if tok.hf is None else f"the tokenizer from {tok.name}"
+    err.print(f"{len(out)} tokens ({how}) in {time.time() - t0:.2f} s, {which}", soft_wrap=True)
 
 
 # ---- train --------------------------------------------------------------------------------
