@@ -147,12 +147,12 @@ class Block(nn.Module):
         if cfg.gated:
             self.growth_gate = nn.Parameter(torch.zeros(1))
 
-    def gate(self, alpha):
+    def _gate(self, alpha):
         if alpha is not None:
             return torch.as_tensor(float(alpha))
         return self.growth_gate if self.cfg.gated else torch.ones(1)
 
-    def attention(self, x, rope, g):
+    def _attention(self, x, rope, g):
         cfg, s, f = self.cfg, self.slot, self.features
         B, T, _ = x.shape
         H, K, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
@@ -188,7 +188,7 @@ class Block(nn.Module):
             y = y * mult
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
-    def ffn(self, x, g):
+    def _ffn(self, x, g):
         cfg, s, f = self.cfg, self.slot, self.features
         act = ACT[cfg.activation]
         if f.mlp == "glu_fused":
@@ -203,11 +203,11 @@ class Block(nn.Module):
         return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):
-        g, s = self.gate(alpha), self.slot
+        g, s = self._gate(alpha), self.slot
         if self.cfg.parallel:
-            return x + self.attention(s["ln1"](x), rope, g) + self.ffn(s["ln2"](x), g)
-        x = x + self.attention(s["ln1"](x), rope, g)
-        return x + self.ffn(s["ln2"](x), g)
+            return x + self._attention(s["ln1"](x), rope, g) + self._ffn(s["ln2"](x), g)
+        x = x + self._attention(s["ln1"](x), rope, g)
+        return x + self._ffn(s["ln2"](x), g)
 
 
 class LM(nn.Module):
