@@ -180,7 +180,18 @@ GPT_NEOX = Arch(
     template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
 )
 
-ARCHS = {a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX)}
+STARCODER2 = Arch(
+    name="starcoder2", model_type="starcoder2", hf_class="Starcoder2ForCausalLM", block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "up": "mlp.c_fc", "down": "mlp.c_proj"},
+    features=Features(norm="layernorm", mlp="plain"),
+    keys={**_LLAMA_KEYS, "norm_eps": "norm_epsilon", "qkv_bias": "use_bias", "o_bias": "use_bias",
+          "mlp_bias": "use_bias", "sliding_window": "sliding_window"},
+    defaults={"activation": "gelu_pytorch_tanh", "tie": True, "context": 4096, "norm_eps": 1e-5, "qkv_bias": True,
+              "o_bias": True, "mlp_bias": True},
+    template={"residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0},
+)
+
+ARCHS = {a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2)}
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
 # Buffers some HF checkpoints carry that are not weights (causal masks, rotary tables).

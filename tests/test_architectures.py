@@ -63,6 +63,8 @@ CASES = {
                                                          "partial_rotary_factor": 0.5}), {}),
     "gpt_neox": (_neox, {}),
     "gpt_neox-sequential-tied": (_neox, {"use_parallel_residual": False, "tie": True}),
+    "starcoder2-window": (_llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0,
+                                      eos_token_id=0), {"tie": True}),
 }
 
 
