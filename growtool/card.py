@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from .hf_remote import needs_remote
+
 
 def _stage(st: dict) -> str:
     op = st.get("op")
@@ -36,7 +38,11 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
              f"{cfg.n_params():,} parameters. Written by growtool from `{source}`.", ""]
     if cfg.gated:
         lines += ["**Growth gates present** (a grown, unfolded model): growtool computes it at any gate value; "
-                  "transformers ignores the gates, so fold them first (`growtool fold DIR --alpha 0 -o OUT`).", ""]
+                  "fold them (`growtool fold DIR --alpha 0 -o OUT`) for a plain model.", ""]
+    if needs_remote(cfg):
+        lines += ["No stock transformers class computes this model: load it with "
+                  "`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` (growtool's forward pass "
+                  "is written beside it).", ""]
     lines += ["## Lineage", ""]
     if lineage:
         lines += ["| # | stage |", "|---|---|"]

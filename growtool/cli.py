@@ -17,6 +17,7 @@ from rich.table import Table
 
 from . import checkpoint, growth, recipes, tokenizer
 from .errors import GrowError
+from .families import ARCHS
 
 err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -64,7 +65,7 @@ def main():
 # ---- init ---------------------------------------------------------------------------------
 
 @main.command()
-@click.option("--family", type=click.Choice(["gpt2", "llama"]), required=True)
+@click.option("--family", type=click.Choice(list(ARCHS)), required=True, help="architecture")
 @click.option("--width", type=int, required=True)
 @click.option("--layers", type=int, required=True)
 @click.option("--heads", type=int, required=True)
@@ -116,7 +117,8 @@ def default_out(src: str, width: int, folder: bool = False) -> str:
 
 def plan_table(plan) -> Table:
     t = Table(title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
-                    f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})", title_justify="left")
+                    f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})", title_justify="left",
+              caption=f"residual map: {plan.residual_map}", caption_justify="left")
     for c in ("tensor", "from", "to", "operation"):
         t.add_column(c)
     for row in plan.rows():

@@ -1,0 +1,199 @@
+"""Every supported architecture against transformers' own forward pass.
+
+For each architecture (tiny random models that transformers creates and saves here, with norm
+gains and biases perturbed): growtool's forward equals transformers' logits on the source;
+``expand`` 64 -> 96 (a non-integer ratio) then ``verify`` passes at gate 0; ``fold --alpha 0``
+to a folder loads with ``AutoModelForCausalLM`` as the same class with the source's logits;
+``fold --alpha 1`` equals growtool's own gate-1 forward.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool import checkpoint  # noqa: E402
+
+from conftest import cli, perturbed, verify_json  # noqa: E402
+
+V, T = 128, 24
+X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
+SMALL = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
+
+
+def _llama_like(cls_name, **kw):
+    def make(tie=False, **over):
+        cfg = getattr(transformers, cls_name + "Config")(**{**SMALL, "intermediate_size": 160, **kw, **over},
+                                                            tie_word_embeddings=tie)
+        return getattr(transformers, cls_name + "ForCausalLM")(cfg)
+    return make
+
+
+def _gpt2(tie=True, **over):
+    cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=V, n_positions=64, n_inner=160,
+                                  tie_word_embeddings=tie, **over)
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _neox(tie=False, **over):
+    cfg = transformers.GPTNeoXConfig(**{**SMALL, "intermediate_size": 160, **over}, tie_word_embeddings=tie)
+    return transformers.GPTNeoXForCausalLM(cfg)
+
+
+# name -> (factory, kwargs): each row a model transformers builds; the variants cover the features
+CASES = {
+    "gpt2": (_gpt2, {}),
+    "gpt2-untied-gelu": (_gpt2, {"tie": False, "activation_function": "gelu"}),
+    "gpt2-relu": (_gpt2, {"activation_function": "relu"}),
+    "gpt2-silu": (_gpt2, {"activation_function": "silu"}),
+    "gpt2-gelu_pytorch_tanh": (_gpt2, {"activation_function": "gelu_pytorch_tanh"}),
+    "llama": (_llama_like("Llama", num_key_value_heads=2), {}),
+    "llama-tied-biases": (_llama_like("Llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True), {"tie": True}),
+    "mistral-window": (_llama_like("Mistral", num_key_value_heads=2, sliding_window=8, head_dim=16), {}),
+    "qwen2": (_llama_like("Qwen2", num_key_value_heads=2), {}),
+    "qwen2-tied": (_llama_like("Qwen2", num_key_value_heads=2), {"tie": True}),
+    "qwen3": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=16), {"tie": True}),
+    "qwen3-untied-hd24": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=24), {}),
+    "phi3-partial-rotary": (_llama_like("Phi3", num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
+                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                                         "partial_rotary_factor": 0.5}), {}),
+    "gpt_neox": (_neox, {}),
+    "gpt_neox-sequential-tied": (_neox, {"use_parallel_residual": False, "tie": True}),
+    "starcoder2-window": (_llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0,
+                                      eos_token_id=0), {"tie": True}),
+}
+
+
+def hf_logits(model, x=X):
+    with torch.no_grad():
+        return model(x).logits.float()
+
+
+def rel(a, b):
+    return float((a - b).abs().max() / b.std())
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def source(request, tmp_path_factory):
+    make, kw = CASES[request.param]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval()
+    path = tmp_path_factory.mktemp(request.param) / "src"
+    model.save_pretrained(path)
+    return path, model
+
+
+def test_our_forward_equals_transformers(source):
+    path, model = source
+    ours = checkpoint.load(path).model()
+    with torch.no_grad():
+        assert rel(ours(X), hf_logits(model)) <= 1e-5
+
+
+def test_grow_verify_fold_round_trip(source, tmp_path):
+    path, model = source
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", path, "--width", 96, "-o", grown)
+    assert r.exit_code == 0, r.stderr
+    assert "residual map:" in r.stderr
+    code, rep = verify_json(path, grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    # gate 0 folded away: the stock class loads it and computes the source's function
+    f0 = tmp_path / "f0"
+    assert cli("fold", grown, "--alpha", 0, "-o", f0).exit_code == 0
+    assert json.loads((f0 / "config.json").read_text())["architectures"] == [type(model).__name__]
+    back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
+    assert type(back) is type(model)
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+    # gate 1 folded: transformers computes growtool's own open-gate forward
+    f1 = tmp_path / "f1"
+    assert cli("fold", grown, "--alpha", 1, "-o", f1).exit_code == 0
+    back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
+    with torch.no_grad():
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+    assert rel(hf_logits(back1), ours1) <= 1e-5
+    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
+
+
+def test_the_plan_names_the_residual_map_and_why(tmp_path):
+    torch.manual_seed(0)
+    tied, untied, ln = tmp_path / "tied", tmp_path / "untied", tmp_path / "ln"
+    CASES["qwen2-tied"][0](tie=True).save_pretrained(tied)
+    CASES["qwen2"][0]().save_pretrained(untied)
+    _neox().save_pretrained(ln)
+    out = {p.name: cli("expand", p, "--width", 96, "-o", tmp_path / f"{p.name}.safetensors") for p in (tied, untied, ln)}
+    assert all(r.exit_code == 0 for r in out.values())
+    assert "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation" in out["tied"].stderr
+    assert "RMSNorm commutes with any rotation" in out["untied"].stderr
+    assert "LayerNorm removes the mean" in out["ln"].stderr
+    assert checkpoint.load(tmp_path / "ln.safetensors").lineage[-1]["residual_map"].startswith("R(0.8165)")
+
+
+def test_hub_gpt2_layout_without_prefix_and_head(tmp_path):
+    """GPT-2 as stored on the Hub: keys without "transformer.", no lm_head.weight."""
+    from safetensors.torch import save_file
+    torch.manual_seed(0)
+    model = perturbed(_gpt2()).eval()
+    folder = tmp_path / "hub"
+    model.save_pretrained(folder)
+    sd = {k.removeprefix("transformer."): v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    sd.update({f"h.{i}.attn.bias": torch.tril(torch.ones(1, 1, 64, 64)) for i in range(2)})  # old mask buffers
+    save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    assert "h.0.attn.c_attn.weight" in sd and "transformer.wte.weight" not in sd
+    assert rel(checkpoint.load(folder).model()(X).detach(), hf_logits(model)) <= 1e-5
+    assert cli("expand", folder, "--width", 96, "-o", tmp_path / "g.safetensors", "-q").exit_code == 0
+    assert verify_json(folder, tmp_path / "g.safetensors")[0] == 0
+
+
+@pytest.mark.parametrize("name", ["qwen2-tied", "gpt_neox"])
+def test_bf16_sharded_folders_as_transformers_writes_them(name, tmp_path):
+    make, kw = CASES[name]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval().to(torch.bfloat16)
+    src = tmp_path / "src"
+    model.save_pretrained(src, max_shard_size="40KB")
+    assert (src / "model.safetensors.index.json").exists()
+    ck = checkpoint.load(src)
+    assert ck.main_dtype() == torch.bfloat16
+    ref = transformers.AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32).eval()  # bf16 weights, fp32 math
+    assert rel(ck.model()(X).detach(), hf_logits(ref)) <= 1e-5
+    grown = tmp_path / "g"
+    assert cli("expand", src, "--width", 96, "--dtype", "float32", "-o", grown, "-q").exit_code == 0
+    assert verify_json(src, grown)[0] == 0
+
+
+def test_llama_attention_bias_includes_o_proj(tmp_path):
+    """transformers' llama ``attention_bias`` puts a bias on q, k, v *and* o: we read and write all four."""
+    torch.manual_seed(0)
+    model = CASES["llama-tied-biases"][0](tie=True)
+    assert model.model.layers[0].self_attn.o_proj.bias is not None
+    model.save_pretrained(tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert "model.layers.0.self_attn.o_proj.bias" in ck.names() and ck.config.o_bias and ck.config.mlp_bias
+
+
+def test_unknown_hf_keys_survive_grow_and_fold(tmp_path):
+    torch.manual_seed(0)
+    model = CASES["mistral-window"][0]()
+    model.config.my_custom_key = {"kept": [1, 2]}
+    model.save_pretrained(tmp_path / "src")
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    cfg = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert cfg["my_custom_key"] == {"kept": [1, 2]} and cfg["sliding_window"] == 8
+    assert cfg["hidden_size"] == 96 and cfg["num_attention_heads"] == 6 and cfg["head_dim"] == 16
+
+
+@pytest.mark.parametrize("rope", [{"rope_scaling": {"type": "linear", "factor": 2.0}},
+                                  {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}}])
+def test_rope_scaling_is_named_when_refused(rope, tmp_path):
+    from growtool.config import ModelConfig
+    from growtool.errors import GrowError
+    hf = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
+          "intermediate_size": 128, "vocab_size": 32, **rope}
+    with pytest.raises(GrowError, match="rope scaling '(linear|yarn)' is not supported"):
+        ModelConfig.from_hf(hf)
