@@ -134,7 +134,7 @@ def test_sharded_expand_and_fold_write_hf_folders(tmp_path):
     assert 1 < len(shard_files(sharded)) < before
     assert cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "1GB", "--force").exit_code == 0
     code = sorted(hf_remote.folder_files(checkpoint.load(single).config))  # a gated model: remote code
-    assert code and sorted(p.name for p in sharded.iterdir()) == sorted(["config.json", "model.safetensors", *code])
+    assert code and sorted(p.name for p in sharded.iterdir()) == sorted(["README.md", "config.json", "model.safetensors", *code])  # card: growtool.card
     assert_same_tensors(sharded, single)
     # nothing else in the folder: no temporary or set-aside leftovers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "f", "f.safetensors", "sharded", "single.safetensors"]
