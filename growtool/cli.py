@@ -484,42 +484,34 @@ def inspect(ckpt, metrics, as_json):
 
 # ---- train --------------------------------------------------------------------------------
 
+def settings_options(fn):
+    """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
+    ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
+    from dataclasses import fields
+
+    from .train_settings import Settings, option, value_type
+    for f in reversed(fields(Settings)):
+        m, kind = f.metadata, value_type(f.name)
+        if m["flag"]:
+            fn = click.option(option(f.name), f.name, is_flag=True, default=f.default, help=m["help"])(fn)
+            continue
+        typ = click.Choice(m["choices"]) if m["choices"] else kind
+        fn = click.option(option(f.name), f.name, type=typ, default=f.default, show_default=f.default is not None,
+                          help=m["help"])(fn)
+    return fn
+
+
 @main.command()
 @click.argument("ckpt")
 @click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
-@click.option("--tokenizer", default="byte", show_default=True, help="byte, or a Hugging Face tokenizer.json")
-@click.option("--tokens", type=int, default=None, help="tokens to train on (default: one pass over the data)")
-@click.option("--steps", type=int, default=None, help="optimizer steps (instead of --tokens)")
-@click.option("--batch", type=int, default=16, show_default=True, help="global batch (sequences per step)")
-@click.option("--seq", type=int, default=None, help="sequence length (default min(context, 128))")
-@click.option("--lr", type=float, default=3e-3, show_default=True, help="peak learning rate")
-@click.option("--min-lr-ratio", type=float, default=0.1, show_default=True, help="final lr / peak lr")
-@click.option("--warmup", type=int, default=None, help="lr warm-up steps (default 5% of the steps)")
-@click.option("--weight-decay", type=float, default=0.1, show_default=True)
-@click.option("--clip", type=float, default=1.0, show_default=True, help="gradient-norm clip")
-@click.option("--gate-warmup-tokens", type=int, default=None, help="grown models: gate ramp 0->1 (default 10% of the run)")
-@click.option("--eval-every", type=int, default=None, help="steps between validations (default 5% of the run)")
-@click.option("--eval-batches", type=int, default=8, show_default=True, help="validation batches")
-@click.option("--save-every", type=int, default=None, help="steps between resumable checkpoints (default 10%)")
-@click.option("--metrics-every", type=int, default=None, help="steps between condensation metrics (default 10%)")
-@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model")
-@click.option("--deterministic", is_flag=True, help="deterministic kernels (CUDA runs then repeat and resume bitwise)")
+@settings_options
 @click.option("--out", required=True, help="run folder (checkpoints, metrics.jsonl, loss.png)")
 @click.option("--resume", is_flag=True, help="continue the run in --out exactly where it stopped")
-@click.option("--stop-at", type=int, default=None, help="end this invocation after this step (resumable)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-def train(ckpt, data_files, tokenizer, tokens, steps, batch, seq, lr, min_lr_ratio, warmup, weight_decay, clip,
-          gate_warmup_tokens, eval_every, eval_batches, save_every, metrics_every, seed, device, compile_,
-          deterministic, out, resume, stop_at, quiet):
+def train(ckpt, data_files, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
     from .train import train as run
-    r = run(ckpt, list(data_files), out, tokens=tokens, steps=steps, batch=batch, seq=seq, lr=lr,
-            min_lr_ratio=min_lr_ratio, warmup=warmup, weight_decay=weight_decay, clip=clip,
-            gate_warmup_tokens=gate_warmup_tokens, eval_every=eval_every, eval_batches=eval_batches,
-            save_every=save_every, metrics_every=metrics_every, seed=seed, device=device, compile=compile_,
-            resume=resume, tokenizer=tokenizer, progress=not quiet, stop_at=stop_at, deterministic=deterministic)
+    r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
     if os.environ.get("RANK", "0") != "0":
         return
     err.print(f"trained {r['steps']}/{r['total_steps']} steps ({r['tokens']:,} tokens) in {r['seconds']:.1f} s: "

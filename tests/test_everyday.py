@@ -18,7 +18,7 @@ import pytest
 
 from growtool import checkpoint, cli as cli_mod, growth
 
-from helpers_hardening import GROWTOOL, cli, listing, make_config, run, sha256, write_ckpt
+from helpers_hardening import cli, listing, make_config, run, sha256, write_ckpt
 
 
 
@@ -233,7 +233,7 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
     work.mkdir()
     digest = sha256(src)
     extra = ["--shard-size", "20KB"] if target == "folder" else []
-    p = subprocess.Popen([sys.executable, "-c", SLOW, "expand", str(src), "--width", 48, "-q", "-o",
+    p = subprocess.Popen([sys.executable, "-c", SLOW, "expand", str(src), "--width", "48", "-q", "-o",
                           str(work / target), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     deadline = time.time() + 30
     while not any(work.iterdir()) and time.time() < deadline:  # the temporary output exists: mid-write
@@ -249,11 +249,12 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
 
 
 def test_version_and_shell_completion():
-    p = subprocess.run([GROWTOOL, "--version"], capture_output=True, text=True)
-    assert p.returncode == 0 and p.stdout.startswith("growtool, version ")
-    p = subprocess.run([GROWTOOL], capture_output=True, text=True, env={**os.environ, "_GROWTOOL_COMPLETE": "bash_source"})
-    assert p.returncode == 0 and "_growtool_completion" in p.stdout and "complete " in p.stdout
-    p = subprocess.run([GROWTOOL], capture_output=True, text=True, env={**os.environ, "COMP_WORDS": "growtool ex",
-                       "COMP_CWORD": "1", "_GROWTOOL_COMPLETE": "bash_complete"})
-    assert p.returncode == 0 and "expand" in p.stdout
-    assert Path(GROWTOOL).exists()
+    from click.testing import CliRunner
+    from growtool.cli import main
+    r = CliRunner().invoke(main, ["--version"])
+    assert r.exit_code == 0 and r.stdout.startswith("growtool, version ")
+    r = CliRunner().invoke(main, [], prog_name="growtool", env={"_GROWTOOL_COMPLETE": "bash_source"})
+    assert r.exit_code == 0 and "_growtool_completion" in r.stdout and "complete " in r.stdout
+    env = {"COMP_WORDS": "growtool ex", "COMP_CWORD": "1", "_GROWTOOL_COMPLETE": "bash_complete"}
+    r = CliRunner().invoke(main, [], prog_name="growtool", env=env)
+    assert r.exit_code == 0 and "expand" in r.stdout
