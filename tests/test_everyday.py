@@ -251,7 +251,7 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
 def test_version_and_shell_completion():
     from click.testing import CliRunner
     from growtool.cli import main
-    r = CliRunner().invoke(main, ["--version"])
+    r = CliRunner().invoke(main, ["--version"], prog_name="growtool")
     assert r.exit_code == 0 and r.stdout.startswith("growtool, version ")
     r = CliRunner().invoke(main, [], prog_name="growtool", env={"_GROWTOOL_COMPLETE": "bash_source"})
     assert r.exit_code == 0 and "_growtool_completion" in r.stdout and "complete " in r.stdout
