@@ -4,7 +4,8 @@ Reading is lazy: the header is checked first (so a malformed file gives one clea
 each tensor is read on demand with a plain positioned read (no mmap, see ``read_tensor``).
 Writing streams: the header is computed from the planned shapes, then each tensor is produced and
 written in turn, into a temporary file in the destination folder that is fsynced and renamed into
-place - a killed process leaves no partial output. The model config and growth lineage travel in the safetensors ``__metadata__``.
+place - a killed process leaves no partial output. The model config and growth lineage travel in
+the safetensors ``__metadata__``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import shutil
 import struct
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 
@@ -76,15 +77,17 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
             raise GrowError(f"{src}: tensor {name} has bad data offsets {offs!r}")
         b, en = offs
         if not (0 <= b <= en <= data_len):
-            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes (truncated or corrupt file)")
+            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes "
+                            "(truncated or corrupt file)")
         numel = 1
         for s in shape:
             numel *= s
         if numel * DTYPES[dt].itemsize != en - b:
-            raise GrowError(f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, header gives {en - b}")
+            raise GrowError(f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, "
+                            f"header gives {en - b}")
         spans.append((b, en, name))
     spans.sort()
-    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise GrowError(f"{src}: tensors {n0} and {n1} overlap in the file")
     return header, meta, 8 + n
@@ -208,7 +211,8 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> dict:
     for n, shp in want.items():
         dt, got = entries[n]
         if tuple(got) != shp:
-            raise GrowError(f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} (config and tensors disagree)")
+            raise GrowError(f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} "
+                            "(config and tensors disagree)")
         if dt not in FLOATS:
             raise GrowError(f"{src}: tensor {n} has dtype {dt}; weights must be floating point")
     dts = {entries[n][0] for n in want}
@@ -478,11 +482,12 @@ def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, m
         weight_map, total = {}, 0
         for k, part in enumerate(shards, 1):
             name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            atomic_file(folder / name, lambda fh: write_stream(fh, part, produce, meta, progress))
+            atomic_file(folder / name, lambda fh, part=part: write_stream(fh, part, produce, meta, progress))
             for n, shape, dt in part:
                 weight_map[n] = name
                 total += _nbytes(shape, dt)
-        write_json(folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        write_json(folder / "model.safetensors.index.json", index)
     write_json(folder / "config.json", cfg.to_hf())
     for name, data in (files or {}).items():
         atomic_file(folder / name, lambda fh, data=data: fh.write(data))

@@ -4,7 +4,6 @@ stdout carries only what a pipeline consumes (written paths, checkpoint bytes, -
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
 import signal
@@ -217,12 +216,15 @@ def bounded(low=None, high=None, low_open=False):
 @click.option("--width", type=int, required=True, callback=bounded(1))
 @click.option("--layers", type=int, required=True, callback=bounded(1))
 @click.option("--heads", type=int, required=True, callback=bounded(1))
-@click.option("--kv-heads", type=int, default=None, callback=bounded(1), help="llama: key/value heads (GQA); default = heads")
+@click.option("--kv-heads", type=int, default=None, callback=bounded(1),
+              help="llama: key/value heads (GQA); default = heads")
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="FFN width; default 4 x width")
 @click.option("--vocab", type=int, default=256, show_default=True, callback=bounded(1), help="256 = the byte tokenizer")
 @click.option("--context", type=int, default=256, show_default=True, callback=bounded(1))
-@click.option("--gamma", type=float, default=1.0, show_default=True, callback=bounded(0, low_open=True), help="sigma = fan_in^-gamma")
-@click.option("--embed-gamma", type=float, default=None, callback=bounded(0, low_open=True), help="embedding sigma = width^-embed_gamma (default gamma)")
+@click.option("--gamma", type=float, default=1.0, show_default=True, callback=bounded(0, low_open=True),
+              help="sigma = fan_in^-gamma")
+@click.option("--embed-gamma", type=float, default=None, callback=bounded(0, low_open=True),
+              help="embedding sigma = width^-embed_gamma (default gamma)")
 @click.option("--norm-eps", type=float, default=1e-12, show_default=True, callback=bounded(0, low_open=True))
 @click.option("--attn-gate/--no-attn-gate", default=True, show_default=True, help="gated attention")
 @click.option("--tie/--no-tie", default=True, show_default=True)
@@ -298,14 +300,16 @@ def show_plan(plan, quiet: bool) -> None:
 @click.argument("ckpt")
 @click.option("--width", type=int, required=True, callback=bounded(1), help="new residual width D")
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="new FFN width (default scales with width)")
-@click.option("--heads", type=int, default=None, callback=bounded(1), help="new query heads (default scales with width)")
+@click.option("--heads", type=int, default=None, callback=bounded(1),
+              help="new query heads (default scales with width)")
 @click.option("--recipe", default="srio", show_default=True, help="shipped name or YAML file")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a recipe field")
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
-@click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
+@click.option("--shard-size", default=None, metavar="SIZE",
+              help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True, help="replace an existing output")
 @click.option("--dry-run", is_flag=True, help="show the plan and whether it is exact; read no tensors, write nothing")
 @click.option("--plan-json", "plan_json_", is_flag=True, help="print the plan as JSON on stdout (before the path)")
@@ -342,8 +346,8 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
         path = checkpoint.save(out, plan.cfg, lineage, plan.outputs(), lambda n: growth.grow_tensor(n, plan, ck.get),
                                force=force, inputs=[ckpt], shard_size=shard_size, progress=bar)
     if plan.lossy:
-        from .verify import compare, random_batches
         from .model import LM
+        from .verify import compare, random_batches
         src = ck.model()
         grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
         c = compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, seed), alpha=0.0)
@@ -363,7 +367,8 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
 @click.option("--alpha", type=float, default=0.0, show_default=True, callback=bounded(0, 1), help="gate value to check")
 @click.option("--samples", type=int, default=16, show_default=True, callback=bounded(1), help="random sequences")
 @click.option("--data", type=click.Path(), default=None, help="also check on this text file (byte tokens)")
-@click.option("--tol", type=float, default=1e-4, show_default=True, callback=bounded(0), help="max |dlogit| / logit scale")
+@click.option("--tol", type=float, default=1e-4, show_default=True, callback=bounded(0),
+              help="max |dlogit| / logit scale")
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON on stdout")
 @click.option("--quiet", "-q", is_flag=True, help="no table, no progress bar (the verdict line stays)")
@@ -403,8 +408,8 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet):
                   f"{c.kl:.3g}", f"{c.top1:.4f}")
     if not quiet:
         err.print(t)
-    err.print(("[green]PASS[/]" if ok else "[red]FAIL[/]") + f": max |dlogit| within {tol:g} x logit scale at gate {alpha:g}"
-              if ok else f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}")
+    err.print(f"[green]PASS[/]: max |dlogit| within {tol:g} x logit scale at gate {alpha:g}" if ok else
+              f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}")
     sys.exit(0 if ok else 1)
 
 
@@ -412,10 +417,12 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet):
 
 @main.command()
 @click.argument("grown")
-@click.option("--alpha", type=float, required=True, callback=bounded(0, 1), help="gate value to bake in (0 = lossless, 1 = plain model)")
+@click.option("--alpha", type=float, required=True, callback=bounded(0, 1),
+              help="gate value to bake in (0 = lossless, 1 = plain model)")
 @click.option("-o", "--out", required=True, help="output (.safetensors, folder, or -)")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
-@click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
+@click.option("--shard-size", default=None, metavar="SIZE",
+              help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 def fold(grown, alpha, out, dtype, shard_size, force, quiet):
@@ -466,7 +473,8 @@ def inspect(ckpt, metrics, as_json):
               "norm_eps", "tied", "attn_gate", "parameters", "dtype"):
         t.add_row(k, f"{info[k]:,}" if k == "parameters" else str(info[k]))
     t.add_row("gates", "none (plain model)" if not cfg.gated else
-              f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, {cfg.base_ffn}/{cfg.ffn} ffn")
+              f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
+              f"{cfg.base_ffn}/{cfg.ffn} ffn")
     for i, st in enumerate(ck.lineage):
         desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
         if st.get("source_sha256"):
@@ -528,7 +536,8 @@ def train(ckpt, data_files, out, resume, quiet, **settings):
 # ---- demo ---------------------------------------------------------------------------------
 
 @main.command()
-@click.option("--out", default="growtool-demo", show_default=True, help="folder for every stage's files (must not exist)")
+@click.option("--out", default="growtool-demo", show_default=True,
+              help="folder for every stage's files (must not exist)")
 @click.option("--quick", is_flag=True, help="tiny models and short runs (well under a minute)")
 def demo(out, quick):
     """init -> train -> expand -> verify -> train -> expand -> verify -> train, on a generated corpus."""

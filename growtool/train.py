@@ -173,7 +173,8 @@ class Progress:
         if not enabled:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as P, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as P
         self.bar = P(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                      TimeRemainingColumn(), console=Console(stderr=True))
         self.task = self.bar.add_task("train", total=total, completed=done, info="")

@@ -19,19 +19,44 @@ from .errors import GrowError, check_range
 IDENTITY = ("data_sha256", "source_sha256")
 
 
-def setting(default, help: str, *, low=None, high=None, low_open=False, resume: bool | str = True,
-            saved: bool | None = None, choices=None, flag=False):
+def setting(
+    default,
+    help: str,
+    *,
+    low=None,
+    high=None,
+    low_open=False,
+    resume: bool | str = True,
+    saved: bool | None = None,
+    choices=None,
+    flag=False,
+):
     """A field of ``Settings``. ``resume``: True (a resumed run must match the saved value) or a string
     saying why it is not compared. ``saved``: kept in the run's saved settings (default: when compared)."""
     saved = resume is True if saved is None else saved
-    return field(default=default, metadata={"help": help, "low": low, "high": high, "low_open": low_open,
-                                            "resume": resume, "saved": saved, "choices": choices, "flag": flag})
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "low": low,
+            "high": high,
+            "low_open": low_open,
+            "resume": resume,
+            "saved": saved,
+            "choices": choices,
+            "flag": flag,
+        },
+    )
 
 
 @dataclass
 class Settings:
-    tokens: int | None = setting(None, "tokens to train on (default: one pass over the data)", low=1,
-                                 resume="resolved into steps, which is compared")
+    tokens: int | None = setting(
+        None,
+        "tokens to train on (default: one pass over the data)",
+        low=1,
+        resume="resolved into steps, which is compared",
+    )
     steps: int | None = setting(None, "optimizer steps (instead of --tokens)", low=1)
     batch: int = setting(16, "global batch (sequences per step)", low=1)
     seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
@@ -43,18 +68,29 @@ class Settings:
     gate_warmup_tokens: int | None = setting(None, "grown models: gate ramp 0->1 (default 10% of the run)", low=0)
     eval_every: int | None = setting(None, "steps between validations (default 5% of the run)", low=1)
     eval_batches: int = setting(8, "validation batches", low=1)
-    save_every: int | None = setting(None, "steps between resumable checkpoints (default 10%)", low=1,
-                                     resume="only decides when checkpoints are written", saved=True)
+    save_every: int | None = setting(
+        None,
+        "steps between resumable checkpoints (default 10%)",
+        low=1,
+        resume="only decides when checkpoints are written",
+        saved=True,
+    )
     metrics_every: int | None = setting(None, "steps between condensation metrics (default 10%)", low=1)
     seed: int = setting(0, "data order and initial RNG state", low=0)
     tokenizer: str = setting("byte", "byte, or a Hugging Face tokenizer.json")
-    device: str = setting("auto", "where to train", choices=("auto", "cpu", "cuda"),
-                          resume="the machine may change between invocations")
+    device: str = setting(
+        "auto", "where to train", choices=("auto", "cpu", "cuda"), resume="the machine may change between invocations"
+    )
     compile: bool = setting(False, "torch.compile the model", flag=True, resume="an execution detail")
-    deterministic: bool = setting(False, "deterministic kernels (CUDA runs then repeat and resume bitwise)",
-                                  flag=True, resume="an execution detail")
-    stop_at: int | None = setting(None, "end this invocation after this step (resumable)", low=1,
-                                  resume="each invocation may stop elsewhere")
+    deterministic: bool = setting(
+        False,
+        "deterministic kernels (CUDA runs then repeat and resume bitwise)",
+        flag=True,
+        resume="an execution detail",
+    )
+    stop_at: int | None = setting(
+        None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
+    )
 
     def check(self) -> None:
         """Every number in its range (one line naming the option); --tokens and --steps exclusive."""
@@ -78,9 +114,16 @@ class Settings:
         steps = max(1, int(steps))
         gate = None
         if gated:
-            gate = self.gate_warmup_tokens if self.gate_warmup_tokens is not None else max(1, round(0.1 * steps * per_step))
+            gate = (
+                self.gate_warmup_tokens
+                if self.gate_warmup_tokens is not None
+                else max(1, round(0.1 * steps * per_step))
+            )
         auto = {
-            "steps": steps, "seq": seq, "gate_warmup_tokens": gate, "tokenizer": tokenizer_key,
+            "steps": steps,
+            "seq": seq,
+            "gate_warmup_tokens": gate,
+            "tokenizer": tokenizer_key,
             "warmup": min(int(self.warmup if self.warmup is not None else max(1, round(0.05 * steps))), steps),
             "eval_every": int(self.eval_every or max(1, round(steps / 20))),
             "metrics_every": int(self.metrics_every or max(1, round(steps / 10))),

@@ -12,14 +12,13 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 
-from growtool import checkpoint, cli as cli_mod, growth
+from growtool import checkpoint, growth
+from growtool import cli as cli_mod
 
 from helpers_hardening import cli, listing, make_config, run, sha256, write_ckpt
-
 
 
 def bar(text: str) -> bool:
@@ -36,6 +35,7 @@ def one_error_line(stderr: str, start: str = "growtool: error: ") -> str:
 
 
 # ---- expand --dry-run / --plan-json -------------------------------------------------------
+
 
 @pytest.mark.parametrize("gated", [False, True])
 def test_dry_run_reads_no_weights_writes_nothing_and_shows_the_real_runs_plan(tmp_path, monkeypatch, gated):
@@ -57,7 +57,7 @@ def test_dry_run_reads_no_weights_writes_nothing_and_shows_the_real_runs_plan(tm
 
     real = cli("expand", src, "--width", 64, "-o", out)
     assert real.exit_code == 0, real.stderr
-    plan_part = dry.stderr[:dry.stderr.index("dry run:")]
+    plan_part = dry.stderr[: dry.stderr.index("dry run:")]
     assert "growth plan:" in plan_part and real.stderr.startswith(plan_part)
 
     # --plan-json: the same JSON with and without --dry-run (the real run names its output), path after it
@@ -92,6 +92,7 @@ def test_plan_json_and_stdout_output_conflict_is_one_line(tmp_path):
 
 
 # ---- progress -----------------------------------------------------------------------------
+
 
 def on_a_terminal(*args, delay: float = 0.0) -> tuple[int, str]:
     """Run growtool in a real process with its stderr on a pseudo-terminal; (exit code, terminal text)."""
@@ -145,34 +146,45 @@ def test_progress_bars_of_fold_and_verify(tmp_path, monkeypatch):
 
 # ---- errors -------------------------------------------------------------------------------
 
+
 def test_usage_errors_are_one_line_exit_2(tmp_path):
     src = write_ckpt(tmp_path / "a.safetensors", make_config())
-    for args, frag in ((["expand", src], "Missing option '--width'"),
-                       (["expand", src, "--width", 48, "--bogus"], "No such option '--bogus'"),
-                       (["grow", src], "No such command 'grow'"),
-                       (["expand", src, "--width", "wide"], "'wide' is not a valid integer")):
+    for args, frag in (
+        (["expand", src], "Missing option '--width'"),
+        (["expand", src, "--width", 48, "--bogus"], "No such option '--bogus'"),
+        (["grow", src], "No such command 'grow'"),
+        (["expand", src, "--width", "wide"], "'wide' is not a valid integer"),
+    ):
         r = cli(*args)
         assert r.exit_code == 2 and frag in one_error_line(r.stderr) and r.stdout == "", r.stderr
     p = run("expand", src)  # the same in a real process
     assert p.returncode == 2 and "--width" in one_error_line(p.stderr.decode()) and p.stdout == b""
 
 
-@pytest.mark.parametrize("args, frag", [
-    (["verify", "{a}", "{a}", "--samples", 0], "--samples must be positive, got 0"),
-    (["verify", "{a}", "{a}", "--alpha", 2], "--alpha must be in [0, 1], got 2"),
-    (["verify", "{a}", "{a}", "--tol", -1], "--tol must be at least 0"),
-    (["verify", "{a}", "{a}", "--alpha", "nan"], "--alpha must be in [0, 1], got nan"),
-    (["expand", "{a}", "--width", 0], "--width must be positive, got 0"),
-    (["expand", "{a}", "--width", 48, "--heads", -2], "--heads must be positive"),
-    (["expand", "{a}", "--width", 48, "--seed", -1], "--seed must be at least 0"),
-    (["fold", "{a}", "--alpha", -0.5, "-o", "{out}"], "--alpha must be in [0, 1]"),
-    (["init", "--family", "llama", "--width", 32, "--layers", 0, "--heads", 4, "-o", "{out}"], "--layers must be positive"),
-    (["init", "--family", "llama", "--width", 32, "--layers", 1, "--heads", 4, "--gamma", 0, "-o", "{out}"],
-     "--gamma must be positive"),
-    (["train", "{a}", "--data", "{a}", "--batch", 0, "--out", "{run}"], "--batch must be positive, got 0"),
-    (["train", "{a}", "--data", "{a}", "--lr", -1, "--out", "{run}"], "--lr must be positive"),
-    (["train", "{a}", "--data", "{a}", "--min-lr-ratio", 2, "--out", "{run}"], "--min-lr-ratio must be in [0, 1]"),
-])
+@pytest.mark.parametrize(
+    "args, frag",
+    [
+        (["verify", "{a}", "{a}", "--samples", 0], "--samples must be positive, got 0"),
+        (["verify", "{a}", "{a}", "--alpha", 2], "--alpha must be in [0, 1], got 2"),
+        (["verify", "{a}", "{a}", "--tol", -1], "--tol must be at least 0"),
+        (["verify", "{a}", "{a}", "--alpha", "nan"], "--alpha must be in [0, 1], got nan"),
+        (["expand", "{a}", "--width", 0], "--width must be positive, got 0"),
+        (["expand", "{a}", "--width", 48, "--heads", -2], "--heads must be positive"),
+        (["expand", "{a}", "--width", 48, "--seed", -1], "--seed must be at least 0"),
+        (["fold", "{a}", "--alpha", -0.5, "-o", "{out}"], "--alpha must be in [0, 1]"),
+        (
+            ["init", "--family", "llama", "--width", 32, "--layers", 0, "--heads", 4, "-o", "{out}"],
+            "--layers must be positive",
+        ),
+        (
+            ["init", "--family", "llama", "--width", 32, "--layers", 1, "--heads", 4, "--gamma", 0, "-o", "{out}"],
+            "--gamma must be positive",
+        ),
+        (["train", "{a}", "--data", "{a}", "--batch", 0, "--out", "{run}"], "--batch must be positive, got 0"),
+        (["train", "{a}", "--data", "{a}", "--lr", -1, "--out", "{run}"], "--lr must be positive"),
+        (["train", "{a}", "--data", "{a}", "--min-lr-ratio", 2, "--out", "{run}"], "--min-lr-ratio must be in [0, 1]"),
+    ],
+)
 def test_out_of_range_numbers_are_one_line_exit_2(tmp_path, args, frag):
     src = write_ckpt(tmp_path / "a.safetensors", make_config())
     names = {"{a}": src, "{out}": tmp_path / "o.safetensors", "{run}": tmp_path / "run"}
@@ -233,8 +245,11 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
     work.mkdir()
     digest = sha256(src)
     extra = ["--shard-size", "20KB"] if target == "folder" else []
-    p = subprocess.Popen([sys.executable, "-c", SLOW, "expand", str(src), "--width", "48", "-q", "-o",
-                          str(work / target), *extra], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    p = subprocess.Popen(
+        [sys.executable, "-c", SLOW, "expand", str(src), "--width", "48", "-q", "-o", str(work / target), *extra],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
     deadline = time.time() + 30
     while not any(work.iterdir()) and time.time() < deadline:  # the temporary output exists: mid-write
         time.sleep(0.02)
@@ -250,7 +265,9 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
 
 def test_version_and_shell_completion():
     from click.testing import CliRunner
+
     from growtool.cli import main
+
     r = CliRunner().invoke(main, ["--version"], prog_name="growtool")
     assert r.exit_code == 0 and r.stdout.startswith("growtool, version ")
     r = CliRunner().invoke(main, [], prog_name="growtool", env={"_GROWTOOL_COMPLETE": "bash_source"})

@@ -22,8 +22,22 @@ FIELDS = {f.name: f for f in fields(Settings)}
 IO_OPTIONS = {"ckpt", "data_files", "out", "resume", "quiet"}  # where, not how: not settings
 RUN = dict(steps=6, stop_at=2, batch=4, seq=16, eval_batches=2, device="cpu", progress=False)
 # for every setting compared on resume: a valid value that differs from RUN's resolved one
-ALT = dict(steps=7, batch=8, seq=8, lr=1e-2, min_lr_ratio=0.2, warmup=3, weight_decay=0.0, clip=0.5,
-           gate_warmup_tokens=7, eval_every=3, eval_batches=3, metrics_every=3, seed=1, tokenizer="{tokenizer}")
+ALT = dict(
+    steps=7,
+    batch=8,
+    seq=8,
+    lr=1e-2,
+    min_lr_ratio=0.2,
+    warmup=3,
+    weight_decay=0.0,
+    clip=0.5,
+    gate_warmup_tokens=7,
+    eval_every=3,
+    eval_batches=3,
+    metrics_every=3,
+    seed=1,
+    tokenizer="{tokenizer}",
+)
 
 
 def test_every_setting_is_a_train_option_with_its_default():
@@ -47,15 +61,21 @@ def test_every_setting_is_compared_on_resume_or_says_why_not():
 def stopped_run(tmp_path_factory):
     """A grown (gated) model, a short run stopped at step 2, and a tokenizer.json that fits the model."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
     d = tmp_path_factory.mktemp("settings")
     text = d / "t.txt"
-    text.write_text(" ".join(f"the {w} sees a {v} number {i % 7}." for i, (w, v) in
-                             enumerate(zip(["cat", "dog", "fox"] * 200, ["hat", "sea", "tree", "boat"] * 150))))
+    text.write_text(
+        " ".join(
+            f"the {w} sees a {v} number {i % 7}."
+            for i, (w, v) in enumerate(zip(["cat", "dog", "fox"] * 200, ["hat", "sea", "tree", "boat"] * 150))
+        )
+    )
     cfg = make_config(width=32, layers=1, vocab=256, context=16, attn_gate=True)
     ck = checkpoint.load(checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg).tensors()))
     plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    grown = checkpoint.save_tensors(str(d / "g.safetensors"), plan.cfg, [],
-                                    {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+    grown = checkpoint.save_tensors(
+        str(d / "g.safetensors"), plan.cfg, [], {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+    )
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()
     tok.train([str(text)], trainers.WordLevelTrainer(special_tokens=["[UNK]"]))
@@ -85,11 +105,13 @@ def test_resume_refuses_a_changed_setting(stopped_run, name):
     before = listing(stopped_run["dir"] / "run")
     value = stopped_run["tokenizer"] if name == "tokenizer" else ALT[name]
     with pytest.raises(GrowError, match=f"--resume: setting {name} = "):
-        train(stopped_run["grown"], [stopped_run["text"]], stopped_run["dir"] / "run", resume=True,
-              **{**RUN, name: value})
+        train(
+            stopped_run["grown"], [stopped_run["text"]], stopped_run["dir"] / "run", resume=True, **{**RUN, name: value}
+        )
     after = listing(stopped_run["dir"] / "run")
-    assert {k: v for k, v in after.items() if not k.startswith("cache")} == \
-        {k: v for k, v in before.items() if not k.startswith("cache")}
+    assert {k: v for k, v in after.items() if not k.startswith("cache")} == {
+        k: v for k, v in before.items() if not k.startswith("cache")
+    }
 
 
 def test_resume_refuses_other_data(stopped_run, tmp_path):
@@ -105,7 +127,15 @@ def test_every_bounded_setting_is_range_checked_in_one_line(tmp_path, name):
     bad = m["high"] + 1 if m["high"] is not None else m["low"] if m["low_open"] else m["low"] - 1
     with pytest.raises(GrowError, match=option(name)):
         Settings(**{name: bad}).check()
-    r = cli("train", tmp_path / "missing.safetensors", "--data", tmp_path / "missing.txt", option(name), bad,
-            "--out", tmp_path / "run")
+    r = cli(
+        "train",
+        tmp_path / "missing.safetensors",
+        "--data",
+        tmp_path / "missing.txt",
+        option(name),
+        bad,
+        "--out",
+        tmp_path / "run",
+    )
     assert r.exit_code == 2 and r.stderr.count("\n") == 1 and option(name) in r.stderr, r.stderr
     assert not (tmp_path / "run").exists()
