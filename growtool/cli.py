@@ -131,6 +131,9 @@ class Growtool(click.Group):
         except Interrupted as e:
             code = 128 + e.signum
             click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
+        except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
+            code = 128 + signal.SIGINT
+            click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)
         except click.ClickException as e:
             code = 2 if isinstance(e, click.UsageError) else e.exit_code
             hint = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) else ""
