@@ -26,9 +26,10 @@ from pathlib import Path
 
 import torch
 
+from . import hf_remote, nanogpt
 from .config import ModelConfig
 from .errors import GrowError
-from .families import IGNORED, expected_shapes
+from .families import IGNORED, arch_of, expected_shapes
 
 DTYPES = {
     "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -195,10 +196,27 @@ def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelCo
     return cfg, lineage
 
 
-def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> dict:
-    entries = {k: v for k, v in entries.items() if not IGNORED.search(k)}
-    if cfg.tie and "lm_head.weight" in entries:
-        entries.pop("lm_head.weight")  # HF sometimes stores the tied head too
+def _canonical(cfg: ModelConfig, entries: dict) -> dict[str, str]:
+    """Stored name -> growtool's name. Architectures list the prefixes other writers drop
+    (Hub GPT-2 files store ``h.0.attn...`` for ``transformer.h.0.attn...``)."""
+    want, out = expected_shapes(cfg), {}
+    for n in entries:
+        out[n] = n
+        if n not in want:
+            for canon, stored in arch_of(cfg).aliases.items():
+                if n.startswith(stored) and canon + n[len(stored):] in want:
+                    out[n] = canon + n[len(stored):]
+    return out
+
+
+def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> tuple[dict, dict]:
+    """(entries by growtool name in canonical order, growtool name -> stored name), checked."""
+    names = _canonical(cfg, entries)
+    entries = {names[k]: v for k, v in entries.items() if not IGNORED.search(k)}
+    stored = {c: k for k, c in names.items()}
+    head = arch_of(cfg).modules["head"] + ".weight"
+    if cfg.tie and head in entries:
+        entries.pop(head)  # HF sometimes stores the tied head too
     want = expected_shapes(cfg)
     missing = [n for n in want if n not in entries]
     extra = [n for n in entries if n not in want]
@@ -218,7 +236,7 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> dict:
     dts = {entries[n][0] for n in want}
     if len(dts) > 1:
         raise GrowError(f"{src}: tensors mix dtypes {sorted(dts)}")
-    return {n: entries[n] for n in want}  # canonical order
+    return {n: entries[n] for n in want}, {n: stored[n] for n in want}  # canonical order
 
 
 def read_tensor(path: Path, start: int, entry: dict, name: str) -> torch.Tensor:
@@ -274,12 +292,13 @@ def load(src: str | os.PathLike) -> Checkpoint:
         header, meta, start = parse_header(data, len(data), "<stdin>")
         cfg, lineage = _config_from(meta, None, "<stdin>")
         entries = {n: (e["dtype"], e["shape"]) for n, e in header.items()}
-        entries = _check_tensors(cfg, entries, "<stdin>")
+        entries, stored = _check_tensors(cfg, entries, "<stdin>")
 
         def get(name: str) -> torch.Tensor:  # one tensor copied out of the held bytes
-            b, e = header[name]["data_offsets"]
-            buf, dt = bytearray(memoryview(data)[start + b:start + e]), DTYPES[header[name]["dtype"]]
-            return (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(header[name]["shape"])
+            e = header[stored[name]]
+            b, en = e["data_offsets"]
+            buf, dt = bytearray(memoryview(data)[start + b:start + en]), DTYPES[e["dtype"]]
+            return (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(e["shape"])
 
         return Checkpoint(cfg, lineage, "<stdin>", entries, get, raw=data)
     p = Path(s)
@@ -305,13 +324,25 @@ def load(src: str | os.PathLike) -> Checkpoint:
         else:
             raise GrowError(f"{p}: folder has neither model.safetensors nor model.safetensors.index.json")
     else:
+        if nanogpt.is_torch_file(p):
+            return _load_nanogpt(p)
         files = [p]
         if (p.parent / "config.json").exists():
             folder_cfg = p.parent / "config.json"
-    entries, meta, get = _open_files(files, s)
+    entries, meta, read = _open_files(files, s)
     cfg, lineage = _config_from(meta, folder_cfg, s)
-    entries = _check_tensors(cfg, entries, s)
-    return Checkpoint(cfg, lineage, s, entries, get, files=files)
+    entries, stored = _check_tensors(cfg, entries, s)
+    return Checkpoint(cfg, lineage, s, entries, lambda name: read(stored[name]), files=files)
+
+
+def _load_nanogpt(p: Path) -> Checkpoint:
+    """A nanoGPT ``ckpt.pt``, held in memory as GPT-2 tensors (see ``nanogpt``)."""
+    cfg, tensors, entry = nanogpt.read(p)
+    entries = {n: (DTYPE_NAME[t.dtype], list(t.shape)) for n, t in tensors.items()}
+    dts = {e[0] for e in entries.values()}
+    if len(dts) > 1 or not dts <= FLOATS:
+        raise GrowError(f"{p}: tensors mix dtypes {sorted(dts)}")
+    return Checkpoint(cfg, [entry], str(p), entries, tensors.__getitem__, files=[p])
 
 
 # ---- writing ------------------------------------------------------------------------------
@@ -488,8 +519,8 @@ def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, m
                 total += _nbytes(shape, dt)
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         write_json(folder / "model.safetensors.index.json", index)
-    write_json(folder / "config.json", cfg.to_hf())
-    for name, data in (files or {}).items():
+    write_json(folder / "config.json", hf_remote.folder_config(cfg))
+    for name, data in {**hf_remote.folder_files(cfg), **(files or {})}.items():
         atomic_file(folder / name, lambda fh, data=data: fh.write(data))
 
 

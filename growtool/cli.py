@@ -20,6 +20,7 @@ from rich.table import Table
 
 from . import checkpoint, growth, recipes
 from .errors import GrowError, check_range
+from .families import ARCHS
 
 err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -215,7 +216,7 @@ def bounded(low=None, high=None, low_open=False):
 # ---- init ---------------------------------------------------------------------------------
 
 @main.command()
-@click.option("--family", type=click.Choice(["gpt2", "llama"]), required=True)
+@click.option("--family", type=click.Choice(list(ARCHS)), required=True, help="architecture")
 @click.option("--width", type=int, required=True, callback=bounded(1))
 @click.option("--layers", type=int, required=True, callback=bounded(1))
 @click.option("--heads", type=int, required=True, callback=bounded(1))
@@ -267,7 +268,8 @@ def default_out(src: str, width: int, folder: bool = False) -> str:
 
 def plan_table(plan) -> Table:
     t = Table(title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
-                    f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})", title_justify="left")
+                    f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})", title_justify="left",
+              caption=f"residual map: {plan.residual_map}", caption_justify="left")
     for c in ("tensor", "from", "to", "operation"):
         t.add_column(c)
     for row in plan.rows():
@@ -281,6 +283,7 @@ def plan_json(plan, out: str | None) -> dict:
     shape = lambda c: {k: getattr(c, k) for k in ("family", "width", "layers", "heads", "kv_heads", "ffn")}  # noqa: E731
     return {
         "source": shape(plan.src), "target": shape(plan.cfg), "recipe": plan.recipe["name"], "eps": plan.eps,
+        "residual_map": plan.residual_map,
         "exact": plan.exact, "lossy": list(plan.lossy), "warnings": list(plan.warnings),
         "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
         "outputs": {"tensors": len(outputs), "bytes": checkpoint.specs_nbytes(outputs),
@@ -341,6 +344,8 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
         verdict = ("[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
                    "measures it after a real run)" if plan.exact else
                    "[yellow]lossy[/] (reasons above; a real run measures the loss of function)")
+        if quiet:  # otherwise the table's caption says it
+            err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
         err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)",
                   soft_wrap=True)
         return

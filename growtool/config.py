@@ -1,4 +1,9 @@
-"""The model config: one dataclass for both families, and its mapping to Hugging Face config.json.
+"""The model config: one dataclass for every architecture, and its mapping to HF config.json.
+
+Which HF key holds which field is data in ``families.Arch`` (``keys``, ``fixed``, ``defaults``);
+this module only applies it. The whole source config.json travels in ``extra`` and is written
+back with the managed keys updated, so a grown folder is the same kind of model as its source
+(sliding windows, layer types, RoPE settings, token ids, dtype and the rest carried unchanged).
 
 Growth state lives here too: ``base_heads`` / ``base_ffn`` count the units that are *not*
 behind the warm-up gate. Units with a higher index (appended by a gated growth stage) have
@@ -11,13 +16,18 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .errors import GrowError
+from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
 
-FAMILIES = ("gpt2", "llama")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+FEATURE_FALLBACK = {"qkv_bias": False, "o_bias": False, "mlp_bias": False, "activation": "silu",
+                    "rotary_fraction": 1.0, "parallel": False}
+# keys that describe how a folder is loaded, not the model: rewritten on every save
+_NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
 
 
 @dataclass
 class ModelConfig:
-    family: str
+    family: str  # the architecture's name (a key of families.ARCHS)
     vocab_size: int
     width: int
     layers: int
@@ -29,18 +39,39 @@ class ModelConfig:
     norm_eps: float = 1e-5
     tie: bool = True
     attn_gate: bool = False
-    qkv_bias: bool = False  # llama only (gpt2 always has biases)
+    qkv_bias: bool | None = None  # None: the architecture's value (see Arch.fixed / defaults)
     rope_theta: float = 10000.0
     base_heads: int | None = None  # units below these counts are ungated
     base_ffn: int | None = None
-    extra: dict = field(default_factory=dict)  # unknown HF keys, carried through unchanged
+    extra: dict = field(default_factory=dict)  # the source HF config, carried through
+    o_bias: bool | None = None
+    mlp_bias: bool | None = None
+    activation: str | None = None
+    rotary_fraction: float | None = None  # share of head_dim that RoPE rotates
+    parallel: bool | None = None  # attention and MLP read the same residual (GPT-NeoX)
+    sliding_window: int | None = None
+    layer_types: list | None = None  # per layer "full_attention" | "sliding_attention"
 
     def __post_init__(self):
+        if self.family not in ARCHS:
+            raise GrowError(f"unknown family {self.family!r} (known: {', '.join(ARCHS)})")
+        a = arch_of(self)
+        for name, fallback in FEATURE_FALLBACK.items():
+            if name in a.fixed:
+                setattr(self, name, a.fixed[name])
+            elif getattr(self, name) is None:
+                same_key = [f for f, k in a.keys.items() if f != name and k == a.keys.get(name)]
+                val = getattr(self, same_key[0]) if same_key else None  # llama: attention_bias -> q/k/v and o
+                setattr(self, name, val if val is not None else a.defaults.get(name, fallback))
         if self.base_heads is None:
             self.base_heads = self.heads
         if self.base_ffn is None:
             self.base_ffn = self.ffn
         self.check()
+
+    @property
+    def arch(self):
+        return arch_of(self)
 
     @property
     def gated(self) -> bool:
@@ -49,26 +80,42 @@ class ModelConfig:
 
     @property
     def norm(self) -> str:
-        return "layernorm" if self.family == "gpt2" else "rmsnorm"
+        return self.arch.features.norm
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.rotary_fraction)
+
+    def window(self, layer: int) -> int | None:
+        """The sliding attention window of a layer (None: full causal attention)."""
+        if not self.sliding_window:
+            return None
+        if self.layer_types is not None and self.layer_types[layer] != "sliding_attention":
+            return None
+        return self.sliding_window
 
     def check(self) -> None:
-        if self.family not in FAMILIES:
-            raise GrowError(f"unknown family {self.family!r} (known: {', '.join(FAMILIES)})")
+        f = self.arch.features
         for name in ("vocab_size", "width", "layers", "heads", "kv_heads", "head_dim", "ffn", "context"):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise GrowError(f"config {name} must be a positive integer, got {v!r}")
         if self.heads % self.kv_heads:
             raise GrowError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}")
-        if self.family == "gpt2":
-            if self.heads * self.head_dim != self.width:
-                raise GrowError(f"gpt2 needs heads x head_dim == width, got {self.heads} x {self.head_dim} != {self.width}")
-            if self.kv_heads != self.heads:
-                raise GrowError("gpt2 has no grouped-query attention (kv_heads must equal heads)")
-        if self.family == "llama" and self.head_dim % 2:
-            raise GrowError(f"llama head_dim must be even for RoPE, got {self.head_dim}")
+        if not f.gqa and self.kv_heads != self.heads:
+            raise GrowError(f"{self.family} has no grouped-query attention (kv_heads must equal heads)")
+        if not f.free_head_dim and self.heads * self.head_dim != self.width:
+            raise GrowError(f"{self.family} needs heads x head_dim == width, got {self.heads} x {self.head_dim} != {self.width}")
+        if f.positions == "rope" and (self.rotary_dim % 2 or not 0 < self.rotary_fraction <= 1):
+            raise GrowError(f"RoPE needs an even rotary dimension, got head_dim {self.head_dim} x {self.rotary_fraction}")
+        if self.activation not in ACTIVATIONS:
+            raise GrowError(f"activation {self.activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
         if not (0 < self.norm_eps < 1):
             raise GrowError(f"norm eps must be in (0, 1), got {self.norm_eps}")
+        if self.sliding_window is not None and (not isinstance(self.sliding_window, int) or self.sliding_window <= 0):
+            raise GrowError(f"sliding_window must be a positive integer, got {self.sliding_window!r}")
+        if self.layer_types is not None and len(self.layer_types) != self.layers:
+            raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
         if self.base_heads % (self.heads // self.kv_heads):
@@ -78,110 +125,101 @@ class ModelConfig:
         return dataclasses.replace(self, **kw)
 
     def n_params(self) -> int:
-        d, f, hd = self.width, self.ffn, self.head_dim
-        qd, kvd = self.heads * hd, self.kv_heads * hd
-        attn = d * (qd + 2 * kvd) + qd * d + (self.heads * d if self.attn_gate else 0)
-        mlp = (3 if self.family == "llama" else 2) * d * f
-        if self.family == "gpt2":
-            attn += qd + 2 * kvd + d + (self.heads if self.attn_gate else 0)
-            mlp += f + d
-            norms = 4 * d
-        else:
-            attn += (qd + 2 * kvd) if self.qkv_bias else 0
-            norms = 2 * d
-        total = self.layers * (attn + mlp + norms) + self.vocab_size * d
-        total += 2 * d if self.family == "gpt2" else d
-        if self.family == "gpt2":
-            total += self.context * d
-        if not self.tie:
-            total += self.vocab_size * d
-        if self.gated:
-            total += self.layers  # one growth-gate scalar per block
+        """Parameters, counted from the checkpoint's tensor shapes (a tied head counts once)."""
+        total = 0
+        for shape in expected_shapes(self).values():
+            n = 1
+            for s in shape:
+                n *= s
+            total += n
         return total
 
     # ---- Hugging Face config.json -------------------------------------------------------
 
     def to_hf(self) -> dict:
-        """An HF-style config dict (loads in transformers), plus a ``growtool`` section."""
-        own = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
-        if self.family == "gpt2":
-            hf = {
-                "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"],
-                "vocab_size": self.vocab_size, "n_positions": self.context, "n_embd": self.width,
-                "n_layer": self.layers, "n_head": self.heads, "n_inner": self.ffn,
-                "layer_norm_epsilon": self.norm_eps, "activation_function": "gelu_new",
-                "tie_word_embeddings": self.tie, "resid_pdrop": 0.0, "embd_pdrop": 0.0,
-                "attn_pdrop": 0.0, "scale_attn_weights": True,
-                "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False,
-            }
-        else:
-            hf = {
-                "model_type": "llama", "architectures": ["LlamaForCausalLM"],
-                "vocab_size": self.vocab_size, "hidden_size": self.width,
-                "intermediate_size": self.ffn, "num_hidden_layers": self.layers,
-                "num_attention_heads": self.heads, "num_key_value_heads": self.kv_heads,
-                "head_dim": self.head_dim, "max_position_embeddings": self.context,
-                "rms_norm_eps": self.norm_eps, "rope_theta": self.rope_theta,
-                "rope_parameters": {"rope_type": "default", "rope_theta": self.rope_theta},
-                "tie_word_embeddings": self.tie, "attention_bias": self.qkv_bias,
-                "mlp_bias": False, "hidden_act": "silu",
-            }
-        out = {**self.extra, **hf, "growtool": own}
-        return out
+        """An HF config dict (loads in transformers as the architecture's stock class), plus a
+        ``growtool`` section. Remote-code folders (gated models) are made from it by ``hf_remote``."""
+        a = self.arch
+        hf = {**a.template, **self.extra}
+        for name, key in a.keys.items():
+            if name in a.fixed:
+                continue
+            val = getattr(self, name)
+            if val is None and key not in hf:
+                continue
+            hf[key] = val
+        if a.features.free_head_dim:
+            hf["head_dim"] = self.head_dim
+        if a.features.positions == "rope":
+            rp = dict(hf.get("rope_parameters") or {})
+            rp.setdefault("rope_type", "default")
+            rp["rope_theta"] = self.rope_theta
+            if self.rotary_fraction != 1.0 or "partial_rotary_factor" in rp:
+                rp["partial_rotary_factor"] = self.rotary_fraction
+            hf["rope_parameters"] = rp
+            hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
+        hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
+        hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
+        return hf
 
     @classmethod
     def from_hf(cls, hf: dict) -> "ModelConfig":
-        """Read an HF config dict (ours or one written by transformers)."""
+        """Read an HF config dict (ours, or one written by transformers, old or new)."""
         if not isinstance(hf, dict):
             raise GrowError("config is not a JSON object")
-        mt = hf.get("model_type")
         own = hf.get("growtool") or {}
-        known_extra = {k: v for k, v in hf.items() if k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+        mt = own.get("model_type") if hf.get("model_type") == "growtool" else hf.get("model_type")
+        if mt not in BY_MODEL_TYPE:
+            raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
+        a = BY_MODEL_TYPE[mt]
+        for key, reason in a.refuse.items():
+            if hf.get(key):
+                raise GrowError(reason)
+
+        def get(name, default=None):
+            key = a.keys.get(name)
+            val = hf.get(key) if key else None
+            return val if val is not None else a.defaults.get(name, default)
+
         try:
-            if mt == "gpt2":
-                act = hf.get("activation_function", "gelu_new")
-                if act not in ("gelu_new", "gelu_pytorch_tanh"):
-                    raise GrowError(f"gpt2 activation {act!r} is not supported (gelu_new only)")
-                if hf.get("scale_attn_by_inverse_layer_idx") or hf.get("reorder_and_upcast_attn"):
-                    raise GrowError("gpt2 scale_attn_by_inverse_layer_idx / reorder_and_upcast_attn are not supported")
-                d, h = int(hf["n_embd"]), int(hf["n_head"])
+            d, h = int(get("width")), int(get("heads"))
+            hd = hf.get("head_dim") if a.features.free_head_dim else None
+            if hd is None:
                 if d % h:
-                    raise GrowError(f"heads {h} do not divide width {d}")
-                cfg = cls(
-                    family="gpt2", vocab_size=int(hf["vocab_size"]), width=d, layers=int(hf["n_layer"]),
-                    heads=h, kv_heads=h, head_dim=d // h, ffn=int(hf.get("n_inner") or 4 * d),
-                    context=int(hf.get("n_positions", 1024)), norm_eps=float(hf.get("layer_norm_epsilon", 1e-5)),
-                    tie=bool(hf.get("tie_word_embeddings", True)), attn_gate=bool(own.get("attn_gate", False)),
-                    base_heads=own.get("base_heads"), base_ffn=own.get("base_ffn"), extra=known_extra,
-                )
-            elif mt == "llama":
-                act = hf.get("hidden_act", "silu")
-                if act != "silu":
-                    raise GrowError(f"llama hidden_act {act!r} is not supported (silu only)")
-                if hf.get("mlp_bias"):
-                    raise GrowError("llama mlp_bias is not supported")
-                rope = hf.get("rope_parameters") or hf.get("rope_scaling") or {}
-                if rope.get("rope_type", rope.get("type", "default")) != "default":
-                    raise GrowError(f"rope scaling {rope.get('rope_type')!r} is not supported")
-                theta = float(hf.get("rope_theta") or rope.get("rope_theta") or 10000.0)
-                d, h = int(hf["hidden_size"]), int(hf["num_attention_heads"])
-                hd = hf.get("head_dim") or (d // h if d % h == 0 else None)
-                if hd is None:
                     raise GrowError(f"heads {h} do not divide width {d} and no head_dim is given")
-                cfg = cls(
-                    family="llama", vocab_size=int(hf["vocab_size"]), width=d,
-                    layers=int(hf["num_hidden_layers"]), heads=h,
-                    kv_heads=int(hf.get("num_key_value_heads") or h), head_dim=int(hd),
-                    ffn=int(hf["intermediate_size"]), context=int(hf.get("max_position_embeddings", 2048)),
-                    norm_eps=float(hf.get("rms_norm_eps", 1e-6)), tie=bool(hf.get("tie_word_embeddings", False)),
-                    attn_gate=bool(own.get("attn_gate", False)), qkv_bias=bool(hf.get("attention_bias", False)),
-                    rope_theta=theta, base_heads=own.get("base_heads"), base_ffn=own.get("base_ffn"),
-                    extra=known_extra,
-                )
-            else:
-                raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(FAMILIES)})")
-        except KeyError as e:
-            raise GrowError(f"config lacks {e.args[0]!r}") from None
-        except (TypeError, ValueError) as e:
+                hd = d // h
+            rp = hf.get("rope_parameters") or {}
+            legacy = hf.get("rope_scaling") or {}
+            rtype = rp.get("rope_type") or legacy.get("rope_type") or legacy.get("type") or "default"
+            if rtype != "default":
+                raise GrowError(f"rope scaling {rtype!r} is not supported (default RoPE only)")
+            theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
+            frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
+            window = get("sliding_window")
+            if hf.get("use_sliding_window") is False:
+                window = None  # Qwen2/3 keep a window size in the config but switch it off
+            types = get("layer_types")
+            if window and types is None and hf.get("max_window_layers") is not None and "layer_types" in a.keys:
+                types = ["sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
+                         for i in range(int(get("layers")))]
+            cfg = cls(
+                family=a.name, vocab_size=int(get("vocab_size")), width=d, layers=int(get("layers")), heads=h,
+                kv_heads=int(get("kv_heads") or h), head_dim=int(hd), ffn=int(get("ffn") or 4 * d),
+                context=int(get("context")), norm_eps=float(get("norm_eps")), tie=bool(get("tie")),
+                attn_gate=bool(own.get("attn_gate", False)), qkv_bias=get("qkv_bias"), o_bias=get("o_bias"),
+                mlp_bias=get("mlp_bias"), activation=get("activation"), rope_theta=float(theta),
+                rotary_fraction=float(frac) if frac else None, parallel=get("parallel"),
+                sliding_window=int(window) if window else None, layer_types=list(types) if types else None,
+                base_heads=own.get("base_heads"), base_ffn=own.get("base_ffn"),
+                extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
+            )
+        except GrowError:
+            raise
+        except (KeyError, TypeError) as e:
+            missing = [a.keys.get(n) for n in ("width", "heads", "layers", "vocab_size") if get(n) is None]
+            if missing:
+                raise GrowError(f"config lacks {missing[0]!r}") from None
+            raise GrowError(f"config has a bad value: {e}") from None
+        except ValueError as e:
             raise GrowError(f"config has a bad value: {e}") from None
         return cfg

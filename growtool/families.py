@@ -1,4 +1,14 @@
-"""Families as data: for every tensor, its role and which axes are residual or unit axes.
+"""Architectures as data: one ``Arch`` per architecture, nothing else knows a family by name.
+
+An architecture is described by
+  * ``modules``: the Hugging Face module path of every *slot* (the model's generic name for a
+    weight: ``q``, ``o``, ``up``, ``ln1``, ...); block slots are relative to ``block``;
+  * ``features``: the facts the forward pass, growth and init read (norm kind, linear layout,
+    fused projections, MLP kind, positions, parallel residual, q/k norms, ...);
+  * ``keys``: where each ``ModelConfig`` field lives in the HF config.json, ``fixed`` values the
+    architecture always has, and ``defaults`` for keys a config may omit.
+
+From these, ``tensor_specs(cfg)`` derives every tensor of a checkpoint with its role and axes:
 
 Roles
   embedding    writes a token/position vector into the residual (residual axis = columns)
@@ -7,22 +17,181 @@ Roles
   writer_bias  a bias added to the residual by a writer
   unit_bias    a bias on units (q/k/v, FFN neurons, gate heads)
   norm_gain / norm_bias
+  head_norm    a per-head norm over head_dim (q/k norms): untouched when head_dim is fixed
   head         the untied output head (a reader of the final norm)
-  growth_gate  the warm-up gate scalar of a block (only in grown, unfolded checkpoints)
+  growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
-``qgate`` (one gate logit per query head, block 1), ``ffn`` (FFN neurons, block 1).
-A fused tensor (GPT-2's c_attn) lists several kinds: the unit axis is their concatenation.
+``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qgate`` (one gate
+logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
+is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
+ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
 
-``group`` picks the recipe section that fills new units / new columns ("attn" or "ffn").
-GPT-2 stores Conv1D weights as [in, out]; Llama stores nn.Linear weights as [out, in].
+Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+
+@dataclass(frozen=True)
+class Features:
+    norm: str = "rmsnorm"  # "layernorm" (gain + bias) | "rmsnorm" (gain)
+    linear: str = "out_in"  # weight layout: "out_in" (nn.Linear) | "in_out" (GPT-2's Conv1D)
+    qkv: str = "separate"  # "separate" q/k/v | "concat" [Q|K|V] | "interleaved" per head [q k v]
+    mlp: str = "glu"  # "glu" act(gate) * up | "glu_fused" [gate|up] in one tensor | "plain" act(up)
+    positions: str = "rope"  # "rope" | "learned" (a position embedding)
+    qk_norm: bool = False  # per-head RMSNorm on q and k over head_dim, before RoPE (Qwen3)
+    gqa: bool = True  # key/value heads may be fewer than query heads
+    free_head_dim: bool = True  # head_dim may differ from width / heads
+
+
+@dataclass(frozen=True)
+class Arch:
+    name: str
+    model_type: str
+    hf_class: str
+    block: str  # "model.layers.{i}."
+    modules: dict  # slot -> HF module path
+    features: Features
+    keys: dict  # ModelConfig field -> HF config key
+    fixed: dict = field(default_factory=dict)  # ModelConfig field -> value the architecture always has
+    defaults: dict = field(default_factory=dict)  # ModelConfig field -> value when the key is absent
+    template: dict = field(default_factory=dict)  # HF keys a fresh config.json carries
+    aliases: dict = field(default_factory=dict)  # stored-name prefix rewrites, canonical -> as stored
+    refuse: dict = field(default_factory=dict)  # HF key -> reason, refused when truthy
+
+    def path(self, slot: str, i: int | None = None) -> str:
+        p = self.modules[slot]
+        return self.block.format(i=i) + p if i is not None else p
+
+    @property
+    def embed(self) -> str:
+        return self.modules["embed"] + ".weight"
+
+    @property
+    def blocks_path(self) -> str:
+        return self.block.split(".{i}")[0]
+
+    def gate_name(self, i: int) -> str:
+        return self.block.format(i=i) + "growth_gate"
+
+
+_LLAMA_KEYS = {
+    "vocab_size": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers",
+    "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "head_dim": "head_dim",
+    "ffn": "intermediate_size", "context": "max_position_embeddings", "norm_eps": "rms_norm_eps",
+    "tie": "tie_word_embeddings", "activation": "hidden_act",
+}
+_LLAMA_MODULES = {
+    "embed": "model.embed_tokens", "final_norm": "model.norm", "head": "lm_head",
+    "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
+    "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
+    "g": "self_attn.g_proj", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
+    "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
+}
+
+GPT2 = Arch(
+    name="gpt2", model_type="gpt2", hf_class="GPT2LMHeadModel", block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.wte", "pos": "transformer.wpe", "final_norm": "transformer.ln_f", "head": "lm_head",
+        "ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "o": "attn.c_proj", "g": "attn.c_gate",
+        "up": "mlp.c_fc", "down": "mlp.c_proj",
+    },
+    features=Features(norm="layernorm", linear="in_out", qkv="concat", mlp="plain", positions="learned",
+                      gqa=False, free_head_dim=False),
+    keys={"vocab_size": "vocab_size", "width": "n_embd", "layers": "n_layer", "heads": "n_head", "ffn": "n_inner",
+          "context": "n_positions", "norm_eps": "layer_norm_epsilon", "tie": "tie_word_embeddings",
+          "activation": "activation_function"},
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True},
+    defaults={"activation": "gelu_new", "tie": True, "context": 1024, "norm_eps": 1e-5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "scale_attn_weights": True,
+              "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False},
+    aliases={"transformer.": ""},  # Hub files store GPT-2 keys without the "transformer." prefix
+    refuse={"scale_attn_by_inverse_layer_idx": "gpt2 scale_attn_by_inverse_layer_idx is not supported",
+            "reorder_and_upcast_attn": "gpt2 reorder_and_upcast_attn is not supported"},
+)
+
+LLAMA = Arch(
+    name="llama", model_type="llama", hf_class="LlamaForCausalLM", block="model.layers.{i}.",
+    modules=_LLAMA_MODULES, features=Features(),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
+MISTRAL = Arch(
+    name="mistral", model_type="mistral", hf_class="MistralForCausalLM", block="model.layers.{i}.",
+    modules=_LLAMA_MODULES, features=Features(),
+    keys={**_LLAMA_KEYS, "sliding_window": "sliding_window"},
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
+)
+
+QWEN2 = Arch(
+    name="qwen2", model_type="qwen2", hf_class="Qwen2ForCausalLM", block="model.layers.{i}.",
+    modules=_LLAMA_MODULES, features=Features(),
+    keys={**_LLAMA_KEYS, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    fixed={"qkv_bias": True, "o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
+)
+
+QWEN3 = Arch(
+    name="qwen3", model_type="qwen3", hf_class="Qwen3ForCausalLM", block="model.layers.{i}.",
+    modules=_LLAMA_MODULES, features=Features(qk_norm=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias",
+          "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
+)
+
+PHI3 = Arch(
+    name="phi3", model_type="phi3", hf_class="Phi3ForCausalLM", block="model.layers.{i}.",
+    modules={
+        "embed": "model.embed_tokens", "final_norm": "model.norm", "head": "lm_head",
+        "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
+        "qkv": "self_attn.qkv_proj", "o": "self_attn.o_proj", "g": "self_attn.g_proj",
+        "gate_up": "mlp.gate_up_proj", "down": "mlp.down_proj",
+    },
+    features=Features(qkv="concat", mlp="glu_fused"),
+    keys={**_LLAMA_KEYS, "sliding_window": "sliding_window"},
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+)
+
+GPT_NEOX = Arch(
+    name="gpt_neox", model_type="gpt_neox", hf_class="GPTNeoXForCausalLM", block="gpt_neox.layers.{i}.",
+    modules={
+        "embed": "gpt_neox.embed_in", "final_norm": "gpt_neox.final_layer_norm", "head": "embed_out",
+        "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
+        "qkv": "attention.query_key_value", "o": "attention.dense", "g": "attention.g_proj",
+        "up": "mlp.dense_h_to_4h", "down": "mlp.dense_4h_to_h",
+    },
+    features=Features(norm="layernorm", qkv="interleaved", mlp="plain", gqa=False, free_head_dim=False),
+    keys={"vocab_size": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers",
+          "heads": "num_attention_heads", "ffn": "intermediate_size", "context": "max_position_embeddings",
+          "norm_eps": "layer_norm_eps", "tie": "tie_word_embeddings", "activation": "hidden_act",
+          "qkv_bias": "attention_bias", "o_bias": "attention_bias", "parallel": "use_parallel_residual"},
+    fixed={"mlp_bias": True},
+    defaults={"activation": "gelu", "tie": False, "context": 2048, "norm_eps": 1e-5, "qkv_bias": True,
+              "o_bias": True, "parallel": True, "rotary_fraction": 0.25},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+)
+
+ARCHS = {a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX)}
+BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
+
+# Buffers some HF checkpoints carry that are not weights (causal masks, rotary tables).
+IGNORED = re.compile(r"(^|\.)(attn|attention)\.(masked_)?bias$|rotary_emb\.inv_freq$")
+
+
+def arch_of(cfg) -> Arch:
+    return ARCHS[cfg.family]
+
+
+# ---- tensors of a config ------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -32,84 +201,72 @@ class TensorSpec:
     unit_axis: int | None = None
     units: tuple[str, ...] = ()
     group: str | None = None
-    norm: str | None = None  # the norm (pattern) feeding this reader
-    when: str | None = None  # config flag that must be true for the tensor to exist ("attn_gate", "qkv_bias", "untied", "gated")
+    norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
 
 
-@dataclass(frozen=True)
-class Family:
-    name: str
-    norm: str  # "layernorm" | "rmsnorm"
-    tensors: tuple[TensorSpec, ...]
-    embed: str  # the token embedding (tied head)
-    block_prefix: str  # "transformer.h.{i}." - used for the gate name
-
-    def gate_name(self, i: int) -> str:
-        return self.block_prefix.format(i=i) + "growth_gate"
+def _qkv_units(f: Features) -> tuple[str, ...]:
+    return ("qkv",) if f.qkv == "interleaved" else ("q", "kv", "kv")
 
 
-T = TensorSpec
-_H = "transformer.h.{i}."
-GPT2 = Family(
-    name="gpt2",
-    norm="layernorm",
-    embed="transformer.wte.weight",
-    block_prefix=_H,
-    tensors=(
-        T("transformer.wte.weight", "embedding", res_axis=1),
-        T("transformer.wpe.weight", "embedding", res_axis=1),
-        T(_H + "ln_1.weight", "norm_gain"),
-        T(_H + "ln_1.bias", "norm_bias"),
-        T(_H + "attn.c_attn.weight", "reader", res_axis=0, unit_axis=1, units=("q", "kv", "kv"), group="attn", norm=_H + "ln_1"),
-        T(_H + "attn.c_attn.bias", "unit_bias", unit_axis=0, units=("q", "kv", "kv"), group="attn"),
-        T(_H + "attn.c_gate.weight", "reader", res_axis=0, unit_axis=1, units=("qgate",), group="attn", norm=_H + "ln_1", when="attn_gate"),
-        T(_H + "attn.c_gate.bias", "unit_bias", unit_axis=0, units=("qgate",), group="attn", when="attn_gate"),
-        T(_H + "attn.c_proj.weight", "writer", res_axis=1, unit_axis=0, units=("q",), group="attn"),
-        T(_H + "attn.c_proj.bias", "writer_bias", res_axis=0),
-        T(_H + "ln_2.weight", "norm_gain"),
-        T(_H + "ln_2.bias", "norm_bias"),
-        T(_H + "mlp.c_fc.weight", "reader", res_axis=0, unit_axis=1, units=("ffn",), group="ffn", norm=_H + "ln_2"),
-        T(_H + "mlp.c_fc.bias", "unit_bias", unit_axis=0, units=("ffn",), group="ffn"),
-        T(_H + "mlp.c_proj.weight", "writer", res_axis=1, unit_axis=0, units=("ffn",), group="ffn"),
-        T(_H + "mlp.c_proj.bias", "writer_bias", res_axis=0),
-        T(_H + "growth_gate", "growth_gate", when="gated"),
-        T("transformer.ln_f.weight", "norm_gain"),
-        T("transformer.ln_f.bias", "norm_bias"),
-        T("lm_head.weight", "head", res_axis=1, norm="transformer.ln_f", when="untied"),
-    ),
-)
+def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
+    """The tensor table of an architecture under a config's flags, derived from slots + features."""
+    f, B = a.features, a.block
+    r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
+    ln1, ln2 = B + a.modules["ln1"], B + a.modules["ln2"]
 
-_L = "model.layers.{i}."
-LLAMA = Family(
-    name="llama",
-    norm="rmsnorm",
-    embed="model.embed_tokens.weight",
-    block_prefix=_L,
-    tensors=(
-        T("model.embed_tokens.weight", "embedding", res_axis=1),
-        T(_L + "input_layernorm.weight", "norm_gain"),
-        T(_L + "self_attn.q_proj.weight", "reader", res_axis=1, unit_axis=0, units=("q",), group="attn", norm=_L + "input_layernorm"),
-        T(_L + "self_attn.k_proj.weight", "reader", res_axis=1, unit_axis=0, units=("kv",), group="attn", norm=_L + "input_layernorm"),
-        T(_L + "self_attn.v_proj.weight", "reader", res_axis=1, unit_axis=0, units=("kv",), group="attn", norm=_L + "input_layernorm"),
-        T(_L + "self_attn.q_proj.bias", "unit_bias", unit_axis=0, units=("q",), group="attn", when="qkv_bias"),
-        T(_L + "self_attn.k_proj.bias", "unit_bias", unit_axis=0, units=("kv",), group="attn", when="qkv_bias"),
-        T(_L + "self_attn.v_proj.bias", "unit_bias", unit_axis=0, units=("kv",), group="attn", when="qkv_bias"),
-        T(_L + "self_attn.g_proj.weight", "reader", res_axis=1, unit_axis=0, units=("qgate",), group="attn", norm=_L + "input_layernorm", when="attn_gate"),
-        T(_L + "self_attn.o_proj.weight", "writer", res_axis=0, unit_axis=1, units=("q",), group="attn"),
-        T(_L + "post_attention_layernorm.weight", "norm_gain"),
-        T(_L + "mlp.gate_proj.weight", "reader", res_axis=1, unit_axis=0, units=("ffn",), group="ffn", norm=_L + "post_attention_layernorm"),
-        T(_L + "mlp.up_proj.weight", "reader", res_axis=1, unit_axis=0, units=("ffn",), group="ffn", norm=_L + "post_attention_layernorm"),
-        T(_L + "mlp.down_proj.weight", "writer", res_axis=0, unit_axis=1, units=("ffn",), group="ffn"),
-        T(_L + "growth_gate", "growth_gate", when="gated"),
-        T("model.norm.weight", "norm_gain"),
-        T("lm_head.weight", "head", res_axis=1, norm="model.norm", when="untied"),
-    ),
-)
+    def w(slot):
+        return (B if slot not in ("embed", "pos", "final_norm", "head") else "") + a.modules[slot] + ".weight"
 
-FAMILY = {"gpt2": GPT2, "llama": LLAMA}
+    def b(slot):
+        return w(slot)[: -len("weight")] + "bias"
 
-# Buffers some HF checkpoints carry that are not weights.
-IGNORED = re.compile(r"(^|\.)attn\.(masked_)?bias$|rotary_emb\.inv_freq$")
+    def reader(slot, units, group, norm, bias):
+        out = [TensorSpec(w(slot), "reader", r_in, 1 - r_in, units, group, norm)]
+        if bias:
+            out.append(TensorSpec(b(slot), "unit_bias", unit_axis=0, units=units, group=group))
+        return out
+
+    def writer(slot, units, group, bias):
+        out = [TensorSpec(w(slot), "writer", 1 - r_in, r_in, units, group)]
+        if bias:
+            out.append(TensorSpec(b(slot), "writer_bias", res_axis=0))
+        return out
+
+    def norm(slot):
+        out = [TensorSpec(w(slot), "norm_gain")]
+        if f.norm == "layernorm":
+            out.append(TensorSpec(b(slot), "norm_bias"))
+        return out
+
+    s = [TensorSpec(w("embed"), "embedding", res_axis=1)]
+    if f.positions == "learned":
+        s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
+    s += norm("ln1")
+    if f.qkv == "separate":
+        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias)
+        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias)
+        s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
+    else:
+        s += reader("qkv", _qkv_units(f), "attn", ln1, cfg.qkv_bias)
+    if f.qk_norm:
+        s += [TensorSpec(w("q_norm"), "head_norm"), TensorSpec(w("k_norm"), "head_norm")]
+    if cfg.attn_gate:
+        s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
+    s += writer("o", ("q",), "attn", cfg.o_bias)
+    s += norm("ln2")
+    if f.mlp == "glu_fused":
+        s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
+    else:
+        if f.mlp == "glu":
+            s += reader("gate", ("ffn",), "ffn", ln2, cfg.mlp_bias)
+        s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
+    s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    if cfg.gated:
+        s.append(TensorSpec(B + "growth_gate", "growth_gate"))
+    s += norm("final_norm")
+    if not cfg.tie:
+        s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
+    return s
 
 
 def unit_count(cfg, kind: str) -> tuple[int, int]:
@@ -117,33 +274,22 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
     return {
         "q": (cfg.heads, cfg.head_dim),
         "kv": (cfg.kv_heads, cfg.head_dim),
+        "qkv": (cfg.heads, 3 * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
     }[kind]
 
 
-def _active(spec: TensorSpec, cfg) -> bool:
-    return {
-        None: True,
-        "attn_gate": cfg.attn_gate,
-        "qkv_bias": cfg.qkv_bias,
-        "untied": not cfg.tie,
-        "gated": cfg.gated,
-    }[spec.when]
-
-
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
-    """Every tensor name the config's checkpoint must hold, mapped to its spec (in file order)."""
-    fam = FAMILY[cfg.family]
-    out: dict[str, TensorSpec] = {}
-    for spec in fam.tensors:
-        if not _active(spec, cfg):
-            continue
-        if "{i}" in spec.pattern:
-            for i in range(cfg.layers):
-                out[spec.pattern.format(i=i)] = spec
-        else:
-            out[spec.pattern] = spec
+    """Every tensor name the config's checkpoint must hold, mapped to its spec (in file order):
+    the non-block tensors first, then block after block, then the final norm and head."""
+    specs = arch_specs(arch_of(cfg), cfg)
+    flat = [sp for sp in specs if "{i}" not in sp.pattern]
+    out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
+    for i in range(cfg.layers):
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern)
+    for sp in flat:
+        out.setdefault(sp.pattern, sp)
     return out
 
 
@@ -153,8 +299,10 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (1,)
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
         return (cfg.width,)
+    if spec.role == "head_norm":
+        return (cfg.head_dim,)
     if spec.role == "embedding":
-        rows = cfg.context if name.endswith("wpe.weight") else cfg.vocab_size
+        rows = cfg.vocab_size if name == arch_of(cfg).embed else cfg.context
         return (rows, cfg.width)
     if spec.role == "head":
         return (cfg.vocab_size, cfg.width)

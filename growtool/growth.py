@@ -1,11 +1,18 @@
-"""Width growth as a plan, then an execution: ``plan = build_plan(...)``; ``execute(plan, ckpt)``.
+"""Width growth as a plan, then an execution: ``plan = build_plan(...)``; ``grow_tensor(name, plan, get)``.
 
-The plan fixes everything before a tensor is touched: the target config, the rotation angle, the
-expansion of every unit axis in every block and of the residual axis, whether the result keeps
-the function (and if not, why), and the output tensor list. Execution then streams tensors one
-at a time through ``grow_tensor`` - which applies, in order: fold the norm gain (RMSNorm readers,
-when rotating), expand the unit axis, expand the residual axis, zero the writes that ungated units
-would make into new residual dims, rotate along the residual axis, cast.
+The plan fixes everything before a tensor is touched: the target config, the residual map (the
+rotation angle, or none) and why, the expansion of every unit axis in every block and of the
+residual axis, whether the result keeps the function (and if not, why), and for every output
+tensor the list of steps that make it. The printed plan table and the execution both read those
+steps, so they cannot disagree.
+
+Steps (each a small class below, with ``apply`` and ``describe``):
+  FoldGain        fold the norm gain into a reader (rotated RMSNorm readers)
+  ExpandUnits     grow the unit axis (new heads / FFN neurons) by the recipe's kind; Net2Net split
+  ExpandResidual  grow the residual axis by a kind; "tile" units fill the new-new block
+  ZeroOldWrites   old (ungated) units write nothing into the new residual dims
+  Rotate          the SRIO rotation along the residual axis
+  NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
 """
 
 from __future__ import annotations
@@ -18,8 +25,165 @@ from . import ops
 from .checkpoint import Checkpoint
 from .config import ModelConfig
 from .errors import GrowError
-from .families import FAMILY, TensorSpec, expected_shapes, tensor_specs, unit_count
+from .families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
 
+
+# ---- steps ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Ctx:
+    plan: "Plan"
+    get: object  # source tensor by name
+    name: str
+    spec: TensorSpec
+    layer: int | None
+
+
+class Step:
+    def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
+        raise NotImplementedError
+
+    def describe(self, plan: "Plan") -> str:  # pragma: no cover - interface
+        raise NotImplementedError
+
+
+@dataclass(frozen=True)
+class GateZero(Step):
+    def apply(self, t, c):
+        return torch.zeros(1)
+
+    def describe(self, plan):
+        return "warm-up gate = 0"
+
+
+@dataclass(frozen=True)
+class Keep(Step):
+    why: str = ""
+
+    def apply(self, t, c):
+        return t
+
+    def describe(self, plan):
+        return "keep" + (f" ({self.why})" if self.why else "")
+
+
+@dataclass(frozen=True)
+class NormGain(Step):
+    uniform: bool  # gains folded into the readers: every dim sqrt(d/D)
+
+    def apply(self, t, c):
+        return ops.grow_norm_gain(t, c.plan.cfg.width, uniform=self.uniform)
+
+    def describe(self, plan):
+        return "uniform sqrt(d/D) (gain folded into readers)" if self.uniform else "gain * sqrt(d/D), new = mean"
+
+
+@dataclass(frozen=True)
+class PadZero(Step):
+    def apply(self, t, c):
+        return ops.grow_norm_bias(t, c.plan.cfg.width)
+
+    def describe(self, plan):
+        return "keep, new = 0"
+
+
+@dataclass(frozen=True)
+class FoldGain(Step):
+    norm: str  # pattern of the norm feeding the reader
+
+    def apply(self, t, c):
+        gain = c.get(self.norm.format(i=c.layer) + ".weight").float()
+        return ops.fold_gain(t, gain, c.spec.res_axis)
+
+    def describe(self, plan):
+        return "fold gain"
+
+
+@dataclass(frozen=True)
+class ExpandUnits(Step):
+    writer: bool  # writers take the Net2Net split of copied units
+
+    def apply(self, t, c):
+        plan, spec, parts = c.plan, c.spec, []
+        sizes = [n * b for n, b in (unit_count(plan.src, k) for k in spec.units)]
+        for kind, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis)):
+            block = unit_count(plan.src, kind)[1]
+            seg = ops.expand_axis(seg, spec.unit_axis, plan.units[c.layer][kind], block)
+            if self.writer and plan.split[c.layer].get(kind) is not None:
+                seg = ops.scale_axis(seg, spec.unit_axis, plan.split[c.layer][kind], block)
+            parts.append(seg)
+        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
+
+    def describe(self, plan):
+        kind = plan.units[0]  # the same kinds in every block
+        return "units " + "/".join(sorted({kind[k].kind for k in kind})) + (" split" if self.writer else "")
+
+
+@dataclass(frozen=True)
+class ExpandResidual(Step):
+    key: str  # the residual expansion: "attn" / "ffn" (recipe columns), "zero", "mean"
+    tile: bool = False  # units grown by "tile" live in the new-new block
+
+    def apply(self, t, c):
+        plan, spec = c.plan, c.spec
+        out = ops.expand_axis(t, spec.res_axis, plan.res[self.key])
+        if self.tile:
+            _tile_into_new_block(out, t, spec, plan, c.layer)
+        return out
+
+    def describe(self, plan):
+        kind = plan.res[self.key].kind
+        text = {"zero": "pad 0", "mean": "mean fill"}.get(kind, f"new cols {kind}")
+        return text + (", tiled new-new block" if self.tile and _any_tile(plan) else "")
+
+
+@dataclass(frozen=True)
+class ZeroOldWrites(Step):
+    def apply(self, t, c):
+        plan, spec = c.plan, c.spec
+        kind = spec.units[0]
+        n_base = (plan.cfg.base_heads if kind == "q" else plan.cfg.base_ffn) * unit_count(plan.src, kind)[1]
+        d, D = plan.src.width, plan.cfg.width
+        t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
+        return t
+
+    def describe(self, plan):
+        return "old units write 0 to new dims"
+
+
+@dataclass(frozen=True)
+class Rotate(Step):
+    def apply(self, t, c):
+        return ops.rotate_(t, c.plan.src.width, c.plan.eps, c.spec.res_axis)
+
+    def describe(self, plan):
+        return f"R({plan.eps:.4g})"
+
+
+def _any_tile(plan) -> bool:
+    return any(ops.KINDS[e.kind].fills_new_new_block and e.added for u in plan.units[:1] for e in u.values())
+
+
+def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorSpec, plan, layer: int) -> None:
+    """Units grown by "tile" live in the new residual dims only (in place on ``out``).
+
+    Their weights on the old residual dims are 0 and those on the new dims are the old matrix
+    tiled and cropped: the new-new block of the grown matrix is W[i mod n, j mod d]. Such units
+    pass through the gate, so the function at gate 0 is unchanged whatever they hold.
+    """
+    d, D, off = plan.src.width, plan.cfg.width, 0
+    for kind in spec.units:
+        e, block = plan.units[layer][kind], unit_count(plan.src, kind)[1]
+        if ops.KINDS[e.kind].fills_new_new_block and e.added:
+            lo, n = off + e.n * block, e.added * block
+            tiled = ops.expand_axis(t_units.narrow(spec.unit_axis, lo, n), spec.res_axis, plan.res["tile"])
+            dst = out.narrow(spec.unit_axis, lo, n)
+            dst.narrow(spec.res_axis, 0, d).zero_()
+            dst.narrow(spec.res_axis, d, D - d).copy_(tiled.narrow(spec.res_axis, d, D - d))
+        off += e.n_new * block
+
+
+# ---- the plan -------------------------------------------------------------------------------
 
 @dataclass
 class Plan:
@@ -27,14 +191,16 @@ class Plan:
     cfg: ModelConfig  # the grown config
     recipe: dict
     seed: int
-    eps: float  # cos of the SRIO angle actually used
+    eps: float  # cos of the SRIO angle actually used (1 = no rotation)
     rotate_readers: bool  # RMSNorm with a real rotation: readers take R^T, norm gains fold into them
+    residual_map: str  # the residual map chosen, and why
     lossy: list[str]  # reasons the function is not kept (empty = exact at gate 0)
     units: list[dict]  # per block: unit kind -> Expansion
     split: list[dict]  # per block: unit kind -> writer multipliers (Net2Net split) or None
-    res: dict  # residual expansions by group: "attn", "ffn", "head", "zero", "mean"
+    res: dict  # residual expansions: "attn", "ffn", "tile", "zero", "mean"
     dtype: torch.dtype
     specs: dict = field(default_factory=dict)  # output name -> (TensorSpec, layer or None)
+    steps: dict = field(default_factory=dict)  # output name -> [Step]
     warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
 
     @property
@@ -45,7 +211,7 @@ class Plan:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
 
     def rows(self) -> list[tuple[str, str, str, str]]:
-        """(tensor pattern, old shape, new shape, operation) - one row per pattern."""
+        """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""
         old, new = expected_shapes(self.src), expected_shapes(self.cfg)
         seen, out = set(), []
         for name, (spec, _) in self.specs.items():
@@ -53,38 +219,58 @@ class Plan:
                 continue
             seen.add(spec.pattern)
             o = "x".join(map(str, old[name])) if name in old else "-"
-            out.append((spec.pattern, o, "x".join(map(str, new[name])), describe(spec, self, name)))
+            op = ", ".join(s.describe(self) for s in self.steps[name])
+            out.append((spec.pattern, o, "x".join(map(str, new[name])), op))
         return out
 
 
-def describe(spec: TensorSpec, plan: Plan, name: str) -> str:
-    r = plan.recipe
-    rot = f"R({plan.eps:.4g})" if plan.eps != 1.0 else "no rotation"
-    mode = lambda g: {"attn": r["attention"], "ffn": r["ffn"]}[g]  # noqa: E731
-    if spec.role == "growth_gate":
-        return "warm-up gate = 0"
-    if spec.role == "norm_gain":
-        return "uniform sqrt(d/D) (gain folded into readers)" if plan.rotate_readers else "gain * sqrt(d/D), new = mean"
-    if spec.role == "norm_bias":
-        return "keep, new = 0"
-    if spec.role == "embedding":
-        return "mean fill (tied LayerNorm head)" if _mean_filled(name, plan) else f"pad 0, {rot}"
-    if spec.role == "writer_bias":
-        return f"pad 0, {rot}"
-    units = "units " + (mode(spec.group).get("new_heads") or mode(spec.group).get("new_units")) if spec.units else ""
-    if spec.role == "unit_bias":
-        return units
-    if spec.role == "head":
-        return ("fold gain, " if plan.rotate_readers else "") + "new cols 0" + (f", {rot}" if plan.rotate_readers else "")
-    cols = mode(spec.group)["new_columns"]
-    if spec.role == "reader":
-        return ("fold gain, " if plan.rotate_readers else "") + f"{units}, new cols {cols}" + (f", {rot}" if plan.rotate_readers else "")
-    split = " split" if any(s.get(spec.units[0]) is not None for s in plan.split) else ""
-    return f"{units}{split}, new rows {cols} (gated units only), {rot}"
+def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
+    """The steps that make the grown tensor ``name`` from its source."""
+    role, rot = spec.role, [Rotate()] if plan.eps != 1.0 else []
+    if role == "growth_gate":
+        return [GateZero()]
+    if role == "norm_gain":
+        return [NormGain(uniform=plan.rotate_readers)]
+    if role == "norm_bias":
+        return [PadZero()]
+    if role == "head_norm":
+        return [Keep("over head_dim, which is fixed")]
+    if role in ("embedding", "writer_bias"):
+        if _mean_filled(name, plan):
+            return [ExpandResidual("mean")]
+        return [ExpandResidual("zero")] + rot
+    if role == "unit_bias":
+        return [ExpandUnits(writer=False)]
+    fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
+    rrot = rot if plan.rotate_readers else []
+    if role == "head":
+        return fold + [ExpandResidual("zero")] + rrot
+    if role == "reader":
+        return fold + [ExpandUnits(writer=False), ExpandResidual(spec.group, tile=True)] + rrot
+    if role == "writer":
+        return [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+    raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
 
 
-def _mean_filled(name: str, plan: Plan) -> bool:
-    return plan.src.norm == "layernorm" and plan.src.tie and name == FAMILY[plan.src.family].embed
+def _mean_filled(name: str, plan) -> bool:
+    """The tied LayerNorm embedding is also the head: its new columns take the mean (LEMON)."""
+    return plan.src.norm == "layernorm" and plan.src.tie and name == arch_of(plan.src).embed
+
+
+def _heads_for(src: ModelConfig, D: int) -> int:
+    """Query heads for width D when --heads is not given. Where heads must fill the width, D /
+    head_dim; else D / head_dim if that keeps whole KV groups and the source had heads x head_dim
+    == width; else the whole-KV-group count nearest to heads x D / d (ties upward)."""
+    hd, r = src.head_dim, src.heads // src.kv_heads
+    if not arch_of(src).features.free_head_dim:
+        if D % hd:
+            raise GrowError(f"target width {D} is not a multiple of head_dim {hd}")
+        return D // hd
+    if src.heads * hd == src.width and D % hd == 0 and (D // hd) % r == 0:
+        return D // hd
+    want = src.heads * D / src.width
+    lo = max(src.heads, int(want // r) * r)
+    return min((lo, lo + r), key=lambda h: (abs(h - want), -h))
 
 
 def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | None) -> ModelConfig:
@@ -92,18 +278,19 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     if not isinstance(D, int) or D <= d:
         raise GrowError(f"target width {D} is not larger than the source width {d}")
     hd, r = src.head_dim, src.heads // src.kv_heads
-    if src.heads * hd == d and D % hd:
-        raise GrowError(f"target width {D} is not a multiple of head_dim {hd}")
+    bound = not arch_of(src).features.free_head_dim
     if heads is None:
-        if (src.heads * D) % d:
-            raise GrowError(f"width {D} does not scale the {src.heads} heads to a whole number; pass --heads")
-        heads = src.heads * D // d
-    if src.family == "gpt2" and heads * hd != D:
-        raise GrowError(f"target width {D} is not heads x head_dim ({heads} x {hd}); gpt2 needs them equal")
+        heads = _heads_for(src, D)
+    if bound and heads * hd != D:
+        raise GrowError(f"target width {D} is not heads x head_dim ({heads} x {hd}); {src.family} needs them equal")
     if heads < src.heads:
         raise GrowError(f"target heads {heads} fewer than the source's {src.heads}")
     if heads % r:
-        raise GrowError(f"target heads {heads} not a multiple of the {r} query heads per KV head")
+        ok = [h for h in range(src.heads, 2 * heads + r) if h % r == 0][:4]
+        raise GrowError(f"target heads {heads} not a multiple of the {r} query heads per KV head "
+                        f"(pass --heads {' or '.join(map(str, ok))})")
+    if bound and (D // hd) % r:
+        raise GrowError(f"width {D} gives {D // hd} heads, not a multiple of {r} query heads per KV head")
     if ffn is None:
         ffn = round(src.ffn * D / d)
     if ffn < src.ffn:
@@ -112,25 +299,38 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
                        norm_eps=ops.grow_norm_eps(src.norm_eps, d, D))
 
 
-def _resolve_eps(src: ModelConfig, D: int, eps) -> tuple[float, list[str]]:
-    d = src.width
-    exact = ops.exact_layernorm_eps(d, D)
-    reasons = []
+def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
+    """(eps, the map and why, reasons it is lossy) for the recipe's ``rotation.eps``.
+
+    LayerNorm removes the residual mean: only R(sqrt(d/D)) (or mean fill) keeps it exact.
+    RMSNorm commutes with any rotation once gains fold into the readers - unless the head is the
+    tied embedding, which cannot take the final norm's gain: then only eps 1 (zero padding).
+    """
+    exact = ops.exact_layernorm_eps(src.width, D)
+    tied_rms = src.norm == "rmsnorm" and src.tie
     if eps == "auto":
-        eps = 1.0 if (src.norm == "rmsnorm" and src.tie) else exact
-    eps = float(eps)
-    if src.norm == "layernorm" and abs(eps - exact) > 1e-9:
-        reasons.append(f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} keeps the function")
-    if src.norm == "rmsnorm" and src.tie and eps != 1.0:
-        reasons.append(f"a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
-    return eps, reasons
+        eps = 1.0 if tied_rms else exact
+    eps, lossy = float(eps), []
+    if src.norm == "layernorm":
+        why = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+        if abs(eps - exact) > 1e-9:
+            lossy.append(f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} keeps the function")
+    elif tied_rms:
+        why = "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation (the final norm's gain cannot fold into the embedding)"
+        if eps != 1.0:
+            lossy.append(f"a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
+    else:
+        why = f"R({eps:.4f}): RMSNorm commutes with any rotation once its gains fold into the readers"
+    if eps == 1.0 and not lossy and not tied_rms:
+        why = "eps 1 (zero padding): " + why.split(": ", 1)[1]
+    return eps, why, lossy
 
 
 def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = None, heads: int | None = None,
                seed: int = 0, allow_lossy: bool = False, dtype: torch.dtype = torch.float32,
                gate_values: list[float] | None = None) -> Plan:
     cfg = target_config(src, width, ffn, heads)
-    eps, lossy = _resolve_eps(src, width, recipe["rotation"]["eps"])
+    eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     gated = recipe["gate"]
     if src.gated:
         if not gated:
@@ -144,7 +344,7 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
         for sec, key in (("attention", "new_heads"), ("ffn", "new_units")):
             mode = recipe[sec][key]
             added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
-            if added and mode not in ("copy", "zero"):
+            if added and not ops.KINDS[mode].exact_without_gate:
                 lossy.append(f"new {sec} units filled by {mode!r} write without a warm-up gate")
     k = recipe["convex_k"]
     units, split = [], []
@@ -154,15 +354,14 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
         kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
         q = ops.group_to_heads(kv, r)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
-        units.append({"q": q, "kv": kv, "qgate": q, "ffn": f})
-        split.append({"q": ops.split_factors(q) if (not gated and q.kind == "copy") else None,
-                      "ffn": ops.split_factors(f) if (not gated and f.kind == "copy") else None})
+        units.append({"q": q, "kv": kv, "qkv": q, "qgate": q, "ffn": f})
+        split.append({kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
+                      for kind, e in (("q", q), ("ffn", f))})
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
     d, D = src.width, cfg.width
     res = {
         "attn": ops.make_expansion(recipe["attention"]["new_columns"], d, D, gen, k),
         "ffn": ops.make_expansion(recipe["ffn"]["new_columns"], d, D, gen, k),
-        "head": ops.make_expansion("zero", d, D, gen),
         "tile": ops.make_expansion("tile", d, D, gen),
         "zero": ops.make_expansion("zero", d, D, gen),
         "mean": ops.make_expansion("mean", d, D, gen),
@@ -170,95 +369,30 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
     warnings = []
     for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
         added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
-        if added and recipe[sec][key] == "zero":
+        if added and ops.KINDS[recipe[sec][key]].dead:
             warnings.append(f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
                             "zero-gradient saddle, so training never moves them (dead capacity)")
     if recipe["lossy"] is False and lossy and not allow_lossy:
         raise GrowError(f"refused: {lossy[0]} (pass --allow-lossy to grow anyway)")
-    plan = Plan(src, cfg, recipe, seed, eps, src.norm == "rmsnorm" and eps != 1.0, lossy, units, split, res, dtype,
-                warnings=warnings)
+    plan = Plan(src, cfg, recipe, seed, eps, src.norm == "rmsnorm" and eps != 1.0, why, lossy, units, split, res,
+                dtype, warnings=warnings)
     for name, spec in tensor_specs(cfg).items():
         layer = None
         if "{i}" in spec.pattern:
             layer = int(name[len(spec.pattern.split("{i}")[0]):].split(".")[0])
         plan.specs[name] = (spec, layer)
+        plan.steps[name] = tensor_steps(spec, name, plan)
     return plan
 
 
-def _expand_units(t: torch.Tensor, spec: TensorSpec, plan: Plan, layer: int, writer: bool) -> torch.Tensor:
-    parts = []
-    sizes = [n * b for n, b in (unit_count(plan.src, k) for k in spec.units)]
-    for kind, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis)):
-        block = unit_count(plan.src, kind)[1]
-        seg = ops.expand_axis(seg, spec.unit_axis, plan.units[layer][kind], block)
-        if writer and plan.split[layer].get(kind) is not None:
-            seg = ops.scale_axis(seg, spec.unit_axis, plan.split[layer][kind], block)
-        parts.append(seg)
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
-
-
-def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorSpec, plan: Plan, layer: int) -> None:
-    """Units grown by "tile" live in the new residual dims only (in place on ``out``).
-
-    Their weights on the old residual dims are 0 and those on the new dims are the old matrix
-    tiled and cropped: the new-new block of the grown matrix is W[i mod n, j mod d]. Such units
-    pass through the gate, so the function at gate 0 is unchanged whatever they hold.
-    """
-    d, D, off = plan.src.width, plan.cfg.width, 0
-    for kind in spec.units:
-        e, block = plan.units[layer][kind], unit_count(plan.src, kind)[1]
-        if e.kind == "tile" and e.added:
-            lo, n = off + e.n * block, e.added * block
-            tiled = ops.expand_axis(t_units.narrow(spec.unit_axis, lo, n), spec.res_axis, plan.res["tile"])
-            dst = out.narrow(spec.unit_axis, lo, n)
-            dst.narrow(spec.res_axis, 0, d).zero_()
-            dst.narrow(spec.res_axis, d, D - d).copy_(tiled.narrow(spec.res_axis, d, D - d))
-        off += e.n_new * block
-
-
 def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
-    """The grown tensor ``name``; ``get(src_name)`` reads source tensors (lazily)."""
+    """The grown tensor ``name``: its source (read lazily with ``get``) through the plan's steps."""
     spec, layer = plan.specs[name]
-    d, D, eps = plan.src.width, plan.cfg.width, plan.eps
-    if spec.role == "growth_gate":
-        return torch.zeros(1, dtype=plan.dtype)
-    t = get(name).float()
-    if spec.role == "norm_gain":
-        out = ops.grow_norm_gain(t, D, uniform=plan.rotate_readers)
-    elif spec.role == "norm_bias":
-        out = ops.grow_norm_bias(t, D)
-    elif spec.role in ("embedding", "writer_bias"):
-        if _mean_filled(name, plan):
-            out = ops.expand_axis(t, spec.res_axis, plan.res["mean"])
-        else:
-            out = ops.rotate_(ops.expand_axis(t, spec.res_axis, plan.res["zero"]), d, eps, spec.res_axis)
-    elif spec.role == "unit_bias":
-        out = _expand_units(t, spec, plan, layer, writer=False)
-    elif spec.role in ("reader", "head"):
-        if plan.rotate_readers:
-            gain = get(spec.norm.format(i=layer) + ".weight").float()
-            t = ops.fold_gain(t, gain, spec.res_axis)
-        if spec.units:
-            t = _expand_units(t, spec, plan, layer, writer=False)
-        out = ops.expand_axis(t, spec.res_axis, plan.res[spec.group or "head"])
-        if spec.units:
-            _tile_into_new_block(out, t, spec, plan, layer)
-        if plan.rotate_readers:
-            out = ops.rotate_(out, d, eps, spec.res_axis)
-    elif spec.role == "writer":
-        t_units = _expand_units(t, spec, plan, layer, writer=True)
-        t = ops.expand_axis(t_units, spec.res_axis, plan.res[spec.group])
-        _tile_into_new_block(t, t_units, spec, plan, layer)
-        kind = spec.units[0]
-        n_base = plan.cfg.base_heads if kind == "q" else plan.cfg.base_ffn
-        n_base *= unit_count(plan.src, kind)[1]
-        # ungated units must not write into the new residual dims (before rotation)
-        t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
-        out = ops.rotate_(t, d, eps, spec.res_axis)
-    else:  # pragma: no cover - the family tables only use the roles above
-        raise AssertionError(spec.role)
-    del t  # release the float32 source before the cast: lower peak memory for 16-bit checkpoints
-    return out.to(plan.dtype).contiguous()
+    t = None if spec.role == "growth_gate" else get(name).float()
+    c = Ctx(plan, get, name, spec, layer)
+    for step in plan.steps[name]:
+        t = step.apply(t, c)
+    return t.to(plan.dtype).contiguous()
 
 
 def lineage_entry(plan: Plan, source_sha256: str) -> dict:
@@ -267,15 +401,16 @@ def lineage_entry(plan: Plan, source_sha256: str) -> dict:
         "op": "expand", "source_sha256": source_sha256, "width_from": plan.src.width,
         "width_to": plan.cfg.width, "heads": [plan.src.heads, plan.cfg.heads],
         "ffn": [plan.src.ffn, plan.cfg.ffn], "recipe": plan.recipe["name"], "recipe_full": plan.recipe,
-        "eps": plan.eps, "seed": plan.seed, "exact": plan.exact, "growtool": __version__,
+        "eps": plan.eps, "residual_map": plan.residual_map, "seed": plan.seed, "exact": plan.exact,
+        "growtool": __version__,
     }
 
 
 def gate_values(ck: Checkpoint) -> list[float]:
-    fam = FAMILY[ck.config.family]
     if not ck.config.gated:
         return []
-    return [float(ck.get(fam.gate_name(i))[0]) for i in range(ck.config.layers)]
+    a = arch_of(ck.config)
+    return [float(ck.get(a.gate_name(i))[0]) for i in range(ck.config.layers)]
 
 
 # ---- fold ---------------------------------------------------------------------------------
@@ -306,4 +441,4 @@ def fold_tensor(name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dty
     return t.to(dtype)
 
 
-__all__ = ["Plan", "build_plan", "grow_tensor", "fold_tensor", "fold_config", "target_config"]
+__all__ = ["Plan", "build_plan", "grow_tensor", "fold_tensor", "fold_config", "target_config", "residual_map"]

@@ -40,7 +40,7 @@ def init_model(cfg: ModelConfig, gamma: float = 1.0, embed_gamma: float | None =
             sigma = init_sigma(name, spec, p.shape, cfg, gamma, embed_gamma)
             if sigma is not None:
                 p.copy_(torch.randn(p.shape, generator=gen) * sigma)
-            elif spec.role == "norm_gain":
+            elif spec.role in ("norm_gain", "head_norm"):
                 p.fill_(1.0)
             else:
                 p.zero_()

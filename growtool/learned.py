@@ -55,7 +55,7 @@ from . import growth, ops, recipes
 from .checkpoint import save, save_tensors
 from .config import ModelConfig
 from .errors import GrowError
-from .families import FAMILY, tensor_specs, unit_count
+from .families import arch_of, tensor_specs, unit_count
 from .model import LM
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
@@ -64,7 +64,8 @@ Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 def _with_head(cfg: ModelConfig, tensors: dict) -> dict:
     """Checkpoint tensors -> module parameters (a tied head is the embedding)."""
     if cfg.tie:
-        tensors = {**tensors, "lm_head.weight": tensors[FAMILY[cfg.family].embed]}
+        a = arch_of(cfg)
+        tensors = {**tensors, a.modules["head"] + ".weight": tensors[a.embed]}
     return tensors
 
 
@@ -243,7 +244,7 @@ class LiGO(torch.nn.Module):
             return self.ffn[layer]
         c = self.heads[layer]
         if kind == "kv":
-            return c
+            return c  # q, qkv (NeoX's per-head [q k v]) and qgate follow the query heads
         r = self.src.heads // self.src.kv_heads  # query heads per KV group: kron(C, I_r)
         return torch.kron(c, torch.eye(r))
 

@@ -1,35 +1,53 @@
-"""The one forward pass of the project: GPT-2 and Llama, with gated attention and growth gates.
+"""The one forward pass of the project, for every architecture in ``families``.
 
-Parameter names are Hugging Face's, so ``model.state_dict()`` *is* the checkpoint. Two
-growtool additions, both off in a plain HF model:
+It reads features, never an architecture's name: modules are created at the Hugging Face paths
+the architecture lists, so ``model.state_dict()`` *is* the checkpoint, and the forward pass finds
+them through slots (``q``, ``o``, ``up``, ``ln1``, ...). Two growtool additions, both off in a
+plain HF model:
 
-* gated attention (``attn_gate``): each head's output is multiplied by
-  sigmoid(x W_g) - x the normed block input, one logit per head - before the output projection;
+* gated attention (``attn_gate``): each head's output is multiplied by sigmoid(x W_g) - x the
+  normed block input, one logit per head - before the output projection;
 * growth gates: in a grown, unfolded model, units (query heads, FFN neurons) with an index at or
-  above ``base_heads`` / ``base_ffn`` have their outputs multiplied by the block's scalar
-  ``growth_gate``. Gate 0 is the source model's function; gate 1 is a plain model.
+  above ``base_heads`` / ``base_ffn`` have their outputs multiplied by the block's ``growth_gate``
+  (a 1-element parameter). Gate 0 is the source model's function; gate 1 is a plain model.
+
+This file, ``config.py``, ``families.py`` and ``errors.py`` import nothing else from growtool:
+they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
 
 from __future__ import annotations
-
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
+from .families import arch_of
+
+ACT = {
+    "gelu": lambda x: F.gelu(x),
+    "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
+    "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+    "silu": F.silu,
+}
 
 
-class Conv1D(nn.Module):
-    """GPT-2's linear layer: weight stored [in, out]."""
+class Linear(nn.Module):
+    """A linear layer whose weight is stored [out, in] (nn.Linear) or [in, out] (GPT-2's Conv1D)."""
 
-    def __init__(self, n_in: int, n_out: int):
+    def __init__(self, n_in: int, n_out: int, bias: bool, in_out: bool = False):
         super().__init__()
-        self.weight = nn.Parameter(torch.zeros(n_in, n_out))
-        self.bias = nn.Parameter(torch.zeros(n_out))
+        self.in_out = in_out
+        self.weight = nn.Parameter(torch.zeros((n_in, n_out) if in_out else (n_out, n_in)))
+        self.bias = nn.Parameter(torch.zeros(n_out)) if bias else None
 
     def forward(self, x):
-        return torch.addmm(self.bias, x.reshape(-1, x.shape[-1]), self.weight).view(*x.shape[:-1], -1)
+        if not self.in_out:
+            return F.linear(x, self.weight, self.bias)
+        y = x.reshape(-1, x.shape[-1])
+        y = torch.addmm(self.bias, y, self.weight) if self.bias is not None else y @ self.weight
+        return y.view(*x.shape[:-1], -1)
 
 
 class RMSNorm(nn.Module):
@@ -44,18 +62,26 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
+    return nn.LayerNorm(d, eps=cfg.norm_eps) if cfg.norm == "layernorm" else RMSNorm(d, cfg.norm_eps)
+
+
 def rope_tables(cfg: ModelConfig, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables of Llama's default rotary embedding ([T, head_dim])."""
-    hd = cfg.head_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, hd, 2, device=device, dtype=torch.float32) / hd))
+    """cos/sin tables of the default rotary embedding over the first ``rotary_dim`` dims ([T, rot])."""
+    rot = cfg.rotary_dim
+    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, rot, 2, device=device, dtype=torch.float32) / rot))
     f = torch.outer(torch.arange(T, device=device, dtype=torch.float32), inv)
     emb = torch.cat([f, f], dim=-1)
     return emb.cos(), emb.sin()
 
 
 def apply_rope(x, cos, sin):
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    """Rotate the first cos.shape[-1] dims of each head (partial rotary keeps the rest)."""
+    rot = cos.shape[-1]
+    xr, xp = x[..., :rot], x[..., rot:]
+    x1, x2 = xr.chunk(2, dim=-1)
+    xr = xr * cos + torch.cat([-x2, x1], dim=-1) * sin
+    return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
 
 
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
@@ -65,42 +91,59 @@ def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torc
     """[n] multipliers: 1 for ungated units (< base), the gate for grown ones."""
     m = torch.ones(n, dtype=like.dtype, device=like.device)
     if base < n:
-        m = torch.cat([m[:base], gate.to(like.dtype).expand(n - base)])
+        m = torch.cat([m[:base], gate.to(like.dtype).reshape(1).expand(n - base)])
+    return m
+
+
+def _put(root: nn.Module, path: str, module: nn.Module) -> None:
+    """Attach ``module`` at a dotted path, creating empty container modules on the way."""
+    *parents, last = path.split(".")
+    for p in parents:
+        if not hasattr(root, p):
+            root.add_module(p, nn.Module())
+        root = getattr(root, p)
+    root.add_module(last, module)
+
+
+def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
+    """The block's modules by slot, sized from the config and shaped by the features."""
+    f = arch_of(cfg).features
+    d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn
+    qd, kvd = cfg.heads * hd, cfg.kv_heads * hd
+
+    def lin(n_in, n_out, bias):
+        return Linear(n_in, n_out, bias, in_out=f.linear == "in_out")
+
+    m = {"ln1": make_norm(cfg, d), "ln2": make_norm(cfg, d)}
+    if f.qkv == "separate":
+        m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
+    else:
+        m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
+    if f.qk_norm:
+        m.update(q_norm=RMSNorm(hd, cfg.norm_eps), k_norm=RMSNorm(hd, cfg.norm_eps))
+    if cfg.attn_gate:
+        m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
+    m["o"] = lin(qd, d, cfg.o_bias)
+    if f.mlp == "glu_fused":
+        m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
+    else:
+        if f.mlp == "glu":
+            m["gate"] = lin(d, f_n, cfg.mlp_bias)
+        m["up"] = lin(d, f_n, cfg.mlp_bias)
+    m["down"] = lin(f_n, d, cfg.mlp_bias)
     return m
 
 
 class Block(nn.Module):
-    """One transformer block of either family; submodule names follow HF."""
+    """One transformer block; submodules sit at the architecture's HF paths."""
 
-    def __init__(self, cfg: ModelConfig):
+    def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
-        self.cfg = cfg
-        d, qd, kvd, f = cfg.width, cfg.heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn
-        if cfg.family == "gpt2":
-            self.ln_1 = nn.LayerNorm(d, eps=cfg.norm_eps)
-            self.attn = nn.Module()
-            self.attn.c_attn = Conv1D(d, qd + 2 * kvd)
-            self.attn.c_proj = Conv1D(qd, d)
-            if cfg.attn_gate:
-                self.attn.c_gate = Conv1D(d, cfg.heads)
-            self.ln_2 = nn.LayerNorm(d, eps=cfg.norm_eps)
-            self.mlp = nn.Module()
-            self.mlp.c_fc = Conv1D(d, f)
-            self.mlp.c_proj = Conv1D(f, d)
-        else:
-            self.input_layernorm = RMSNorm(d, cfg.norm_eps)
-            a = self.self_attn = nn.Module()
-            a.q_proj = nn.Linear(d, qd, bias=cfg.qkv_bias)
-            a.k_proj = nn.Linear(d, kvd, bias=cfg.qkv_bias)
-            a.v_proj = nn.Linear(d, kvd, bias=cfg.qkv_bias)
-            a.o_proj = nn.Linear(qd, d, bias=False)
-            if cfg.attn_gate:
-                a.g_proj = nn.Linear(d, cfg.heads, bias=False)
-            self.post_attention_layernorm = RMSNorm(d, cfg.norm_eps)
-            m = self.mlp = nn.Module()
-            m.gate_proj = nn.Linear(d, f, bias=False)
-            m.up_proj = nn.Linear(d, f, bias=False)
-            m.down_proj = nn.Linear(f, d, bias=False)
+        self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
+        a = arch_of(cfg)
+        self.slot = _slot_modules(cfg)  # a plain dict: the same module objects, found by slot
+        for name, mod in self.slot.items():
+            _put(self, a.modules[name], mod)
         if cfg.gated:
             self.growth_gate = nn.Parameter(torch.zeros(1))
 
@@ -110,84 +153,73 @@ class Block(nn.Module):
         return self.growth_gate if self.cfg.gated else torch.ones(1)
 
     def attention(self, x, rope, g):
-        cfg = self.cfg
+        cfg, s, f = self.cfg, self.slot, self.features
         B, T, _ = x.shape
         H, K, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
-        if cfg.family == "gpt2":
-            q, k, v = self.attn.c_attn(x).split([H * hd, K * hd, K * hd], dim=-1)
-        else:
-            a = self.self_attn
-            q, k, v = a.q_proj(x), a.k_proj(x), a.v_proj(x)
-        q = q.view(B, T, H, hd).transpose(1, 2)
-        k = k.view(B, T, K, hd).transpose(1, 2)
-        v = v.view(B, T, K, hd).transpose(1, 2)
+        if f.qkv == "separate":
+            q, k, v = s["q"](x), s["k"](x), s["v"](x)
+        elif f.qkv == "concat":
+            q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
+        else:  # interleaved: per head [q k v]
+            q, k, v = s["qkv"](x).view(B, T, H, 3 * hd).chunk(3, dim=-1)
+        q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
+        if f.qk_norm:
+            q, k = s["q_norm"](q), s["k_norm"](k)
+        q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        gqa = {}
+        kw = {"is_causal": True}
+        window = cfg.window(self.layer)
+        if window is not None and T > window:
+            i = torch.arange(T, device=x.device)
+            kw = {"attn_mask": (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)}
         if K != H and SDPA_GQA:  # query head h reads KV head h // (H / K), without copying K and V
-            gqa = {"enable_gqa": True}
+            kw["enable_gqa"] = True
         elif K != H:
             k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, **gqa)  # [B, H, T, hd]
+        y = F.scaled_dot_product_attention(q, k, v, **kw)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
             mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
         if cfg.attn_gate:
-            gl = (self.attn.c_gate(x) if cfg.family == "gpt2" else self.self_attn.g_proj(x))  # [B, T, H]
-            s = torch.sigmoid(gl).transpose(1, 2).unsqueeze(-1)
-            mult = s if mult is None else mult * s
+            sg = torch.sigmoid(s["g"](x)).transpose(1, 2).unsqueeze(-1)  # [B, H, T, 1]
+            mult = sg if mult is None else mult * sg
         if mult is not None:
             y = y * mult
-        y = y.transpose(1, 2).reshape(B, T, H * hd)
-        return self.attn.c_proj(y) if cfg.family == "gpt2" else self.self_attn.o_proj(y)
+        return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def ffn(self, x, g):
-        cfg = self.cfg
-        if cfg.family == "gpt2":
-            h = F.gelu(self.mlp.c_fc(x), approximate="tanh")
+        cfg, s, f = self.cfg, self.slot, self.features
+        act = ACT[cfg.activation]
+        if f.mlp == "glu_fused":
+            gate, up = s["gate_up"](x).chunk(2, dim=-1)
+            h = act(gate) * up
+        elif f.mlp == "glu":
+            h = act(s["gate"](x)) * s["up"](x)
         else:
-            h = F.silu(self.mlp.gate_proj(x)) * self.mlp.up_proj(x)
+            h = act(s["up"](x))
         if cfg.base_ffn < cfg.ffn:  # grown neurons behind the gate (skipped in a plain model)
             h = h * unit_mask(cfg.ffn, cfg.base_ffn, g, h)
-        return self.mlp.c_proj(h) if cfg.family == "gpt2" else self.mlp.down_proj(h)
+        return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):
-        g = self.gate(alpha)
-        if self.cfg.family == "gpt2":
-            x = x + self.attention(self.ln_1(x), rope, g)
-            return x + self.ffn(self.ln_2(x), g)
-        x = x + self.attention(self.input_layernorm(x), rope, g)
-        return x + self.ffn(self.post_attention_layernorm(x), g)
+        g, s = self.gate(alpha), self.slot
+        if self.cfg.parallel:
+            return x + self.attention(s["ln1"](x), rope, g) + self.ffn(s["ln2"](x), g)
+        x = x + self.attention(s["ln1"](x), rope, g)
+        return x + self.ffn(s["ln2"](x), g)
 
 
 class LM(nn.Module):
-    """A causal language model of either family; ``forward(idx) -> logits``."""
+    """A causal language model of any supported architecture; ``forward(idx) -> logits``."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.cfg = cfg
-        d = cfg.width
-        blocks = nn.ModuleList(Block(cfg) for _ in range(cfg.layers))
-        if cfg.family == "gpt2":
-            self.transformer = nn.Module()
-            self.transformer.wte = nn.Embedding(cfg.vocab_size, d)
-            self.transformer.wpe = nn.Embedding(cfg.context, d)
-            self.transformer.h = blocks
-            self.transformer.ln_f = nn.LayerNorm(d, eps=cfg.norm_eps)
-            emb = self.transformer.wte
-        else:
-            self.model = nn.Module()
-            self.model.embed_tokens = nn.Embedding(cfg.vocab_size, d)
-            self.model.layers = blocks
-            self.model.norm = RMSNorm(d, cfg.norm_eps)
-            emb = self.model.embed_tokens
-        self.lm_head = nn.Linear(d, cfg.vocab_size, bias=False)
-        if cfg.tie:
-            self.lm_head.weight = emb.weight
+        build(self, cfg)
 
     @property
     def blocks(self):
-        return self.transformer.h if self.cfg.family == "gpt2" else self.model.layers
+        return self.get_submodule(arch_of(self.cfg).blocks_path)
 
     def set_gates(self, value: float) -> None:
         """Set every block's growth gate (no-op on a plain model)."""
@@ -197,21 +229,7 @@ class LM(nn.Module):
                     b.growth_gate.fill_(value)
 
     def forward(self, idx, targets=None, alpha=None):
-        cfg = self.cfg
-        T = idx.shape[1]
-        if T > cfg.context:
-            raise ValueError(f"sequence length {T} exceeds the model's context {cfg.context}")
-        if cfg.family == "gpt2":
-            pos = torch.arange(T, device=idx.device)
-            x = self.transformer.wte(idx) + self.transformer.wpe(pos)
-            rope = None
-        else:
-            x = self.model.embed_tokens(idx)
-            rope = rope_tables(cfg, T, idx.device)
-        for b in self.blocks:
-            x = b(x, rope, alpha)
-        x = self.transformer.ln_f(x) if cfg.family == "gpt2" else self.model.norm(x)
-        logits = self.lm_head(x)
+        logits = run(self, idx, alpha)
         if targets is None:
             return logits
         loss = F.cross_entropy(logits.float().view(-1, logits.shape[-1]), targets.reshape(-1))
@@ -223,20 +241,50 @@ class LM(nn.Module):
         """The checkpoint's tensors (the tied head is not stored separately, as in HF)."""
         sd = self.state_dict()
         if self.cfg.tie:
-            sd.pop("lm_head.weight", None)
+            sd.pop(arch_of(self.cfg).modules["head"] + ".weight", None)
         return sd
 
     @classmethod
     def from_tensors(cls, cfg: ModelConfig, tensors: dict[str, torch.Tensor], dtype=torch.float32) -> "LM":
         model = cls(cfg)
+        a = arch_of(cfg)
         sd = {k: v.to(dtype) for k, v in tensors.items()}
         if cfg.tie:
-            sd["lm_head.weight"] = sd[FAMILY_EMBED[cfg.family]]
+            sd[a.modules["head"] + ".weight"] = sd[a.embed]
         model.load_state_dict(sd, strict=True)
         return model.to(dtype).eval()
 
 
-FAMILY_EMBED = {"gpt2": "transformer.wte.weight", "llama": "model.embed_tokens.weight"}
+def build(model: nn.Module, cfg: ModelConfig) -> None:
+    """Create the modules of a model of ``cfg`` on ``model`` (also used by the remote-code class)."""
+    a = arch_of(cfg)
+    model.cfg = cfg
+    _put(model, a.modules["embed"], nn.Embedding(cfg.vocab_size, cfg.width))
+    if a.features.positions == "learned":
+        _put(model, a.modules["pos"], nn.Embedding(cfg.context, cfg.width))
+    _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
+    _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
+    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=False))
+    if cfg.tie:
+        model.get_submodule(a.modules["head"]).weight = model.get_submodule(a.modules["embed"]).weight
+
+
+def run(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
+    """Logits of a model built by ``build`` for token ids ``idx`` [B, T]."""
+    cfg, a = model.cfg, arch_of(model.cfg)
+    T = idx.shape[1]
+    if T > cfg.context:
+        raise ValueError(f"sequence length {T} exceeds the model's context {cfg.context}")
+    x = model.get_submodule(a.modules["embed"])(idx)
+    rope = None
+    if a.features.positions == "learned":
+        x = x + model.get_submodule(a.modules["pos"])(torch.arange(T, device=idx.device))
+    else:
+        rope = rope_tables(cfg, T, idx.device)
+    for b in model.get_submodule(a.blocks_path):
+        x = b(x, rope, alpha)
+    x = model.get_submodule(a.modules["final_norm"])(x)
+    return model.get_submodule(a.modules["head"])(x)
 
 
 def logit_scale(logits: torch.Tensor) -> float:
@@ -248,4 +296,4 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-__all__ = ["LM", "Block", "ModelConfig", "logit_scale", "count_params"]
+__all__ = ["LM", "Block", "ModelConfig", "logit_scale", "count_params", "build", "run"]

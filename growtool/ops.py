@@ -61,6 +61,27 @@ def exact_layernorm_eps(d: int, D: int) -> float:
 # ---- expansions: how new units / new residual dims are filled from old ones ---------------
 
 @dataclass(frozen=True)
+class Kind:
+    """What an expansion kind guarantees (the one place these properties are stated)."""
+
+    exact_without_gate: bool  # new units may write ungated and the function is kept (split / zero)
+    splits_writers: bool  # the copied unit's writes are shared with its copies (Net2Net split)
+    fills_new_new_block: bool  # new units live in the new residual dims only (tile)
+    dead: bool  # new units are all zeros: a zero-gradient saddle, training never moves them
+    units: bool = True  # usable for new units (heads, FFN neurons)
+    columns: bool = True  # usable for readers' new residual columns
+
+
+KINDS = {
+    "convex": Kind(exact_without_gate=False, splits_writers=False, fills_new_new_block=False, dead=False),
+    "tile": Kind(exact_without_gate=False, splits_writers=False, fills_new_new_block=True, dead=False),
+    "copy": Kind(exact_without_gate=True, splits_writers=True, fills_new_new_block=False, dead=False, columns=False),
+    "mean": Kind(exact_without_gate=False, splits_writers=False, fills_new_new_block=False, dead=False, units=False),
+    "zero": Kind(exact_without_gate=True, splits_writers=False, fills_new_new_block=False, dead=True),
+}
+
+
+@dataclass(frozen=True)
 class Expansion:
     """New entries of an axis of size n -> n_new as mixtures of old entries.
 

@@ -27,9 +27,10 @@ from pathlib import Path
 import yaml
 
 from .errors import GrowError
+from .ops import KINDS
 
-UNIT_MODES = ("convex", "tile", "copy", "zero")
-COLUMN_MODES = ("convex", "tile", "mean", "zero")
+UNIT_MODES = tuple(k for k, v in KINDS.items() if v.units)
+COLUMN_MODES = tuple(k for k, v in KINDS.items() if v.columns)
 
 DEFAULTS = {
     "name": "custom",

@@ -22,7 +22,7 @@ import torch
 from safetensors.torch import save_file
 
 from growtool import checkpoint, growth, recipes
-from growtool.families import FAMILY
+from growtool.families import ARCHS
 
 from helpers_hardening import cli, listing, make_config, random_tensors, raw_safetensors, read_raw, run, sha256, write_ckpt
 
@@ -312,7 +312,7 @@ def target_width_not_larger(tmp, mp):
 
 @case
 def target_width_not_multiple_of_head_dim(tmp, mp):
-    a = base(tmp)
+    a = base(tmp, family="gpt2")  # llama-like families pick heads for any width; GPT-2's heads fill it
     return Case(["expand", a, "--width", 44, "-q", "-o", tmp / "o.safetensors"],
                 ["not a multiple of head_dim 8", "a.safetensors"], [a])
 
@@ -336,7 +336,7 @@ def source_gates_open(tmp, mp):
     src = random_tensors(cfg)
     plan = growth.build_plan(cfg, recipes.load("srio"), 48)
     t = {n: growth.grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
-    t[FAMILY["llama"].gate_name(0)].fill_(0.5)
+    t[ARCHS["llama"].gate_name(0)].fill_(0.5)
     g = tmp / "g.safetensors"
     checkpoint.save_tensors(str(g), plan.cfg, [], t)
     return Case(["expand", g, "--width", 64, "-q", "-o", tmp / "o.safetensors"], ["gates are open", "fold", "g.safetensors"], [g])

@@ -136,7 +136,7 @@ def test_recipe_file_and_set_overrides(tmp_path):
 
 @pytest.mark.parametrize("args, words", [
     (["--width", 48], "not larger"),
-    (["--width", 100], "head_dim"),
+    (["--width", 96, "--heads", 5], "--heads 4 or 6"),  # 5 query heads would split a KV group
     (["--width", 96, "--recipe", "nope"], "unknown recipe"),
     (["--width", 96, "--set", "rotation.angle=1"], "unknown recipe key"),
     (["--width", 96, "--set", "ffn.new_units=magic"], "ffn.new_units"),

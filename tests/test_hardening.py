@@ -25,8 +25,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from growtool import checkpoint
+from growtool import checkpoint, hf_remote
 from growtool.checkpoint import DTYPE_NAME
+from growtool.config import ModelConfig
 from growtool.verify import compare, random_batches
 
 from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
@@ -108,7 +109,9 @@ def check_hf_folder(folder: Path, like: Path, limit: int, same_source: bool = Tr
         seen.update({n: f.name for n in h})
     assert index == {"metadata": {"total_size": total}, "weight_map": seen}
     assert set(seen) == set(ref_header)
-    assert json.loads((folder / "config.json").read_text()) == json.loads(ref_meta["config"])
+    # config.json is the metadata's config, as a remote-code folder where the model has gates
+    assert json.loads((folder / "config.json").read_text()) == hf_remote.folder_config(
+        ModelConfig.from_hf(json.loads(ref_meta["config"])))
     assert_same_tensors(folder, like)
 
 
@@ -130,7 +133,8 @@ def test_sharded_expand_and_fold_write_hf_folders(tmp_path):
     assert cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "100KB", "--force").exit_code == 0
     assert 1 < len(shard_files(sharded)) < before
     assert cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "1GB", "--force").exit_code == 0
-    assert sorted(p.name for p in sharded.iterdir()) == ["config.json", "model.safetensors"]
+    code = sorted(hf_remote.folder_files(checkpoint.load(single).config))  # a gated model: remote code
+    assert code and sorted(p.name for p in sharded.iterdir()) == sorted(["config.json", "model.safetensors", *code])
     assert_same_tensors(sharded, single)
     # nothing else in the folder: no temporary or set-aside leftovers
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "f", "f.safetensors", "sharded", "single.safetensors"]

@@ -29,8 +29,10 @@ def test_rotation_is_orthogonal_and_identity_off_the_plane():
     R = ops.rotate(I, d, eps, 0)  # columns: R e_j
     assert torch.allclose(R.T @ R, I, atol=1e-12)
     u_old, u_grow = u_vectors(d, D)
-    v = torch.randn(D, dtype=torch.float64)
-    v -= (v @ u_old.double()) * u_old.double() + (v @ u_grow.double()) * u_grow.double()
+    u_old, u_grow = u_old.double(), u_grow.double()
+    u_old, u_grow = u_old / u_old.norm(), u_grow / u_grow.norm()  # unit in float64, not float32
+    v = torch.randn(D, dtype=torch.float64, generator=torch.Generator().manual_seed(0))
+    v -= (v @ u_old) * u_old + (v @ u_grow) * u_grow
     assert torch.allclose(R @ v, v, atol=1e-12)
     assert torch.equal(ops.rotate(I, d, 1.0, 0), I)  # eps = 1 is no operator
 
