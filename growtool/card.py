@@ -51,7 +51,8 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
         lines += ["No recorded stages (a plain checkpoint)."]
     lines += ["", "## Tokenizer", ""]
     if tokenizer is not None:
-        lines += [f"Carried unchanged from `{tokenizer.origin}`: " + ", ".join(f"`{n}`" for n in sorted(tokenizer.files)) + "."]
+        names = ", ".join(f"`{n}`" for n in sorted(tokenizer.files))
+        lines += [f"Carried unchanged from `{tokenizer.origin}`: {names}."]
     elif cfg.vocab_size == 256:
         lines += ["Byte-level (token id = byte value, 0..255): growtool's `byte` tokenizer."]
     else:

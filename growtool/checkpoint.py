@@ -4,7 +4,8 @@ Reading is lazy: the header is checked first (so a malformed file gives one clea
 each tensor is read on demand with a plain positioned read (no mmap, see ``read_tensor``).
 Writing streams: the header is computed from the planned shapes, then each tensor is produced and
 written in turn, into a temporary file in the destination folder that is fsynced and renamed into
-place - a killed process leaves no partial output. The model config and growth lineage travel in the safetensors ``__metadata__``.
+place - a killed process leaves no partial output. The model config and growth lineage travel in
+the safetensors ``__metadata__``.
 """
 
 from __future__ import annotations
@@ -19,9 +20,9 @@ import shutil
 import struct
 import sys
 import tempfile
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable
 
 import torch
 
@@ -38,6 +39,7 @@ DTYPES = {
 DTYPE_NAME = {v: k for k, v in DTYPES.items()}
 FLOATS = {"F64", "F32", "F16", "BF16"}
 MAX_HEADER = 100 * 1024 * 1024
+Progress = Callable[[str, int], None]  # called with (tensor name, bytes) after each tensor read or written
 
 
 # ---- reading ------------------------------------------------------------------------------
@@ -76,15 +78,17 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
             raise GrowError(f"{src}: tensor {name} has bad data offsets {offs!r}")
         b, en = offs
         if not (0 <= b <= en <= data_len):
-            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes (truncated or corrupt file)")
+            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes "
+                            "(truncated or corrupt file)")
         numel = 1
         for s in shape:
             numel *= s
         if numel * DTYPES[dt].itemsize != en - b:
-            raise GrowError(f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, header gives {en - b}")
+            raise GrowError(f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, "
+                            f"header gives {en - b}")
         spans.append((b, en, name))
     spans.sort()
-    for (b0, e0, n0), (b1, e1, n1) in zip(spans, spans[1:]):
+    for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise GrowError(f"{src}: tensors {n0} and {n1} overlap in the file")
     return header, meta, 8 + n
@@ -142,8 +146,18 @@ class Checkpoint:
     def main_dtype(self) -> torch.dtype:
         return self.dtype(next(iter(self.entries)))
 
-    def tensors(self) -> dict[str, torch.Tensor]:
-        return {n: self.get(n) for n in self.entries}
+    def nbytes(self) -> int:
+        """Bytes of tensor data (from the header: nothing is read)."""
+        return sum(_nbytes(shape, DTYPES[dt]) for dt, shape in self.entries.values())
+
+    def tensors(self, progress: Progress | None = None) -> dict[str, torch.Tensor]:
+        """Every tensor, read in turn; ``progress(name, nbytes)`` after each."""
+        out = {}
+        for n in self.entries:
+            out[n] = self.get(n)
+            if progress:
+                progress(n, out[n].numel() * out[n].element_size())
+        return out
 
     def sha256(self) -> str:
         h = hashlib.sha256()
@@ -155,9 +169,9 @@ class Checkpoint:
                     h.update(chunk)
         return h.hexdigest()
 
-    def model(self, dtype=torch.float32):
+    def model(self, dtype=torch.float32, progress: Progress | None = None):
         from .model import LM
-        return LM.from_tensors(self.config, self.tensors(), dtype=dtype)
+        return LM.from_tensors(self.config, self.tensors(progress), dtype=dtype)
 
 
 def _tokenizer_record(meta: dict, src: str) -> dict | None:
@@ -229,7 +243,8 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> tuple[dict, dic
     for n, shp in want.items():
         dt, got = entries[n]
         if tuple(got) != shp:
-            raise GrowError(f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} (config and tensors disagree)")
+            raise GrowError(f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} "
+                            "(config and tensors disagree)")
         if dt not in FLOATS:
             raise GrowError(f"{src}: tensor {n} has dtype {dt}; weights must be floating point")
     dts = {entries[n][0] for n in want}
@@ -379,8 +394,10 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
-def write_stream(fh, specs, produce: Callable[[str], torch.Tensor], meta: dict) -> None:
-    """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``.
+def write_stream(fh, specs, produce: Callable[[str], torch.Tensor], meta: dict,
+                 progress: Progress | None = None) -> None:
+    """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
+    ``progress(name, nbytes)`` after each.
 
     Only one produced tensor is alive at a time (it is released before the next is produced).
     """
@@ -389,8 +406,11 @@ def write_stream(fh, specs, produce: Callable[[str], torch.Tensor], meta: dict) 
         t = produce(name)
         if tuple(t.shape) != tuple(shape) or t.dtype != dt:
             raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
-        fh.write(_tensor_bytes(t))
+        b = _tensor_bytes(t)
+        fh.write(b)
         del t
+        if progress:
+            progress(name, b.nbytes)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -476,6 +496,11 @@ def _nbytes(shape, dt: torch.dtype) -> int:
     return n
 
 
+def specs_nbytes(specs) -> int:
+    """Tensor bytes of (name, shape, dtype) specs."""
+    return sum(_nbytes(shape, dt) for _, shape, dt in specs)
+
+
 def plan_shards(specs, shard_size: int | None) -> list[list]:
     """Split ``specs`` (in order) into shards of at most ``shard_size`` tensor bytes each; a tensor
     larger than the limit gets a shard of its own. One shard when the total fits (or no limit)."""
@@ -493,7 +518,7 @@ def plan_shards(specs, shard_size: int | None) -> list[list]:
 
 
 def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, meta: dict,
-                  files: dict[str, bytes] | None = None) -> None:
+                  files: dict[str, bytes] | None = None, progress: Progress | None = None) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
     shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
     (name -> bytes: tokenizer, generation config, modeling code, model card) beside them."""
@@ -501,16 +526,17 @@ def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, m
         atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
     if len(shards) == 1:
-        atomic_file(folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta))
+        atomic_file(folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta, progress))
     else:
         weight_map, total = {}, 0
         for k, part in enumerate(shards, 1):
             name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            atomic_file(folder / name, lambda fh: write_stream(fh, part, produce, meta))
+            atomic_file(folder / name, lambda fh, part=part: write_stream(fh, part, produce, meta, progress))
             for n, shape, dt in part:
                 weight_map[n] = name
                 total += _nbytes(shape, dt)
-        write_json(folder / "model.safetensors.index.json", {"metadata": {"total_size": total}, "weight_map": weight_map})
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        write_json(folder / "model.safetensors.index.json", index)
     write_json(folder / "config.json", hf_remote.folder_config(cfg))
     for name, data in {**hf_remote.folder_files(cfg), **(files or {})}.items():
         atomic_file(folder / name, lambda fh, data=data: fh.write(data))
@@ -531,16 +557,17 @@ def _replace(tmp: Path, dest: Path) -> None:
 
 def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool = False,
          inputs: Iterable[str] = (), shard_size: int | None = None, files: dict[str, bytes] | None = None,
-         tokenizer: dict | None = None) -> str:
+         progress: Progress | None = None, tokenizer: dict | None = None) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
 
     Tensors are produced one at a time and streamed to a temporary file (a temporary folder for a
     folder target) beside the destination, fsynced, then renamed into place: the destination is
     either absent, the earlier complete file, or the new complete one. ``files`` (name -> bytes)
-    are written into a folder target beside the weights (ignored for a single file). ``tokenizer``
-    (a record from ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects.
-    Returns the written path.
+    are written into a folder target beside the weights (ignored for a single file).
+    ``progress(name, nbytes)`` is called after each tensor is written. ``tokenizer`` (a record from
+    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects. Returns the
+    written path.
     """
     meta = metadata(cfg, lineage, tokenizer)
     dest = check_destination(out, inputs, force)
@@ -551,18 +578,18 @@ def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool 
                         "give a folder as -o to write shards")
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
-            write_stream(tmp, specs, produce, meta)
+            write_stream(tmp, specs, produce, meta, progress)
             tmp.seek(0)
             shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta))
+            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress))
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(tmpdir, cfg, shards, produce, meta, files)
+            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:

@@ -4,10 +4,13 @@ stdout carries only what a pipeline consumes (written paths, checkpoint bytes, -
 from __future__ import annotations
 
 import contextlib
-import functools
 import json
 import os
+import signal
 import sys
+import tempfile
+import time
+import traceback
 from pathlib import Path
 
 import click
@@ -16,7 +19,7 @@ from rich.console import Console
 from rich.table import Table
 
 from . import checkpoint, growth, recipes, tokenizer
-from .errors import GrowError
+from .errors import GrowError, check_range
 from .families import ARCHS
 
 err = Console(stderr=True)
@@ -36,52 +39,202 @@ def one_thread():
         torch.set_num_threads(n)
 
 
+PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+class Bar:
+    """A progress bar on stderr for the library's ``progress(name, amount)`` hooks: over tensors and
+    their bytes (``nbytes`` given: rate and ETA in bytes), or over ``items`` counted by ``amount``.
+    Drawn only when stderr is a terminal, without ``quiet``, and once the work has taken longer
+    than PROGRESS_DELAY. ``with Bar(...) as bar: library_call(..., progress=bar)``."""
+
+    def __init__(self, label: str, items: int, nbytes: int | None = None, quiet: bool = False, unit: str = "tensors"):
+        self.label, self.items, self.nbytes, self.unit = label, items, nbytes, unit
+        self.enabled = not quiet and stderr_is_terminal()
+        self.done, self.pending, self.bar, self.t0 = 0, 0, None, time.monotonic()
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        return self
+
+    def __call__(self, name: str, amount: int) -> None:
+        by_bytes = self.nbytes is not None
+        self.done += 1 if by_bytes else amount
+        self.pending += amount if by_bytes else 0
+        if not self.enabled or (self.bar is None and time.monotonic() - self.t0 < PROGRESS_DELAY):
+            return
+        if self.bar is None:
+            self.start(by_bytes)
+        self.bar.update(self.task, completed=self.pending if by_bytes else self.done,
+                        count=f"{self.done}/{self.items} {self.unit}")
+
+    def start(self, by_bytes: bool) -> None:
+        from rich import progress as rp
+        cols = [rp.DownloadColumn(), rp.TransferSpeedColumn()] if by_bytes else []
+        self.bar = rp.Progress(rp.TextColumn(self.label), rp.BarColumn(), *cols, rp.TextColumn("{task.fields[count]}"),
+                               rp.TimeRemainingColumn(), console=Console(stderr=True, force_terminal=True))
+        self.task = self.bar.add_task(self.label, total=self.nbytes if by_bytes else self.items, count="")
+        self.bar.start()
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+
 def clean_errors(fn):
-    """Bad input -> one line on stderr and exit 2 (GROWTOOL_DEBUG=1 shows tracebacks)."""
-    @functools.wraps(fn)
-    def wrapper(*a, **kw):
+    """Kept so that commands written against it still work: errors are handled once, in ``Growtool.main``."""
+    return fn
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def internal_error(e: BaseException, debug: bool) -> str:
+    """The line for an unexpected exception (a bug in growtool); the traceback goes to stderr with
+    --debug, else to a file the line names."""
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    if debug:
+        sys.stderr.write(tb)
+        where = "traceback above"
+    else:
         try:
-            return fn(*a, **kw)
-        except GrowError as e:
-            click.echo(f"growtool: error: {e}", err=True)
-            sys.exit(2)
-        except (KeyboardInterrupt, click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            fd, path = tempfile.mkstemp(prefix="growtool-traceback-", suffix=".txt")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(tb)
+            where = f"traceback in {path}; --debug prints it"
+        except OSError:
+            where = "rerun with --debug for the traceback"
+    msg = one_line(str(e)) or "(no message)"
+    return f"growtool: internal error: {type(e).__name__}: {msg} (a bug in growtool; {where})"
+
+
+class Growtool(click.Group):
+    """The command group, with the exit-code contract in one place: 0 ok, 1 a check failed, 2 bad input
+    or usage (one line), 3 an internal error (one line; traceback with --debug or in a file),
+    130 / 143 interrupted by SIGINT / SIGTERM (one line; writers remove their temporary files)."""
+
+    debug = False
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
+        code = 0
+        try:
+            with interrupts_as_exceptions():
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
+        except Interrupted as e:
+            code = 128 + e.signum
+            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
+        except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
+            code = 128 + signal.SIGINT
+            click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)
+        except click.ClickException as e:
+            code = 2 if isinstance(e, click.UsageError) else e.exit_code
+            hint = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) else ""
+            click.echo(f"growtool: error: {one_line(e.format_message())}{hint}", err=True)
+        except (GrowError, OSError, MemoryError) as e:  # bad input, or the machine said no (disk, memory)
+            code = 2
+            if Growtool.debug:
+                traceback.print_exc()
+            msg = one_line(str(e)) or type(e).__name__
+            if isinstance(e, OSError) and e.strerror:
+                msg = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+            if isinstance(e, MemoryError):
+                msg = f"out of memory ({msg})"
+            click.echo(f"growtool: error: {msg}", err=True)
+        except (SystemExit, click.exceptions.Exit):
             raise
         except Exception as e:
-            if os.environ.get("GROWTOOL_DEBUG"):
-                raise
-            msg = str(e).splitlines()[0] if str(e) else type(e).__name__
-            click.echo(f"growtool: error: {msg}", err=True)
-            sys.exit(2)
-    return wrapper
+            code = 3
+            click.echo(internal_error(e, Growtool.debug), err=True)
+        sys.exit(code)
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: unwinds like KeyboardInterrupt, so every writer's cleanup runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupts_as_exceptions():
+    """Turn SIGINT and SIGTERM into ``Interrupted`` (the second and later signals are ignored while the
+    first unwinds, so cleanup is not cut short). Only in the main thread; handlers restored after."""
+    def handler(signum, frame):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    try:
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def set_debug(ctx, param, value):
+    if value:
+        Growtool.debug = True
+
+
+@click.group(cls=Growtool, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="growtool")
+@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=set_debug,
+              help="show tracebacks (also GROWTOOL_DEBUG=1)")
 def main():
-    """Offline width growth of transformer checkpoints (SRIO, exact at gate 0)."""
+    """Offline width growth of transformer checkpoints (SRIO, exact at gate 0).
+
+    Exit codes: 0 ok, 1 a check failed (verify), 2 bad input or usage, 3 internal error,
+    130 / 143 interrupted. Shell completion: eval "$(_GROWTOOL_COMPLETE=bash_source growtool)".
+    """
+
+
+def bounded(low=None, high=None, low_open=False):
+    """A click callback: the option's number must lie in its range (one line naming the option)."""
+    def check(ctx, param, value):
+        if value is not None:
+            check_range(param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high,
+                        low_open)
+        return value
+    return check
 
 
 # ---- init ---------------------------------------------------------------------------------
 
 @main.command()
 @click.option("--family", type=click.Choice(list(ARCHS)), required=True, help="architecture")
-@click.option("--width", type=int, required=True)
-@click.option("--layers", type=int, required=True)
-@click.option("--heads", type=int, required=True)
-@click.option("--kv-heads", type=int, default=None, help="llama: key/value heads (GQA); default = heads")
-@click.option("--ffn", type=int, default=None, help="FFN width; default 4 x width")
-@click.option("--vocab", type=int, default=256, show_default=True, help="256 = the byte tokenizer")
-@click.option("--context", type=int, default=256, show_default=True)
-@click.option("--gamma", type=float, default=1.0, show_default=True, help="sigma = fan_in^-gamma")
-@click.option("--embed-gamma", type=float, default=None, help="embedding sigma = width^-embed_gamma (default gamma)")
-@click.option("--norm-eps", type=float, default=1e-12, show_default=True)
+@click.option("--width", type=int, required=True, callback=bounded(1))
+@click.option("--layers", type=int, required=True, callback=bounded(1))
+@click.option("--heads", type=int, required=True, callback=bounded(1))
+@click.option("--kv-heads", type=int, default=None, callback=bounded(1),
+              help="llama: key/value heads (GQA); default = heads")
+@click.option("--ffn", type=int, default=None, callback=bounded(1), help="FFN width; default 4 x width")
+@click.option("--vocab", type=int, default=256, show_default=True, callback=bounded(1), help="256 = the byte tokenizer")
+@click.option("--context", type=int, default=256, show_default=True, callback=bounded(1))
+@click.option("--gamma", type=float, default=1.0, show_default=True, callback=bounded(0, low_open=True),
+              help="sigma = fan_in^-gamma")
+@click.option("--embed-gamma", type=float, default=None, callback=bounded(0, low_open=True),
+              help="embedding sigma = width^-embed_gamma (default gamma)")
+@click.option("--norm-eps", type=float, default=1e-12, show_default=True, callback=bounded(0, low_open=True))
 @click.option("--attn-gate/--no-attn-gate", default=True, show_default=True, help="gated attention")
 @click.option("--tie/--no-tie", default=True, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("-o", "--out", required=True, help=".safetensors file, HF folder, or -")
 @click.option("--force", is_flag=True, help="replace an existing output")
-@clean_errors
 def init(family, width, layers, heads, kv_heads, ffn, vocab, context, gamma, embed_gamma, norm_eps,
          attn_gate, tie, seed, out, force):
     """Create a new model with gamma-initialisation."""
@@ -92,8 +245,6 @@ def init(family, width, layers, heads, kv_heads, ffn, vocab, context, gamma, emb
     cfg = ModelConfig(family=family, vocab_size=vocab, width=width, layers=layers, heads=heads,
                       kv_heads=kv_heads or heads, head_dim=width // heads, ffn=ffn or 4 * width,
                       context=context, norm_eps=norm_eps, tie=tie, attn_gate=attn_gate)
-    if not gamma > 0:
-        raise GrowError(f"--gamma must be positive, got {gamma}")
     model = init_model(cfg, gamma=gamma, embed_gamma=embed_gamma, seed=seed)
     lineage = [{"op": "init", "gamma": gamma, "embed_gamma": embed_gamma if embed_gamma is not None else gamma,
                 "seed": seed, "width": width}]
@@ -126,31 +277,61 @@ def plan_table(plan) -> Table:
     return t
 
 
+def plan_json(plan, out: str | None) -> dict:
+    """The plan for tools: source and target shapes, exactness and its reasons, every tensor's operation."""
+    outputs = plan.outputs()
+    shape = lambda c: {k: getattr(c, k) for k in ("family", "width", "layers", "heads", "kv_heads", "ffn")}  # noqa: E731
+    return {
+        "source": shape(plan.src), "target": shape(plan.cfg), "recipe": plan.recipe["name"], "eps": plan.eps,
+        "residual_map": plan.residual_map,
+        "exact": plan.exact, "lossy": list(plan.lossy), "warnings": list(plan.warnings),
+        "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
+        "outputs": {"tensors": len(outputs), "bytes": checkpoint.specs_nbytes(outputs),
+                    "dtype": str(plan.dtype).replace("torch.", "")},
+        "out": out,
+    }
+
+
+def show_plan(plan, quiet: bool) -> None:
+    """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
+    if not quiet:
+        err.print(plan_table(plan))
+    for reason in plan.lossy:
+        err.print(f"[yellow]lossy:[/] {reason}")
+    for w in plan.warnings:
+        err.print(f"[yellow]warning:[/] {w}")
+
+
 @main.command()
 @click.argument("ckpt")
-@click.option("--width", type=int, required=True, help="new residual width D")
-@click.option("--ffn", type=int, default=None, help="new FFN width (default scales with width)")
-@click.option("--heads", type=int, default=None, help="new query heads (default scales with width)")
+@click.option("--width", type=int, required=True, callback=bounded(1), help="new residual width D")
+@click.option("--ffn", type=int, default=None, callback=bounded(1), help="new FFN width (default scales with width)")
+@click.option("--heads", type=int, default=None, callback=bounded(1),
+              help="new query heads (default scales with width)")
 @click.option("--recipe", default="srio", show_default=True, help="shipped name or YAML file")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a recipe field")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
-@click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
+@click.option("--shard-size", default=None, metavar="SIZE",
+              help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True, help="replace an existing output")
+@click.option("--dry-run", is_flag=True, help="show the plan and whether it is exact; read no tensors, write nothing")
+@click.option("--plan-json", "plan_json_", is_flag=True, help="print the plan as JSON on stdout (before the path)")
 @click.option("--tokenizer", "tokenizer_path", default=None, metavar="PATH",
-              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files) instead of the input's own")
-@click.option("--quiet", "-q", is_flag=True, help="no plan table")
-@clean_errors
-def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, shard_size, force, quiet,
-           tokenizer_path):
+              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own")
+@click.option("--quiet", "-q", is_flag=True, help="no plan table, no progress bar")
+def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, shard_size, force, dry_run,
+           plan_json_, quiet, tokenizer_path):
     """Grow CKPT to --width; prints the written path on stdout."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
     out = out or default_out(ckpt, width, folder=shard_size is not None)
+    if plan_json_ and out == "-" and not dry_run:
+        raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
     checkpoint.check_destination(out, [ckpt], force)  # fail before any work
-    ck = checkpoint.load(ckpt)
+    ck = checkpoint.load(ckpt)  # the header and config; tensors are read on demand
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     try:
@@ -158,22 +339,29 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
                                  dtype=dt, gate_values=growth.gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{ckpt}: {e}") from None
-    if not quiet:
-        err.print(plan_table(plan))
-    for reason in plan.lossy:
-        err.print(f"[yellow]lossy:[/] {reason}")
-    for w in plan.warnings:
-        err.print(f"[yellow]warning:[/] {w}")
+    show_plan(plan, quiet)
+    if plan_json_:
+        click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
+    if dry_run:
+        size = checkpoint.specs_nbytes(plan.outputs())
+        verdict = ("[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
+                   "measures it after a real run)" if plan.exact else
+                   "[yellow]lossy[/] (reasons above; a real run measures the loss of function)")
+        if quiet:  # otherwise the table's caption says it
+            err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
+        err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)",
+                  soft_wrap=True)
+        return
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
-    with one_thread():
+    with one_thread(), Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar:
         path = checkpoint.save(out, plan.cfg, lineage, plan.outputs(), lambda n: growth.grow_tensor(n, plan, ck.get),
-                               force=force, inputs=[ckpt], shard_size=shard_size, tokenizer=carry.record,
-                               files=carry.files(plan.cfg, lineage, ckpt, Path(out).name))
+                               force=force, inputs=[ckpt], shard_size=shard_size, progress=bar,
+                               tokenizer=carry.record, files=carry.files(plan.cfg, lineage, ckpt, Path(out).name))
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     if plan.lossy:
-        from .verify import compare, random_batches
         from .model import LM
+        from .verify import compare, random_batches
         src = ck.model()
         grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
         c = compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, seed), alpha=0.0)
@@ -190,24 +378,23 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
 @main.command()
 @click.argument("source")
 @click.argument("grown")
-@click.option("--alpha", type=float, default=0.0, show_default=True, help="gate value to check")
-@click.option("--samples", type=int, default=16, show_default=True, help="random sequences")
+@click.option("--alpha", type=float, default=0.0, show_default=True, callback=bounded(0, 1), help="gate value to check")
+@click.option("--samples", type=int, default=16, show_default=True, callback=bounded(1), help="random sequences")
 @click.option("--data", type=click.Path(), default=None, help="also check on this text file (byte tokens)")
-@click.option("--tol", type=float, default=1e-4, show_default=True, help="max |dlogit| / logit scale")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--tol", type=float, default=1e-4, show_default=True, callback=bounded(0),
+              help="max |dlogit| / logit scale")
+@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON on stdout")
-@click.option("--generate", "gen_tokens", type=int, default=None, metavar="N",
+@click.option("--quiet", "-q", is_flag=True, help="no table, no progress bar (the verdict line stays)")
+@click.option("--generate", "gen_tokens", type=int, default=None, metavar="N", callback=bounded(1),
               help="also check that greedy N-token continuations are identical")
 @click.option("--prompt", "prompts", multiple=True, metavar="TEXT",
               help="prompt for --generate (repeatable; default: from --data, else random ids)")
-@clean_errors
-def verify(source, grown, alpha, samples, data, tol, seed, as_json, gen_tokens, prompts):
+def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts):
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not)."""
     from .verify import compare, random_batches, text_batches
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
-    if gen_tokens is not None and gen_tokens < 1:
-        raise GrowError(f"--generate must be positive, got {gen_tokens}")
     if prompts and gen_tokens is None:
         raise GrowError("--prompt is for --generate N (greedy continuations); add --generate")
     a, b = checkpoint.load(source), checkpoint.load(grown)
@@ -215,18 +402,21 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, gen_tokens, 
         raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
     if a.config.family != b.config.family:
         raise GrowError(f"families differ: {a.config.family} vs {b.config.family}")
-    ma, mb = a.model(), b.model()
+    with Bar("read", len(a.entries) + len(b.entries), a.nbytes() + b.nbytes(), quiet) as bar:
+        ma, mb = a.model(progress=bar), b.model(progress=bar)
     ctx = min(a.config.context, b.config.context)
     sets = {"random": random_batches(a.config.vocab_size, ctx, samples, seed)}
     if data:
         if not Path(data).is_file():
             raise GrowError(f"{data}: no such file")
         sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
-    rows = []
+    jobs = []
     for label, batches in sets.items():
-        rows.append((label, compare(ma, mb, batches, alpha)))
+        jobs.append((label, batches, alpha))
         if alpha != 1.0 and b.config.gated:
-            rows.append((label + " (info)", compare(ma, mb, batches, 1.0)))
+            jobs.append((label + " (info)", batches, 1.0))
+    with Bar("compare", sum(len(x) for _, x, _ in jobs), quiet=quiet, unit="sequences") as bar:
+        rows = [(label, compare(ma, mb, x, al, progress=bar)) for label, x, al in jobs]
     ok = all(c.rel <= tol for label, c in rows if "(info)" not in label)
     gen = None
     if gen_tokens is not None:
@@ -242,13 +432,14 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, gen_tokens, 
     for label, c in rows:
         t.add_row(label, f"{c.alpha:g}", f"{c.max_dlogit:.3g}", f"{c.logit_scale:.3g}", f"{c.rel:.3g}",
                   f"{c.kl:.3g}", f"{c.top1:.4f}")
-    err.print(t)
+    if not quiet:
+        err.print(t)
     if gen is not None:
-        where = "" if gen.ok else f"; first difference: prompt {gen.first_divergence[0]}, token {gen.first_divergence[1]}"
+        where = "" if gen.ok else "; first difference: prompt {}, token {}".format(*gen.first_divergence)
         err.print(f"greedy continuations at gate {alpha:g}: {gen.identical}/{gen.prompts} identical "
                   f"over {gen.tokens} tokens{where}")
-    err.print(("[green]PASS[/]" if ok else "[red]FAIL[/]") + f": max |dlogit| within {tol:g} x logit scale at gate {alpha:g}"
-              if ok else f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}")
+    err.print(f"[green]PASS[/]: max |dlogit| within {tol:g} x logit scale at gate {alpha:g}" if ok else
+              f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}")
     if gen is not None and not gen.ok:
         err.print(f"[red]FAIL[/]: greedy continuations differ at gate {alpha:g}")
     sys.exit(0 if passed else 1)
@@ -258,18 +449,18 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, gen_tokens, 
 
 @main.command()
 @click.argument("grown")
-@click.option("--alpha", type=float, required=True, help="gate value to bake in (0 = lossless, 1 = plain model)")
+@click.option("--alpha", type=float, required=True, callback=bounded(0, 1),
+              help="gate value to bake in (0 = lossless, 1 = plain model)")
 @click.option("-o", "--out", required=True, help="output (.safetensors, folder, or -)")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
-@click.option("--shard-size", default=None, metavar="SIZE", help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
+@click.option("--shard-size", default=None, metavar="SIZE",
+              help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
 @click.option("--force", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @click.option("--tokenizer", "tokenizer_path", default=None, metavar="PATH",
-              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files) instead of the input's own")
-@clean_errors
-def fold(grown, alpha, out, dtype, shard_size, force, tokenizer_path):
+              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own")
+def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
-    if not 0.0 <= alpha <= 1.0:
-        raise GrowError(f"--alpha must be in [0, 1], got {alpha}")
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     checkpoint.check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
@@ -278,10 +469,10 @@ def fold(grown, alpha, out, dtype, shard_size, force, tokenizer_path):
     cfg = growth.fold_config(ck.config)
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": ck.sha256()}]
-    with one_thread():
+    with one_thread(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
         path = checkpoint.save(out, cfg, lineage, specs,
                                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt), force=force,
-                               inputs=[grown], shard_size=shard_size, tokenizer=carry.record,
+                               inputs=[grown], shard_size=shard_size, progress=bar, tokenizer=carry.record,
                                files=carry.files(cfg, lineage, grown, Path(out).name))
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
@@ -296,7 +487,6 @@ def fold(grown, alpha, out, dtype, shard_size, force, tokenizer_path):
 @click.argument("ckpt")
 @click.option("--metrics", is_flag=True, help="stable rank and row cosine of every matrix")
 @click.option("--json", "as_json", is_flag=True)
-@clean_errors
 def inspect(ckpt, metrics, as_json):
     """Family, shapes, parameters, dtype, gate state and lineage of a checkpoint."""
     ck = checkpoint.load(ckpt)
@@ -321,7 +511,8 @@ def inspect(ckpt, metrics, as_json):
               "norm_eps", "tied", "attn_gate", "parameters", "dtype"):
         t.add_row(k, f"{info[k]:,}" if k == "parameters" else str(info[k]))
     t.add_row("gates", "none (plain model)" if not cfg.gated else
-              f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, {cfg.base_ffn}/{cfg.ffn} ffn")
+              f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
+              f"{cfg.base_ffn}/{cfg.ffn} ffn")
     for i, st in enumerate(ck.lineage):
         desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
         if st.get("source_sha256"):
@@ -344,26 +535,25 @@ def inspect(ckpt, metrics, as_json):
 @main.command()
 @click.argument("ckpt")
 @click.option("--prompt", required=True, help="text to continue")
-@click.option("--max-tokens", type=int, default=64, show_default=True, help="tokens to generate (fewer if EOS comes)")
-@click.option("--temperature", type=float, default=0.0, show_default=True, help="0 = greedy; above 0, sample")
-@click.option("--top-k", type=int, default=None, help="sample among the K most likely tokens")
-@click.option("--seed", type=int, default=0, show_default=True, help="sampling seed (same seed, same text)")
-@click.option("--alpha", type=float, default=None, help="grown checkpoints: growth-gate value (default: the stored gates)")
+@click.option("--max-tokens", type=int, default=64, show_default=True, callback=bounded(1),
+              help="tokens to generate (fewer if EOS comes)")
+@click.option("--temperature", type=float, default=0.0, show_default=True, callback=bounded(0),
+              help="0 = greedy; above 0, sample")
+@click.option("--top-k", type=int, default=None, callback=bounded(1), help="sample among the K most likely tokens")
+@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0),
+              help="sampling seed (same seed, same text)")
+@click.option("--alpha", type=float, default=None, callback=bounded(0, 1),
+              help="grown checkpoints: growth-gate value (default: the stored gates)")
 @click.option("--tokenizer", "tokenizer_spec", default=None, metavar="byte|PATH", help="default: the checkpoint's own")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@clean_errors
 def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
     """Continue --prompt with CKPT and its own tokenizer; prints the continuation on stdout."""
-    import time
     from .data import tokenizer_for
-    from .sample import check_options, eos_id, generate
+    from .sample import eos_id, generate
     from .train import pick_device
-    check_options(max_tokens, temperature, top_k)
     ck = checkpoint.load(ckpt)
     if alpha is not None and not ck.config.gated:
         raise GrowError(f"--alpha: {ckpt} has no growth gates (a plain model; drop --alpha)")
-    if alpha is not None and not 0.0 <= alpha <= 1.0:
-        raise GrowError(f"--alpha must be in [0, 1], got {alpha}")
     tok = tokenizer_for(ck, tokenizer_spec)
     ids = tok.encode_prompt(prompt)
     if not ids:
@@ -373,51 +563,42 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
     out = generate(model, torch.tensor([ids]), max_tokens, temperature=temperature, top_k=top_k, seed=seed,
                    alpha=alpha, eos=eos_id(ck.config))[0].tolist()
     click.echo(tok.decode(out))
-    how = "greedy" if temperature <= 0 else f"temperature {temperature:g}" + (f", top-k {top_k}" if top_k else "") + f", seed {seed}"
+    how = "greedy" if temperature <= 0 else f"temperature {temperature:g}" + (f", top-k {top_k}" if top_k else "")
+    how += "" if temperature <= 0 else f", seed {seed}"
     which = "the byte tokenizer" if tok.hf is None else f"the tokenizer from {tok.name}"
     err.print(f"{len(out)} tokens ({how}) in {time.time() - t0:.2f} s, {which}", soft_wrap=True)
 
 
 # ---- train --------------------------------------------------------------------------------
 
+def settings_options(fn):
+    """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
+    ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
+    from dataclasses import fields
+
+    from .train_settings import Settings, option, value_type
+    for f in reversed(fields(Settings)):
+        m, kind = f.metadata, value_type(f.name)
+        if m["flag"]:
+            fn = click.option(option(f.name), f.name, is_flag=True, default=f.default, help=m["help"])(fn)
+            continue
+        typ = click.Choice(m["choices"]) if m["choices"] else kind
+        fn = click.option(option(f.name), f.name, type=typ, default=f.default, show_default=f.default is not None,
+                          help=m["help"])(fn)
+    return fn
+
+
 @main.command()
 @click.argument("ckpt")
 @click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
-@click.option("--tokenizer", default=None, metavar="byte|PATH",
-              help="default: the checkpoint's own (its folder's or the recorded one), byte for a 256-id vocabulary")
-@click.option("--tokens", type=int, default=None, help="tokens to train on (default: one pass over the data)")
-@click.option("--steps", type=int, default=None, help="optimizer steps (instead of --tokens)")
-@click.option("--batch", type=int, default=16, show_default=True, help="global batch (sequences per step)")
-@click.option("--seq", type=int, default=None, help="sequence length (default min(context, 128))")
-@click.option("--lr", type=float, default=3e-3, show_default=True, help="peak learning rate")
-@click.option("--min-lr-ratio", type=float, default=0.1, show_default=True, help="final lr / peak lr")
-@click.option("--warmup", type=int, default=None, help="lr warm-up steps (default 5% of the steps)")
-@click.option("--weight-decay", type=float, default=0.1, show_default=True)
-@click.option("--clip", type=float, default=1.0, show_default=True, help="gradient-norm clip")
-@click.option("--gate-warmup-tokens", type=int, default=None, help="grown models: gate ramp 0->1 (default 10% of the run)")
-@click.option("--eval-every", type=int, default=None, help="steps between validations (default 5% of the run)")
-@click.option("--eval-batches", type=int, default=8, show_default=True, help="validation batches")
-@click.option("--save-every", type=int, default=None, help="steps between resumable checkpoints (default 10%)")
-@click.option("--metrics-every", type=int, default=None, help="steps between condensation metrics (default 10%)")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
-@click.option("--compile", "compile_", is_flag=True, help="torch.compile the model")
-@click.option("--deterministic", is_flag=True, help="deterministic kernels (CUDA runs then repeat and resume bitwise)")
+@settings_options
 @click.option("--out", required=True, help="run folder (checkpoints, metrics.jsonl, loss.png)")
 @click.option("--resume", is_flag=True, help="continue the run in --out exactly where it stopped")
-@click.option("--stop-at", type=int, default=None, help="end this invocation after this step (resumable)")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-@clean_errors
-def train(ckpt, data_files, tokenizer, tokens, steps, batch, seq, lr, min_lr_ratio, warmup, weight_decay, clip,
-          gate_warmup_tokens, eval_every, eval_batches, save_every, metrics_every, seed, device, compile_,
-          deterministic, out, resume, stop_at, quiet):
+def train(ckpt, data_files, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
     from .train import train as run
-    r = run(ckpt, list(data_files), out, tokens=tokens, steps=steps, batch=batch, seq=seq, lr=lr,
-            min_lr_ratio=min_lr_ratio, warmup=warmup, weight_decay=weight_decay, clip=clip,
-            gate_warmup_tokens=gate_warmup_tokens, eval_every=eval_every, eval_batches=eval_batches,
-            save_every=save_every, metrics_every=metrics_every, seed=seed, device=device, compile=compile_,
-            resume=resume, tokenizer=tokenizer, progress=not quiet, stop_at=stop_at, deterministic=deterministic)
+    r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
     if os.environ.get("RANK", "0") != "0":
         return
     err.print(f"trained {r['steps']}/{r['total_steps']} steps ({r['tokens']:,} tokens) in {r['seconds']:.1f} s: "
@@ -434,9 +615,9 @@ def train(ckpt, data_files, tokenizer, tokens, steps, batch, seq, lr, min_lr_rat
 # ---- demo ---------------------------------------------------------------------------------
 
 @main.command()
-@click.option("--out", default="growtool-demo", show_default=True, help="folder for every stage's files (must not exist)")
+@click.option("--out", default="growtool-demo", show_default=True,
+              help="folder for every stage's files (must not exist)")
 @click.option("--quick", is_flag=True, help="tiny models and short runs (well under a minute)")
-@clean_errors
 def demo(out, quick):
     """init -> train -> expand -> verify -> train -> expand -> verify -> train, on a generated corpus."""
     from .demo import run_demo

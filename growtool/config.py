@@ -51,6 +51,10 @@ class ModelConfig:
     parallel: bool | None = None  # attention and MLP read the same residual (GPT-NeoX)
     sliding_window: int | None = None
     layer_types: list | None = None  # per layer "full_attention" | "sliding_attention"
+    rope_local_theta: float | None = None  # RoPE base of sliding layers, when it differs (Gemma 3)
+    attn_softcap: float | None = None  # attention scores -> cap * tanh(scores / cap) (Gemma 2)
+    final_softcap: float | None = None  # logits -> cap * tanh(logits / cap)
+    query_pre_attn_scalar: float | None = None  # attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -85,6 +89,11 @@ class ModelConfig:
     @property
     def rotary_dim(self) -> int:
         return int(self.head_dim * self.rotary_fraction)
+
+    def theta(self, layer: int) -> float:
+        """The RoPE base of a layer (sliding layers may have their own)."""
+        sliding = self.layer_types is not None and self.layer_types[layer] == "sliding_attention"
+        return self.rope_local_theta if (sliding and self.rope_local_theta) else self.rope_theta
 
     def window(self, layer: int) -> int | None:
         """The sliding attention window of a layer (None: full causal attention)."""
@@ -151,13 +160,18 @@ class ModelConfig:
         if a.features.free_head_dim:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
-            rp = dict(hf.get("rope_parameters") or {})
-            rp.setdefault("rope_type", "default")
-            rp["rope_theta"] = self.rope_theta
-            if self.rotary_fraction != 1.0 or "partial_rotary_factor" in rp:
-                rp["partial_rotary_factor"] = self.rotary_fraction
+            rp = {k: dict(v) if isinstance(v, dict) else v for k, v in (hf.get("rope_parameters") or {}).items()}
+            if "full_attention" in rp:  # one RoPE per layer type (Gemma 3)
+                rp["full_attention"]["rope_theta"] = self.rope_theta
+                if "sliding_attention" in rp:
+                    rp["sliding_attention"]["rope_theta"] = self.rope_local_theta or self.rope_theta
+            else:
+                rp.setdefault("rope_type", "default")
+                rp["rope_theta"] = self.rope_theta
+                if self.rotary_fraction != 1.0 or "partial_rotary_factor" in rp:
+                    rp["partial_rotary_factor"] = self.rotary_fraction
+                hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             hf["rope_parameters"] = rp
-            hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         return hf
@@ -189,10 +203,15 @@ class ModelConfig:
                     raise GrowError(f"heads {h} do not divide width {d} and no head_dim is given")
                 hd = d // h
             rp = hf.get("rope_parameters") or {}
+            local = hf.get("rope_local_base_freq")
+            if "full_attention" in rp:  # one RoPE per layer type (Gemma 3)
+                local = (rp.get("sliding_attention") or {}).get("rope_theta", local)
+                rp = rp["full_attention"]
             legacy = hf.get("rope_scaling") or {}
-            rtype = rp.get("rope_type") or legacy.get("rope_type") or legacy.get("type") or "default"
-            if rtype != "default":
-                raise GrowError(f"rope scaling {rtype!r} is not supported (default RoPE only)")
+            for r in (rp, legacy, *(v for v in (hf.get("rope_parameters") or {}).values() if isinstance(v, dict))):
+                rtype = r.get("rope_type") or r.get("type") or "default"
+                if rtype != "default":
+                    raise GrowError(f"rope scaling {rtype!r} is not supported (default RoPE only)")
             theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
             frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
             window = get("sliding_window")
@@ -210,6 +229,8 @@ class ModelConfig:
                 mlp_bias=get("mlp_bias"), activation=get("activation"), rope_theta=float(theta),
                 rotary_fraction=float(frac) if frac else None, parallel=get("parallel"),
                 sliding_window=int(window) if window else None, layer_types=list(types) if types else None,
+                rope_local_theta=float(local) if local else None, attn_softcap=get("attn_softcap"),
+                final_softcap=get("final_softcap"), query_pre_attn_scalar=get("query_pre_attn_scalar"),
                 base_heads=own.get("base_heads"), base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )

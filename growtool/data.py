@@ -145,7 +145,8 @@ def _hf_tokenizer(tf, where: str) -> Tokenizer:
     try:
         tok = HFTokenizer.from_str(raw.decode("utf-8"))
     except Exception as e:  # tokenizers raises its own exception type
-        raise GrowError(f"{where}: not a Hugging Face tokenizer.json ({str(e).splitlines()[0] if str(e) else type(e).__name__})") from None
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise GrowError(f"{where}: not a Hugging Face tokenizer.json ({why})") from None
     ids = list(tok.get_vocab(with_added_tokens=True).values())
     size = max(ids) + 1 if ids else 0
     return Tokenizer(where, size, "hf-" + hashlib.sha256(raw).hexdigest(), tok, tf)

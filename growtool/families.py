@@ -18,6 +18,7 @@ Roles
   unit_bias    a bias on units (q/k/v, FFN neurons, gate heads)
   norm_gain / norm_bias
   head_norm    a per-head norm over head_dim (q/k norms): untouched when head_dim is fixed
+  unit_norm    a norm over all units at once (OLMo-2's q/k norms over heads x head_dim)
   head         the untied output head (a reader of the final norm)
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
@@ -43,9 +44,14 @@ class Features:
     qkv: str = "separate"  # "separate" q/k/v | "concat" [Q|K|V] | "interleaved" per head [q k v]
     mlp: str = "glu"  # "glu" act(gate) * up | "glu_fused" [gate|up] in one tensor | "plain" act(up)
     positions: str = "rope"  # "rope" | "learned" (a position embedding)
-    qk_norm: bool = False  # per-head RMSNorm on q and k over head_dim, before RoPE (Qwen3)
+    qk_norm: str = ""  # "head": RMSNorm on q and k over head_dim, before RoPE (Qwen3, Gemma 3)
+    #                    "full": over all heads' width at once, before the reshape (OLMo-2)
     gqa: bool = True  # key/value heads may be fewer than query heads
     free_head_dim: bool = True  # head_dim may differ from width / heads
+    norm_offset: float = 0.0  # norms scale by (offset + w): Gemma stores w with gain 1 + w
+    embed_scale: bool = False  # embeddings times sqrt(width), rounded to the weights' dtype (Gemma)
+    pre_norms: bool = True  # a norm on the residual before each sublayer (its readers' norm)
+    post_norms: bool = False  # a norm on each sublayer's output before the residual add (Gemma 2/3, OLMo-2)
 
 
 @dataclass(frozen=True)
@@ -139,7 +145,7 @@ QWEN2 = Arch(
 
 QWEN3 = Arch(
     name="qwen3", model_type="qwen3", hf_class="Qwen3ForCausalLM", block="model.layers.{i}.",
-    modules=_LLAMA_MODULES, features=Features(qk_norm=True),
+    modules=_LLAMA_MODULES, features=Features(qk_norm="head"),
     keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias",
           "sliding_window": "sliding_window", "layer_types": "layer_types"},
     fixed={"mlp_bias": False},
@@ -191,7 +197,43 @@ STARCODER2 = Arch(
     template={"residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0},
 )
 
-ARCHS = {a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2)}
+_GEMMA_SANDWICH = {**_LLAMA_MODULES, "post_attn": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
+                   "post_ffn": "post_feedforward_layernorm"}
+_GEMMA_KEYS = {**_LLAMA_KEYS, "activation": "hidden_activation", "qkv_bias": "attention_bias", "o_bias": "attention_bias",
+               "sliding_window": "sliding_window", "layer_types": "layer_types", "attn_softcap": "attn_logit_softcapping",
+               "final_softcap": "final_logit_softcapping", "query_pre_attn_scalar": "query_pre_attn_scalar"}
+_GEMMA_DEFAULTS = {"activation": "gelu_pytorch_tanh", "tie": True, "context": 8192, "norm_eps": 1e-6}
+
+GEMMA = Arch(
+    name="gemma", model_type="gemma", hf_class="GemmaForCausalLM", block="model.layers.{i}.",
+    modules=_LLAMA_MODULES, features=Features(norm_offset=1.0, embed_scale=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
+    fixed={"mlp_bias": False}, defaults=_GEMMA_DEFAULTS,
+)
+
+GEMMA2 = Arch(
+    name="gemma2", model_type="gemma2", hf_class="Gemma2ForCausalLM", block="model.layers.{i}.",
+    modules=_GEMMA_SANDWICH, features=Features(norm_offset=1.0, embed_scale=True, post_norms=True),
+    keys=_GEMMA_KEYS, fixed={"mlp_bias": False}, defaults=_GEMMA_DEFAULTS,
+)
+
+GEMMA3 = Arch(
+    name="gemma3_text", model_type="gemma3_text", hf_class="Gemma3ForCausalLM", block="model.layers.{i}.",
+    modules=_GEMMA_SANDWICH, features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head"),
+    keys=_GEMMA_KEYS, fixed={"mlp_bias": False}, defaults=_GEMMA_DEFAULTS,
+)
+
+OLMO2 = Arch(
+    name="olmo2", model_type="olmo2", hf_class="Olmo2ForCausalLM", block="model.layers.{i}.",
+    modules={**{k: v for k, v in _LLAMA_MODULES.items() if k not in ("ln1", "ln2")},
+             "post_attn": "post_attention_layernorm", "post_ffn": "post_feedforward_layernorm"},
+    features=Features(pre_norms=False, post_norms=True, qk_norm="full"),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6},
+)
+
+ARCHS = {a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2)}
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
 # Buffers some HF checkpoints carry that are not weights (causal masks, rotary tables).
@@ -213,6 +255,7 @@ class TensorSpec:
     units: tuple[str, ...] = ()
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
+    qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -223,7 +266,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     """The tensor table of an architecture under a config's flags, derived from slots + features."""
     f, B = a.features, a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
-    ln1, ln2 = B + a.modules["ln1"], B + a.modules["ln2"]
+    ln1 = B + a.modules["ln1"] if f.pre_norms else None
+    ln2 = B + a.modules["ln2"] if f.pre_norms else None
 
     def w(slot):
         return (B if slot not in ("embed", "pos", "final_norm", "head") else "") + a.modules[slot] + ".weight"
@@ -231,10 +275,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     def b(slot):
         return w(slot)[: -len("weight")] + "bias"
 
-    def reader(slot, units, group, norm, bias):
-        out = [TensorSpec(w(slot), "reader", r_in, 1 - r_in, units, group, norm)]
+    def reader(slot, units, group, norm, bias, qk=""):
+        out = [TensorSpec(w(slot), "reader", r_in, 1 - r_in, units, group, norm, qk)]
         if bias:
-            out.append(TensorSpec(b(slot), "unit_bias", unit_axis=0, units=units, group=group))
+            out.append(TensorSpec(b(slot), "unit_bias", unit_axis=0, units=units, group=group, qk_norm=qk))
         return out
 
     def writer(slot, units, group, bias):
@@ -252,19 +296,26 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s = [TensorSpec(w("embed"), "embedding", res_axis=1)]
     if f.positions == "learned":
         s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
-    s += norm("ln1")
+    if f.pre_norms:
+        s += norm("ln1")
     if f.qkv == "separate":
-        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias)
-        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias)
+        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
+        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
     else:
         s += reader("qkv", _qkv_units(f), "attn", ln1, cfg.qkv_bias)
-    if f.qk_norm:
+    if f.qk_norm == "head":
         s += [TensorSpec(w("q_norm"), "head_norm"), TensorSpec(w("k_norm"), "head_norm")]
+    elif f.qk_norm == "full":
+        s += [TensorSpec(w("q_norm"), "unit_norm", unit_axis=0, units=("q",), group="attn"),
+              TensorSpec(w("k_norm"), "unit_norm", unit_axis=0, units=("kv",), group="attn")]
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
     s += writer("o", ("q",), "attn", cfg.o_bias)
-    s += norm("ln2")
+    if f.post_norms:
+        s += norm("post_attn")
+    if f.pre_norms:
+        s += norm("ln2")
     if f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
     else:
@@ -272,6 +323,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
             s += reader("gate", ("ffn",), "ffn", ln2, cfg.mlp_bias)
         s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
     s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    if f.post_norms:
+        s += norm("post_ffn")
     if cfg.gated:
         s.append(TensorSpec(B + "growth_gate", "growth_gate"))
     s += norm("final_norm")
@@ -318,7 +371,7 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     if spec.role == "head":
         return (cfg.vocab_size, cfg.width)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
-    if spec.role == "unit_bias":
+    if spec.role in ("unit_bias", "unit_norm"):
         return (units,)
     shape = [0, 0]
     shape[spec.res_axis] = cfg.width

@@ -70,12 +70,62 @@ class Keep(Step):
 @dataclass(frozen=True)
 class NormGain(Step):
     uniform: bool  # gains folded into the readers: every dim sqrt(d/D)
+    offset: float = 0.0  # the stored gain is w with effective gain offset + w (Gemma)
+    extra: float = 1.0  # a further factor (the final norm of a tied, embedding-scaled head)
 
     def apply(self, t, c):
-        return ops.grow_norm_gain(t, c.plan.cfg.width, uniform=self.uniform)
+        g = ops.grow_norm_gain(t + self.offset, c.plan.cfg.width, uniform=self.uniform) * self.extra
+        return g - self.offset
 
     def describe(self, plan):
-        return "uniform sqrt(d/D) (gain folded into readers)" if self.uniform else "gain * sqrt(d/D), new = mean"
+        text = "uniform sqrt(d/D) (gain folded into readers)" if self.uniform else "gain * sqrt(d/D), new = mean"
+        if self.offset:
+            text = text.replace("gain", f"({self.offset:g} + w)", 1) + f", stored as w = gain - {self.offset:g}"
+        return text + (f", x {self.extra:.6g} (tied head scale)" if self.extra != 1.0 else "")
+
+
+@dataclass(frozen=True)
+class UnitNormGain(Step):
+    """A norm over all units at once (OLMo-2's q/k norms): new units enter with zero activations,
+    so the RMS over n' units is sqrt(n/n') times the old one; old gains absorb it."""
+
+    def apply(self, t, c):
+        kind = c.spec.units[0]
+        e, block = c.plan.units[c.layer][kind], unit_count(c.plan.src, kind)[1]
+        out = ops.expand_axis(t + c.plan.offset, 0, e, block)
+        out[: e.n * block] *= (e.n / e.n_new) ** 0.5
+        return out - c.plan.offset
+
+    def describe(self, plan):
+        return "old gains * sqrt(n/n'), new units as their sources"
+
+
+@dataclass(frozen=True)
+class ZeroNewUnits(Step):
+    """New units' rows (or biases) zero: they must not change a norm shared with the old units."""
+
+    def apply(self, t, c):
+        spec, off = c.spec, 0
+        for kind in spec.units:
+            e, block = c.plan.units[c.layer][kind], unit_count(c.plan.src, kind)[1]
+            t.narrow(spec.unit_axis, off + e.n * block, e.added * block).zero_()
+            off += e.n_new * block
+        return t
+
+    def describe(self, plan):
+        return "new units 0 (shared q/k norm)"
+
+
+@dataclass(frozen=True)
+class Scale(Step):
+    factor: float
+    why: str
+
+    def apply(self, t, c):
+        return t * self.factor
+
+    def describe(self, plan):
+        return f"x {self.factor:.6g} ({self.why})"
 
 
 @dataclass(frozen=True)
@@ -92,7 +142,7 @@ class FoldGain(Step):
     norm: str  # pattern of the norm feeding the reader
 
     def apply(self, t, c):
-        gain = c.get(self.norm.format(i=c.layer) + ".weight").float()
+        gain = c.get(self.norm.format(i=c.layer) + ".weight").float() + c.plan.offset
         return ops.fold_gain(t, gain, c.spec.res_axis)
 
     def describe(self, plan):
@@ -207,6 +257,10 @@ class Plan:
     def exact(self) -> bool:
         return not self.lossy
 
+    @property
+    def offset(self) -> float:
+        return arch_of(self.src).features.norm_offset
+
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
 
@@ -224,29 +278,63 @@ class Plan:
         return out
 
 
+def embed_factor(plan: "Plan") -> float:
+    """Embeddings scaled by sqrt(width) inside the model (Gemma): the grown embedding takes
+    sqrt(d)/sqrt(D), each rounded to the output dtype as the model rounds it, so the scaled
+    embedding is the old one. 1 where the architecture has no embedding scale."""
+    if not arch_of(plan.src).features.embed_scale:
+        return 1.0
+
+    def s(w):
+        return float(torch.tensor(w ** 0.5).to(plan.dtype))
+
+    return s(plan.src.width) / s(plan.cfg.width)
+
+
+def qk_scale(plan: "Plan", spec: TensorSpec) -> float:
+    """Scale of q/k rows that keeps a q/k RMSNorm exact although the config's single norm eps was
+    multiplied by d/D for the residual norms. RMSNorm is scale-invariant except for eps: scaling
+    its input by s turns eps' = eps d/D into eps d/D / s^2. A norm over n -> n' elements whose new
+    ones are zero (OLMo-2's q/k norms over all heads) sees a mean square n/n' times the old one,
+    so it needs eps n/n' there: s^2 = (d/D) (n'/n). Per head (Qwen3, Gemma 3) n' = n: s^2 = d/D."""
+    s2 = plan.src.width / plan.cfg.width
+    if spec.qk_norm == "full":
+        n_old, n_new = (unit_count(plan.src, spec.units[0])[0], unit_count(plan.cfg, spec.units[0])[0])
+        s2 *= n_new / n_old
+    return s2 ** 0.5
+
+
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     """The steps that make the grown tensor ``name`` from its source."""
     role, rot = spec.role, [Rotate()] if plan.eps != 1.0 else []
+    a, f = arch_of(plan.src), embed_factor(plan)
     if role == "growth_gate":
         return [GateZero()]
     if role == "norm_gain":
-        return [NormGain(uniform=plan.rotate_readers)]
+        extra = 1.0 / f if (plan.src.tie and spec.pattern == a.modules["final_norm"] + ".weight") else 1.0
+        return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=extra)]
     if role == "norm_bias":
         return [PadZero()]
     if role == "head_norm":
         return [Keep("over head_dim, which is fixed")]
+    if role == "unit_norm":
+        return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
         if _mean_filled(name, plan):
             return [ExpandResidual("mean")]
-        return [ExpandResidual("zero")] + rot
+        scale = [Scale(f, "embedding scale sqrt(d)/sqrt(D)")] if (name == a.embed and f != 1.0) else []
+        return [ExpandResidual("zero")] + scale + rot
+    qk = []  # q/k feeding a q/k norm: see qk_scale; new units must not move a norm shared by all units
+    if spec.qk_norm:
+        qk = [Scale(qk_scale(plan, spec), "q/k norm eps")] + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
     if role == "unit_bias":
-        return [ExpandUnits(writer=False)]
+        return [ExpandUnits(writer=False)] + qk
     fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
     rrot = rot if plan.rotate_readers else []
     if role == "head":
         return fold + [ExpandResidual("zero")] + rrot
     if role == "reader":
-        return fold + [ExpandUnits(writer=False), ExpandResidual(spec.group, tile=True)] + rrot
+        return fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
     if role == "writer":
         return [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
     raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
@@ -308,9 +396,16 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
     """
     exact = ops.exact_layernorm_eps(src.width, D)
     tied_rms = src.norm == "rmsnorm" and src.tie
+    post = arch_of(src).features.post_norms
     if eps == "auto":
-        eps = 1.0 if tied_rms else exact
+        eps = 1.0 if (tied_rms or post) else exact
     eps, lossy = float(eps), []
+    if post:
+        why = ("eps 1 (zero padding): norms on sublayer outputs put their gains on residual coordinates, "
+               "which no rotation passes; every norm gain is rescaled by sqrt(d/D)")
+        if eps != 1.0:
+            lossy.append(f"post-norm gains sit on residual coordinates, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
+        return eps, why, lossy
     if src.norm == "layernorm":
         why = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
         if abs(eps - exact) > 1e-9:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import torch
 
 from .config import ModelConfig
-from .families import tensor_specs
+from .families import arch_of, tensor_specs
 from .model import LM
 
 
@@ -40,8 +40,8 @@ def init_model(cfg: ModelConfig, gamma: float = 1.0, embed_gamma: float | None =
             sigma = init_sigma(name, spec, p.shape, cfg, gamma, embed_gamma)
             if sigma is not None:
                 p.copy_(torch.randn(p.shape, generator=gen) * sigma)
-            elif spec.role in ("norm_gain", "head_norm"):
-                p.fill_(1.0)
+            elif spec.role in ("norm_gain", "head_norm", "unit_norm"):
+                p.fill_(1.0 - arch_of(cfg).features.norm_offset)  # effective gain 1 (Gemma stores 1 + w)
             else:
                 p.zero_()
     return model

@@ -51,25 +51,31 @@ class Linear(nn.Module):
 
 
 class RMSNorm(nn.Module):
-    def __init__(self, d: int, eps: float):
+    """RMSNorm with gain ``weight`` (Llama) or ``offset + weight`` (Gemma's 1 + w, in float32)."""
+
+    def __init__(self, d: int, eps: float, offset: float = 0.0):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(d))
-        self.eps = eps
+        self.weight = nn.Parameter(torch.full((d,), 1.0 - offset))
+        self.eps, self.offset = eps, offset
 
     def forward(self, x):
         h = x.float()
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
+        if self.offset:
+            return (h * (self.offset + self.weight.float())).type_as(x)
         return self.weight * h.to(x.dtype)
 
 
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
-    return nn.LayerNorm(d, eps=cfg.norm_eps) if cfg.norm == "layernorm" else RMSNorm(d, cfg.norm_eps)
+    if cfg.norm == "layernorm":
+        return nn.LayerNorm(d, eps=cfg.norm_eps)
+    return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
 
-def rope_tables(cfg: ModelConfig, T: int, device) -> tuple[torch.Tensor, torch.Tensor]:
+def rope_tables(cfg: ModelConfig, T: int, device, theta: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """cos/sin tables of the default rotary embedding over the first ``rotary_dim`` dims ([T, rot])."""
-    rot = cfg.rotary_dim
-    inv = 1.0 / (cfg.rope_theta ** (torch.arange(0, rot, 2, device=device, dtype=torch.float32) / rot))
+    rot, theta = cfg.rotary_dim, cfg.rope_theta if theta is None else theta
+    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, device=device, dtype=torch.float32) / rot))
     f = torch.outer(torch.arange(T, device=device, dtype=torch.float32), inv)
     emb = torch.cat([f, f], dim=-1)
     return emb.cos(), emb.sin()
@@ -85,6 +91,32 @@ def apply_rope(x, cos, sin):
 
 
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
+
+
+def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
+    """Causal attention (sliding where the layer has a window), with the config's scale and
+    optional soft-capped scores; grouped-query heads read their KV group."""
+    T, H, K = q.shape[2], q.shape[1], k.shape[1]
+    scale = cfg.query_pre_attn_scalar ** -0.5 if cfg.query_pre_attn_scalar else None
+    window = cfg.window(layer)
+    i = torch.arange(T, device=q.device)
+    mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window) if window is not None and T > window else None
+    if cfg.attn_softcap:  # sdpa cannot cap scores: the plain computation, softmax in float32
+        if K != H:
+            k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
+        a = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
+        a = torch.tanh(a / cfg.attn_softcap) * cfg.attn_softcap
+        keep = mask if mask is not None else (i[None, :] <= i[:, None])
+        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=torch.float32).to(q.dtype)
+        return a @ v
+    kw = {"is_causal": True} if mask is None else {"attn_mask": mask}
+    if scale is not None:
+        kw["scale"] = scale
+    if K != H and SDPA_GQA:  # query head h reads KV head h // (H / K), without copying K and V
+        kw["enable_gqa"] = True
+    elif K != H:
+        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
+    return F.scaled_dot_product_attention(q, k, v, **kw)
 
 
 def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -114,13 +146,16 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     def lin(n_in, n_out, bias):
         return Linear(n_in, n_out, bias, in_out=f.linear == "in_out")
 
-    m = {"ln1": make_norm(cfg, d), "ln2": make_norm(cfg, d)}
+    m = {"ln1": make_norm(cfg, d), "ln2": make_norm(cfg, d)} if f.pre_norms else {}
+    if f.post_norms:
+        m.update(post_attn=make_norm(cfg, d), post_ffn=make_norm(cfg, d))
     if f.qkv == "separate":
         m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
     else:
         m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
     if f.qk_norm:
-        m.update(q_norm=RMSNorm(hd, cfg.norm_eps), k_norm=RMSNorm(hd, cfg.norm_eps))
+        n_q, n_k = (hd, hd) if f.qk_norm == "head" else (qd, kvd)
+        m.update(q_norm=RMSNorm(n_q, cfg.norm_eps, f.norm_offset), k_norm=RMSNorm(n_k, cfg.norm_eps, f.norm_offset))
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     m["o"] = lin(qd, d, cfg.o_bias)
@@ -162,22 +197,15 @@ class Block(nn.Module):
             q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
         else:  # interleaved: per head [q k v]
             q, k, v = s["qkv"](x).view(B, T, H, 3 * hd).chunk(3, dim=-1)
+        if f.qk_norm == "full":  # over all heads at once, before the split into heads (OLMo-2)
+            q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
-        if f.qk_norm:
+        if f.qk_norm == "head":
             q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             q, k = apply_rope(q, *rope), apply_rope(k, *rope)
-        kw = {"is_causal": True}
-        window = cfg.window(self.layer)
-        if window is not None and T > window:
-            i = torch.arange(T, device=x.device)
-            kw = {"attn_mask": (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window)}
-        if K != H and SDPA_GQA:  # query head h reads KV head h // (H / K), without copying K and V
-            kw["enable_gqa"] = True
-        elif K != H:
-            k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-        y = F.scaled_dot_product_attention(q, k, v, **kw)  # [B, H, T, hd]
+        y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
             mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
@@ -203,11 +231,13 @@ class Block(nn.Module):
         return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):
-        g, s = self._gate(alpha), self.slot
+        g, s, f = self._gate(alpha), self.slot, self.features
         if self.cfg.parallel:
             return x + self._attention(s["ln1"](x), rope, g) + self._ffn(s["ln2"](x), g)
-        x = x + self._attention(s["ln1"](x), rope, g)
-        return x + self._ffn(s["ln2"](x), g)
+        a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
+        x = x + (s["post_attn"](a) if f.post_norms else a)
+        m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
+        return x + (s["post_ffn"](m) if f.post_norms else m)
 
 
 class LM(nn.Module):
@@ -276,15 +306,24 @@ def run(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
     if T > cfg.context:
         raise ValueError(f"sequence length {T} exceeds the model's context {cfg.context}")
     x = model.get_submodule(a.modules["embed"])(idx)
-    rope = None
+    if a.features.embed_scale:  # Gemma: sqrt(width), rounded to the weights' dtype as transformers does
+        x = x * torch.tensor(cfg.width ** 0.5).to(x.dtype)
+    ropes = {}
     if a.features.positions == "learned":
         x = x + model.get_submodule(a.modules["pos"])(torch.arange(T, device=idx.device))
-    else:
-        rope = rope_tables(cfg, T, idx.device)
-    for b in model.get_submodule(a.blocks_path):
+    for i, b in enumerate(model.get_submodule(a.blocks_path)):
+        rope = None
+        if a.features.positions == "rope":
+            theta = cfg.theta(i)
+            if theta not in ropes:
+                ropes[theta] = rope_tables(cfg, T, idx.device, theta)
+            rope = ropes[theta]
         x = b(x, rope, alpha)
     x = model.get_submodule(a.modules["final_norm"])(x)
-    return model.get_submodule(a.modules["head"])(x)
+    logits = model.get_submodule(a.modules["head"])(x)
+    if cfg.final_softcap:
+        logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
+    return logits
 
 
 def logit_scale(logits: torch.Tensor) -> float:

@@ -47,15 +47,6 @@ def generate(model, prompts: torch.Tensor, max_tokens: int, *, temperature: floa
     return x[:, prompts.shape[1]:]
 
 
-def check_options(max_tokens: int, temperature: float, top_k: int | None) -> None:
-    if max_tokens < 1:
-        raise GrowError(f"--max-tokens must be positive, got {max_tokens}")
-    if temperature < 0:
-        raise GrowError(f"--temperature must be at least 0, got {temperature}")
-    if top_k is not None and top_k < 1:
-        raise GrowError(f"--top-k must be positive, got {top_k}")
-
-
 def eos_id(cfg) -> int | None:
     """The config's eos_token_id (the first, when it is a list), if any."""
     e = getattr(cfg, "extra", {}).get("eos_token_id")
@@ -130,4 +121,4 @@ def verify_prompts(ck, texts, data_path: str | None, samples: int, seed: int, le
     return [torch.randint(vocab, (samples, min(length, ck.config.context)), generator=g)]
 
 
-__all__ = ["generate", "compare_generations", "GenerationCheck", "eos_id", "check_options"]
+__all__ = ["generate", "compare_generations", "verify_prompts", "GenerationCheck", "eos_id"]

@@ -32,6 +32,7 @@ import math
 import os
 import time
 from contextlib import nullcontext
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -44,12 +45,9 @@ from .families import expected_shapes
 from .metrics import matrix_metrics
 from .model import LM
 from .tokenizer import Carry, write_files
+from .train_settings import Settings, resume_keys
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
-# settings a resumed run must share with the run it continues
-RESUME_KEYS = ("steps", "batch", "seq", "lr", "min_lr_ratio", "warmup", "weight_decay", "clip",
-               "gate_warmup_tokens", "eval_every", "eval_batches", "metrics_every", "seed", "tokenizer",
-               "data_sha256", "source_sha256")
 
 
 # ---- schedules --------------------------------------------------------------------------------
@@ -176,7 +174,8 @@ class Progress:
         if not enabled:
             return
         from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, Progress as P, TextColumn, TimeRemainingColumn
+        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
+        from rich.progress import Progress as P
         self.bar = P(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
                      TimeRemainingColumn(), console=Console(stderr=True))
         self.task = self.bar.add_task("train", total=total, completed=done, info="")
@@ -199,85 +198,52 @@ class Progress:
             self.bar.stop()
 
 
-# ---- the run ----------------------------------------------------------------------------------
+# ---- the run: check and load, restore, loop, finish ------------------------------------------
 
-def settings(cfg, ds: data.Dataset, tok, shas, src_sha, *, tokens, steps, batch, seq, lr, min_lr_ratio,
-             warmup, weight_decay, clip, gate_warmup_tokens, eval_every, eval_batches, metrics_every,
-             save_every, seed) -> dict:
-    """The run's resolved hyperparameters (defaults filled in)."""
-    per_step = batch * seq
-    if steps is None:
-        steps = math.ceil((tokens if tokens is not None else ds.n_train) / per_step)
-    steps = max(1, int(steps))
-    if warmup is None:
-        warmup = max(1, round(0.05 * steps))
-    if cfg.gated:
-        if gate_warmup_tokens is None:
-            gate_warmup_tokens = max(1, round(0.1 * steps * per_step))
-    else:
-        gate_warmup_tokens = None
-    return {
-        "steps": steps, "batch": batch, "seq": seq, "lr": lr, "min_lr_ratio": min_lr_ratio,
-        "warmup": min(int(warmup), steps), "weight_decay": weight_decay, "clip": clip,
-        "gate_warmup_tokens": gate_warmup_tokens,
-        "eval_every": int(eval_every or max(1, round(steps / 20))), "eval_batches": eval_batches,
-        "metrics_every": int(metrics_every or max(1, round(steps / 10))),
-        "save_every": int(save_every or max(1, round(steps / 10))),
-        "seed": seed, "tokenizer": tok.key, "data_sha256": shas, "source_sha256": src_sha,
-    }
+@dataclass
+class Run:
+    """What the parts of one training invocation share."""
 
+    out: Path
+    opts: Settings  # as given
+    s: dict  # resolved and saved settings (Settings.resolve)
+    ck: checkpoint.Checkpoint
+    ds: data.Dataset
+    dev: torch.device
+    world: int
+    rank: int
+    lineage: list = field(default_factory=list)
+    model: LM | None = None
+    opt: torch.optim.AdamW | None = None
+    start: int = 0
+    val: list = field(default_factory=list)  # validation batches
+    records: list = field(default_factory=list)
+    tok: data.Tokenizer | None = None
 
-def check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg, optional) -> None:
-    if tokens is not None and steps is not None:
-        raise GrowError("give --tokens or --steps, not both")
-    for name, v in (("--batch", batch), ("--seq", seq), ("--eval-batches", eval_batches)):
-        if not isinstance(v, int) or v < 1:
-            raise GrowError(f"{name} must be a positive integer, got {v!r}")
-    for name, v in (("--tokens", tokens), ("--steps", steps), *optional.items()):
-        low = 0 if name in ("--warmup", "--gate-warmup-tokens") else 1
-        if v is not None and v < low:
-            raise GrowError(f"{name} must be {'at least 0' if low == 0 else 'positive'}, got {v}")
-    if seq > cfg.context:
-        raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
-    for name, ok in (("--lr must be positive", lr > 0), ("--clip must be positive", clip > 0),
-                     ("--min-lr-ratio must lie in [0, 1]", 0 <= min_lr_ratio <= 1)):
-        if not ok:
-            raise GrowError(name)
-    if batch % world:
-        raise GrowError(f"--batch {batch} is not divisible by the {world} processes (each takes an equal slice)")
+    @property
+    def lead(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def tokenizer_record(self) -> dict | None:
+        """What the run's checkpoints record as their tokenizer (growtool.tokenizer)."""
+        return self.tok.files.record() if self.tok is not None and self.tok.files else self.ck.tokenizer
 
 
-def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None, lr=3e-3, min_lr_ratio=0.1,
-          warmup=None, weight_decay=0.1, clip=1.0, gate_warmup_tokens=None, eval_every=None, eval_batches=8,
-          save_every=None, metrics_every=None, seed=0, device="auto", compile=False, resume=False,
-          tokenizer=None, progress=True, stop_at=None, cache_dir=None, deterministic=False) -> dict:
-    """Train checkpoint ``ckpt`` on text files ``data_files``, writing into folder ``out``.
-
-    ``steps`` (or ``tokens``, default: one pass over the training split) sets the run length;
-    ``stop_at`` ends this invocation after that many updates with a resumable checkpoint.
-    ``deterministic`` turns on torch's deterministic algorithms: needed on CUDA for runs (and
-    resumed runs) to repeat bitwise; CPU runs repeat without it.
-    Returns a summary dict (paths, steps, tokens, first / last val loss, final gate, seconds).
-    """
-    t_start = time.time()
+def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir) -> Run:
+    """Check everything before writing anything; load the data; resolve the settings."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    lead = rank == 0
-    out = Path(out)
-    if isinstance(data_files, (str, os.PathLike)):
-        data_files = [data_files]
-
-    # -- check everything before writing anything
     files = data.check_files(data_files)
-    dev = pick_device(device, local_rank)
+    dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
     cfg = ck.config
-    tok = data.tokenizer_for(ck, tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
-    tok_record = tok.files.record() if tok.files else ck.tokenizer
-    seq = min(cfg.context, 128) if seq is None else seq
-    check_args(batch, seq, lr, min_lr_ratio, clip, eval_batches, tokens, steps, world, cfg,
-               {"--eval-every": eval_every, "--save-every": save_every, "--metrics-every": metrics_every,
-                "--stop-at": stop_at, "--warmup": warmup, "--gate-warmup-tokens": gate_warmup_tokens})
+    tok = data.tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
+    seq = opts.seq or min(cfg.context, 128)
+    if seq > cfg.context:
+        raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
+    if opts.batch % world:
+        raise GrowError(f"--batch {opts.batch} is not divisible by the {world} processes (each takes an equal slice)")
     if cfg.gated and any(v != 0.0 for v in growth.gate_values(ck)):
         raise GrowError(f"{ckpt}: its growth gates are already open ({max(growth.gate_values(ck)):g}); "
                         "fold it first (growtool fold) or resume the run that wrote it")
@@ -290,164 +256,206 @@ def train(ckpt, data_files, out, *, tokens=None, steps=None, batch=16, seq=None,
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
-    if cache_dir is None:
-        cache_dir = out / "cache"
-    tokens_arr = data.load_tokens(files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, batch), write_cache=lead)
-    ds = data.Dataset(tokens_arr, seq, batch, src=", ".join(map(str, files)))
-    s = settings(cfg, ds, tok, [data.file_sha256(f) for f in files], ck.sha256(), tokens=tokens, steps=steps,
-                 batch=batch, seq=seq, lr=lr, min_lr_ratio=min_lr_ratio, warmup=warmup, weight_decay=weight_decay,
-                 clip=clip, gate_warmup_tokens=gate_warmup_tokens, eval_every=eval_every,
-                 eval_batches=eval_batches, metrics_every=metrics_every, save_every=save_every, seed=seed)
+    cache_dir = out / "cache" if cache_dir is None else cache_dir
+    tokens = data.load_tokens(files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, opts.batch),
+                              write_cache=rank == 0)
+    ds = data.Dataset(tokens, seq, opts.batch, src=", ".join(map(str, files)))
+    identity = {"data_sha256": [data.file_sha256(f) for f in files], "source_sha256": ck.sha256()}
+    s = opts.resolve(ds.n_train, cfg.context, cfg.gated, tok.key, identity)
+    return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
-    # -- model, optimiser, and (when resuming) their saved state
-    lineage = ck.lineage
-    model = ck.model()
-    start = 0
-    state = None
+
+def restore(run: Run, resume: bool) -> None:
+    """The model and optimiser: fresh from the checkpoint, or as the resumed run saved them."""
+    model, state = run.ck.model(), None
     if resume:
-        state = torch.load(out / STATE, map_location="cpu", weights_only=True)
-        for k in RESUME_KEYS:
-            if state["settings"].get(k) != s[k]:
-                raise GrowError(f"--resume: setting {k} = {s[k]!r} differs from the saved run's "
+        state = torch.load(run.out / STATE, map_location="cpu", weights_only=True)
+        for k in resume_keys():
+            if state["settings"].get(k) != run.s[k]:
+                raise GrowError(f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
                                 f"{state['settings'].get(k)!r} (resume with the same command line)")
-        last = checkpoint.load(out / MODEL)
+        last = checkpoint.load(run.out / MODEL)
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:
-            raise GrowError(f"{out}: {MODEL} and {STATE} are from different steps (cannot resume exactly)")
+            raise GrowError(f"{run.out}: {MODEL} and {STATE} are from different steps (cannot resume exactly)")
         model = last.model()
-        lineage = last.lineage[:-1]
-        start = state["step"]
+        run.lineage = last.lineage[:-1]
+        run.start = state["step"]
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
-    model.to(dev).train()
-    opt = make_optimizer(model, s)
+    model.to(run.dev).train()
+    run.model, run.opt = model, make_optimizer(model, run.s)
     if state is not None:
-        opt.load_state_dict(state["optimizer"])
+        run.opt.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["rng"]["torch"])
-        if dev.type == "cuda" and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], dev)
+        if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
     else:
-        torch.manual_seed(seed)
-    was_deterministic = torch.are_deterministic_algorithms_enabled()
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
-        torch.use_deterministic_algorithms(True)
+        torch.manual_seed(run.s["seed"])
 
-    own_group = world > 1 and not dist.is_initialized()
+
+def parallel(run: Run) -> tuple[torch.nn.Module, bool]:
+    """(the module to call: DDP and / or compiled around the model, whether we started the process group)."""
+    own_group = run.world > 1 and not dist.is_initialized()
     if own_group:
-        if dev.type == "cuda":
-            torch.cuda.set_device(dev)
-        dist.init_process_group("nccl" if dev.type == "cuda" else "gloo")
-    run = model
-    if world > 1:
-        run = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
-    if compile:
-        run = torch.compile(run)
+        if run.dev.type == "cuda":
+            torch.cuda.set_device(run.dev)
+        dist.init_process_group("nccl" if run.dev.type == "cuda" else "gloo")
+    module = run.model
+    if run.world > 1:
+        ids = [run.dev.index] if run.dev.type == "cuda" else None
+        module = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
+    if run.opts.compile:
+        module = torch.compile(module)
+    return module, own_group
 
-    # -- files (rank 0)
-    metrics_path = out / "metrics.jsonl"
-    records = []
-    if lead:
-        out.mkdir(exist_ok=True)
-        if resume:
-            records = [r for r in read_metrics(metrics_path) if r["step"] <= start]
-            write_metrics(metrics_path, records)  # drop steps logged after the saved state
 
-    val = ds.val_batches(s["eval_batches"])
-    B, T = s["batch"], s["seq"]
-    fh = open(metrics_path, "a") if lead else None
+def save_state(run: Run, step: int) -> None:
+    """The resumable pair (rank 0): the unfolded model, and the optimiser, RNG, step and settings."""
+    if not run.lead:
+        return
+    s, B, T, dev = run.s, run.s["batch"], run.s["seq"], run.dev
+    entry = {"op": "train", "step": step, "steps": s["steps"], "tokens": step * B * T, "complete": False,
+             "data_sha256": s["data_sha256"], "tokenizer": s["tokenizer"]}
+    checkpoint.save_tensors(str(run.out / MODEL), run.model.cfg, run.lineage + [entry], cpu_tensors(run.model),
+                            force=True, tokenizer=run.tokenizer_record)
+    rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
+    save_bytes(run.out / STATE, {"step": step, "data_step": step, "settings": s, "optimizer": run.opt.state_dict(),
+                                 "rng": rng})
+
+
+def one_step(run: Run, module, params, step: int) -> dict:
+    """Update ``step`` (0-based); returns its metrics record (validation and matrices when due)."""
+    s, model, dev = run.s, run.model, run.dev
+    t0 = time.time()
+    g, lr_now = gate_at(step, s), lr_at(step, s)
+    if g is not None:
+        model.set_gates(g)
+    for group in run.opt.param_groups:
+        group["lr"] = lr_now
+    x, y = run.ds.train_batch(step, s["seed"], run.rank, run.world)
+    with autocast(dev):
+        _, loss = module(x.to(dev), y.to(dev))
+    loss.backward()
+    gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
+    run.opt.step()
+    run.opt.zero_grad(set_to_none=True)
+    loss = loss.detach()
+    if run.world > 1:
+        dist.all_reduce(loss)
+        loss /= run.world
+    step += 1
+    BT = s["batch"] * s["seq"]
+    rec = {"step": step, "tokens": step * BT, "loss": float(loss), "lr": lr_now, "gate": g,
+           "grad_norm": gnorm, "tok_s": BT / max(time.time() - t0, 1e-9)}
+    if not math.isfinite(rec["loss"]):
+        raise GrowError(f"training diverged: loss is {rec['loss']} at step {step} (lower --lr?)")
+    if step % s["eval_every"] == 0 or step == s["steps"]:
+        g_eval = gate_at(step, s)
+        if g_eval is not None:
+            model.set_gates(g_eval)
+        rec["val_loss"] = evaluate(model, run.val, dev)
+    if step % s["metrics_every"] == 0 or step == s["steps"]:
+        rec["matrix"] = matrix_metrics(model.cfg, cpu_tensors(model))
+    return rec
+
+
+def loop(run: Run, module, progress: bool) -> int:
+    """Train from ``run.start`` to the end (or --stop-at), logging every step; returns the last step."""
+    s, metrics_path = run.s, run.out / "metrics.jsonl"
+    if run.lead:
+        run.out.mkdir(exist_ok=True)
+        if run.start:  # resumed: drop steps logged after the saved state
+            run.records = [r for r in read_metrics(metrics_path) if r["step"] <= run.start]
+            write_metrics(metrics_path, run.records)
+    run.val = run.ds.val_batches(s["eval_batches"])
+    fh = open(metrics_path, "a") if run.lead else None
 
     def log(rec):
-        records.append(rec)
+        run.records.append(rec)
         if fh:
             fh.write(json.dumps(rec) + "\n")
             fh.flush()
 
-    def save(step):
-        if not lead:
-            return
-        entry = {"op": "train", "step": step, "steps": s["steps"], "tokens": step * B * T, "complete": False,
-                 "data_sha256": s["data_sha256"], "tokenizer": s["tokenizer"]}
-        checkpoint.save_tensors(str(out / MODEL), model.cfg, lineage + [entry], cpu_tensors(model), force=True,
-                                tokenizer=tok_record)
-        rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
-        save_bytes(out / STATE, {"step": step, "data_step": step, "settings": s, "optimizer": opt.state_dict(), "rng": rng})
-
-    if start == 0:
+    if run.start == 0:
         g = gate_at(0, s)
-        model.set_gates(g or 0.0)
-        rec = {"step": 0, "tokens": 0, "gate": g, "val_loss": evaluate(model, val, dev)}
-        rec["matrix"] = matrix_metrics(model.cfg, cpu_tensors(model))
-        log(rec)
-
-    bar = Progress(progress and lead, s["steps"], start)
-    step = start
-    end = s["steps"] if stop_at is None else min(s["steps"], max(start, int(stop_at)))
-    params = [p for p in model.parameters() if p.requires_grad]
+        run.model.set_gates(g or 0.0)
+        log({"step": 0, "tokens": 0, "gate": g, "val_loss": evaluate(run.model, run.val, run.dev),
+             "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model))})
+    bar = Progress(progress and run.lead, s["steps"], run.start)
+    step, stop_at = run.start, run.opts.stop_at
+    end = s["steps"] if stop_at is None else min(s["steps"], max(run.start, int(stop_at)))
+    params = [p for p in run.model.parameters() if p.requires_grad]
     try:
         while step < end:
-            t0 = time.time()
-            g, lr_now = gate_at(step, s), lr_at(step, s)
-            if g is not None:
-                model.set_gates(g)
-            for group in opt.param_groups:
-                group["lr"] = lr_now
-            x, y = ds.train_batch(step, s["seed"], rank, world)
-            with autocast(dev):
-                _, loss = run(x.to(dev), y.to(dev))
-            loss.backward()
-            gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-            loss = loss.detach()
-            if world > 1:
-                dist.all_reduce(loss)
-                loss /= world
-            step += 1
-            dt = time.time() - t0
-            rec = {"step": step, "tokens": step * B * T, "loss": float(loss), "lr": lr_now, "gate": g,
-                   "grad_norm": gnorm, "tok_s": B * T / max(dt, 1e-9)}
-            if not math.isfinite(rec["loss"]):
-                raise GrowError(f"training diverged: loss is {rec['loss']} at step {step} (lower --lr?)")
-            if step % s["eval_every"] == 0 or step == s["steps"]:
-                g_eval = gate_at(step, s)
-                if g_eval is not None:
-                    model.set_gates(g_eval)
-                rec["val_loss"] = evaluate(model, val, dev)
-            if step % s["metrics_every"] == 0 or step == s["steps"]:
-                rec["matrix"] = matrix_metrics(model.cfg, cpu_tensors(model))
+            rec = one_step(run, module, params, step)
+            step = rec["step"]
             log(rec)
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
-                save(step)
+                save_state(run, step)
     finally:
         bar.close()
         if fh:
             fh.close()
-        torch.use_deterministic_algorithms(was_deterministic)
+    return step
 
-    summary = {"out": str(out), "steps": step, "total_steps": s["steps"], "tokens": step * B * T,
+
+def finish(run: Run, step: int, seconds: float) -> dict:
+    """The summary; after the last step (rank 0) the plain final checkpoint, gates folded, and the plot."""
+    s, B, T, records = run.s, run.s["batch"], run.s["seq"], run.records
+    summary = {"out": str(run.out), "steps": step, "total_steps": s["steps"], "tokens": step * B * T,
                "first_val_loss": next((r["val_loss"] for r in records if "val_loss" in r), None),
                "val_loss": next((r["val_loss"] for r in reversed(records) if "val_loss" in r), None),
-               "params": model.cfg.n_params(), "seconds": time.time() - t_start, "final": None,
-               "metrics": str(metrics_path), "gate": gate_at(step, s), "settings": s}
-    if step == s["steps"] and lead:
+               "params": run.model.cfg.n_params(), "seconds": seconds, "final": None,
+               "metrics": str(run.out / "metrics.jsonl"), "gate": gate_at(step, s), "settings": s}
+    if step == s["steps"] and run.lead:
         gate = gate_at(step, s)
-        cfg_f, tensors = folded(model, gate if gate is not None else 1.0)
+        cfg_f, tensors = folded(run.model, gate if gate is not None else 1.0)
         entry = {"op": "train", "steps": step, "tokens": step * B * T, "batch": B, "seq": T, "lr": s["lr"],
                  "tokenizer": s["tokenizer"], "data_sha256": s["data_sha256"], "source_sha256": s["source_sha256"],
-                 "val_loss": summary["val_loss"], "gates_folded_at": gate, "world_size": world}
-        summary["final"] = checkpoint.save_tensors(str(out / FINAL), cfg_f, lineage + [entry], tensors, force=True,
-                                                   tokenizer=tok_record)
-        carried = Carry(tok.files, tok_record, None).files(cfg_f, lineage + [entry], str(ckpt), FINAL)
-        write_files(out, carried)  # tokenizer files and model card beside final.safetensors
+                 "val_loss": summary["val_loss"], "gates_folded_at": gate, "world_size": run.world}
+        summary["final"] = checkpoint.save_tensors(str(run.out / FINAL), cfg_f, run.lineage + [entry], tensors,
+                                                   force=True, tokenizer=run.tokenizer_record)
+        carried = Carry(run.tok.files, run.tokenizer_record, None)
+        write_files(run.out, carried.files(cfg_f, run.lineage + [entry], run.ck.source, FINAL))  # beside final
         summary["params"] = cfg_f.n_params()
-        plot(records, out / "loss.png", f"{cfg_f.family} d{cfg_f.width}: {step} steps, {step * B * T:,} tokens")
-        summary["plot"] = str(out / "loss.png")
+        plot(records, run.out / "loss.png", f"{cfg_f.family} d{cfg_f.width}: {step} steps, {step * B * T:,} tokens")
+        summary["plot"] = str(run.out / "loss.png")
+    return summary
+
+
+def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None, **settings) -> dict:
+    """Train checkpoint ``ckpt`` on text files ``data_files``, writing into folder ``out``.
+
+    ``settings`` are the fields of ``train_settings.Settings`` (the ``growtool train`` options):
+    ``steps`` (or ``tokens``, default: one pass over the training split) sets the run length;
+    ``stop_at`` ends this invocation after that many updates with a resumable checkpoint.
+    ``deterministic`` turns on torch's deterministic algorithms: needed on CUDA for runs (and
+    resumed runs) to repeat bitwise; CPU runs repeat without it.
+    Returns a summary dict (paths, steps, tokens, first / last val loss, final gate, seconds).
+    """
+    t_start = time.time()
+    opts = Settings(**settings)
+    opts.check()
+    if isinstance(data_files, (str, os.PathLike)):
+        data_files = [data_files]
+    run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir)
+    restore(run, resume)
+    was_deterministic = torch.are_deterministic_algorithms_enabled()
+    if opts.deterministic:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+        torch.use_deterministic_algorithms(True)
+    try:
+        module, own_group = parallel(run)
+        step = loop(run, module, progress)
+    finally:
+        torch.use_deterministic_algorithms(was_deterministic)
+    summary = finish(run, step, time.time() - t_start)
     if own_group:
         dist.barrier()
         dist.destroy_process_group()
     return summary
 
 
-__all__ = ["train", "evaluate", "lr_at", "gate_at"]
+__all__ = ["train", "evaluate", "lr_at", "gate_at", "Settings"]

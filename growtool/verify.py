@@ -40,8 +40,10 @@ def text_batches(path: str, vocab: int, context: int, samples: int, seq: int = 6
 
 
 @torch.no_grad()
-def compare(src: LM, grown: LM, batches: torch.Tensor, alpha: float, src_alpha: float = 0.0, batch: int = 8) -> Comparison:
-    """Run both models in float32 on the same tokens; grown at gate ``alpha``."""
+def compare(src: LM, grown: LM, batches: torch.Tensor, alpha: float, src_alpha: float = 0.0, batch: int = 8,
+            progress=None) -> Comparison:
+    """Run both models in float32 on the same tokens; grown at gate ``alpha``. ``progress(label, n)``
+    is called after each ``n`` sequences."""
     mx, kl, agree, n, scale = 0.0, 0.0, 0, 0, []
     for i in range(0, len(batches), batch):
         x = batches[i:i + batch]
@@ -53,5 +55,7 @@ def compare(src: LM, grown: LM, batches: torch.Tensor, alpha: float, src_alpha: 
         agree += int((a.argmax(-1) == b.argmax(-1)).sum())
         n += a.shape[0] * a.shape[1]
         scale.append(logit_scale(a))
+        if progress:
+            progress("compare", len(x))
     s = sum(scale) / len(scale)
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)

@@ -25,11 +25,11 @@ X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
 SMALL = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
 
 
-def _llama_like(cls_name, **kw):
+def _llama_like(cls_name, model_cls=None, **kw):
     def make(tie=False, **over):
         cfg = getattr(transformers, cls_name + "Config")(**{**SMALL, "intermediate_size": 160, **kw, **over},
                                                             tie_word_embeddings=tie)
-        return getattr(transformers, cls_name + "ForCausalLM")(cfg)
+        return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
     return make
 
 
@@ -65,6 +65,21 @@ CASES = {
     "gpt_neox-sequential-tied": (_neox, {"use_parallel_residual": False, "tie": True}),
     "starcoder2-window": (_llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0,
                                       eos_token_id=0), {"tie": True}),
+    "gemma": (_llama_like("Gemma", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
+                          eos_token_id=2), {"tie": True}),
+    "gemma-untied-hd24": (_llama_like("Gemma", num_key_value_heads=1, head_dim=24, pad_token_id=0, bos_token_id=1,
+                                      eos_token_id=2), {}),
+    "gemma2-softcap-window": (_llama_like("Gemma2", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
+                                          eos_token_id=2, sliding_window=8, query_pre_attn_scalar=24,
+                                          attn_logit_softcapping=5.0, final_logit_softcapping=3.0), {"tie": True}),
+    "gemma3": (_llama_like("Gemma3Text", "Gemma3ForCausalLM", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
+                           eos_token_id=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
+                           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                                            "full_attention": {"rope_type": "default", "rope_theta": 500.0}}),
+               {"tie": True}),
+    "olmo2": (_llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
+    "olmo2-tied-bias": (_llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
+                                    attention_bias=True), {"tie": True}),
 }
 
 

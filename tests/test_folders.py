@@ -164,7 +164,8 @@ def test_train_uses_the_folders_tokenizer_without_flags(world, tmp_path):
 
 
 def test_byte_tokenizer_on_a_non_byte_model_is_refused(world, tmp_path):
-    r = cli("train", world["src"], "--data", world["text"], "--tokenizer", "byte", "--steps", 2, "--out", tmp_path / "r")
+    r = cli("train", world["src"], "--data", world["text"], "--tokenizer", "byte", "--steps", 2,
+            "--out", tmp_path / "r")
     assert r.exit_code == 2 and "byte tokenizer (256 ids) does not match" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 

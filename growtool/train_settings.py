@@ -1,0 +1,154 @@
+"""The trainer's settings, defined once.
+
+Every field of ``Settings`` is a ``growtool train`` option (``--name-with-dashes``, its help, default
+and range from here), a keyword of ``growtool.train.train``, and, unless marked otherwise, part of
+the settings saved with a run and compared when the run is resumed. Adding a setting is one field
+here (plus using it in train.py); tests/test_train_settings.py checks that every field reaches the
+CLI and the resume check.
+"""
+
+from __future__ import annotations
+
+import math
+import typing
+from dataclasses import MISSING, dataclass, field, fields
+
+from .errors import GrowError, check_range
+
+# what the saved settings hold beyond the fields: the run's identity, compared on resume too
+IDENTITY = ("data_sha256", "source_sha256")
+
+
+def setting(
+    default,
+    help: str,
+    *,
+    low=None,
+    high=None,
+    low_open=False,
+    resume: bool | str = True,
+    saved: bool | None = None,
+    choices=None,
+    flag=False,
+):
+    """A field of ``Settings``. ``resume``: True (a resumed run must match the saved value) or a string
+    saying why it is not compared. ``saved``: kept in the run's saved settings (default: when compared)."""
+    saved = resume is True if saved is None else saved
+    return field(
+        default=default,
+        metadata={
+            "help": help,
+            "low": low,
+            "high": high,
+            "low_open": low_open,
+            "resume": resume,
+            "saved": saved,
+            "choices": choices,
+            "flag": flag,
+        },
+    )
+
+
+@dataclass
+class Settings:
+    tokens: int | None = setting(
+        None,
+        "tokens to train on (default: one pass over the data)",
+        low=1,
+        resume="resolved into steps, which is compared",
+    )
+    steps: int | None = setting(None, "optimizer steps (instead of --tokens)", low=1)
+    batch: int = setting(16, "global batch (sequences per step)", low=1)
+    seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
+    lr: float = setting(3e-3, "peak learning rate", low=0, low_open=True)
+    min_lr_ratio: float = setting(0.1, "final lr / peak lr", low=0, high=1)
+    warmup: int | None = setting(None, "lr warm-up steps (default 5% of the steps)", low=0)
+    weight_decay: float = setting(0.1, "AdamW weight decay (matrices only)", low=0)
+    clip: float = setting(1.0, "gradient-norm clip", low=0, low_open=True)
+    gate_warmup_tokens: int | None = setting(None, "grown models: gate ramp 0->1 (default 10% of the run)", low=0)
+    eval_every: int | None = setting(None, "steps between validations (default 5% of the run)", low=1)
+    eval_batches: int = setting(8, "validation batches", low=1)
+    save_every: int | None = setting(
+        None,
+        "steps between resumable checkpoints (default 10%)",
+        low=1,
+        resume="only decides when checkpoints are written",
+        saved=True,
+    )
+    metrics_every: int | None = setting(None, "steps between condensation metrics (default 10%)", low=1)
+    seed: int = setting(0, "data order and initial RNG state", low=0)
+    tokenizer: str | None = setting(
+        None, "byte, or a tokenizer.json / folder holding one (default: the checkpoint's own; byte for 256 ids)"
+    )
+    device: str = setting(
+        "auto", "where to train", choices=("auto", "cpu", "cuda"), resume="the machine may change between invocations"
+    )
+    compile: bool = setting(False, "torch.compile the model", flag=True, resume="an execution detail")
+    deterministic: bool = setting(
+        False,
+        "deterministic kernels (CUDA runs then repeat and resume bitwise)",
+        flag=True,
+        resume="an execution detail",
+    )
+    stop_at: int | None = setting(
+        None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
+    )
+
+    def check(self) -> None:
+        """Every number in its range (one line naming the option); --tokens and --steps exclusive."""
+        if self.tokens is not None and self.steps is not None:
+            raise GrowError("give --tokens or --steps, not both")
+        for f in fields(self):
+            v, m = getattr(self, f.name), f.metadata
+            if v is not None and m["choices"] and v not in m["choices"]:
+                raise GrowError(f"{option(f.name)} must be one of {', '.join(m['choices'])}, got {v!r}")
+            if v is None or (m["low"] is None and m["high"] is None):
+                continue
+            if value_type(f.name) is int and (not isinstance(v, int) or isinstance(v, bool)):
+                raise GrowError(f"{option(f.name)} must be an integer, got {v!r}")
+            check_range(option(f.name), v, m["low"], m["high"], m["low_open"])
+
+    def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
+        """The run's saved settings: defaults filled in from the data, the model and the run length."""
+        seq = self.seq or min(context, 128)
+        per_step = self.batch * seq
+        steps = self.steps or math.ceil((self.tokens if self.tokens is not None else n_train) / per_step)
+        steps = max(1, int(steps))
+        gate = None
+        if gated:
+            gate = (
+                self.gate_warmup_tokens
+                if self.gate_warmup_tokens is not None
+                else max(1, round(0.1 * steps * per_step))
+            )
+        auto = {
+            "steps": steps,
+            "seq": seq,
+            "gate_warmup_tokens": gate,
+            "tokenizer": tokenizer_key,
+            "warmup": min(int(self.warmup if self.warmup is not None else max(1, round(0.05 * steps))), steps),
+            "eval_every": int(self.eval_every or max(1, round(steps / 20))),
+            "metrics_every": int(self.metrics_every or max(1, round(steps / 10))),
+            "save_every": int(self.save_every or max(1, round(steps / 10))),
+        }
+        saved = [f.name for f in fields(self) if f.metadata["saved"]]
+        return {**{k: auto.get(k, getattr(self, k)) for k in saved}, **identity}
+
+
+def option(name: str) -> str:
+    return "--" + name.replace("_", "-")
+
+
+def value_type(name: str) -> type:
+    """int, float, str or bool: the field's annotation without its ``| None``."""
+    t = typing.get_type_hints(Settings)[name]
+    return next(a for a in typing.get_args(t) if a is not type(None)) if typing.get_args(t) else t
+
+
+def resume_keys() -> list[str]:
+    """Saved settings a resumed run must share with the run it continues."""
+    return [f.name for f in fields(Settings) if f.metadata["resume"] is True] + list(IDENTITY)
+
+
+def defaults() -> dict:
+    return {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
