@@ -43,7 +43,7 @@ class Step:
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def describe(self, plan: "Plan") -> str:  # pragma: no cover - interface
+    def describe(self, plan: "Plan", spec: TensorSpec) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -52,7 +52,7 @@ class GateZero(Step):
     def apply(self, t, c):
         return torch.zeros(1)
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "warm-up gate = 0"
 
 
@@ -63,7 +63,7 @@ class Keep(Step):
     def apply(self, t, c):
         return t
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "keep" + (f" ({self.why})" if self.why else "")
 
 
@@ -77,7 +77,7 @@ class NormGain(Step):
         g = ops.grow_norm_gain(t + self.offset, c.plan.cfg.width, uniform=self.uniform) * self.extra
         return g - self.offset
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         text = "uniform sqrt(d/D) (gain folded into readers)" if self.uniform else "gain * sqrt(d/D), new = mean"
         if self.offset:
             text = text.replace("gain", f"({self.offset:g} + w)", 1) + f", stored as w = gain - {self.offset:g}"
@@ -96,7 +96,7 @@ class UnitNormGain(Step):
         out[: e.n * block] *= (e.n / e.n_new) ** 0.5
         return out - c.plan.offset
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "old gains * sqrt(n/n'), new units as their sources"
 
 
@@ -112,7 +112,7 @@ class ZeroNewUnits(Step):
             off += e.n_new * block
         return t
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "new units 0 (shared q/k norm)"
 
 
@@ -124,7 +124,7 @@ class Scale(Step):
     def apply(self, t, c):
         return t * self.factor
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return f"x {self.factor:.6g} ({self.why})"
 
 
@@ -133,7 +133,7 @@ class PadZero(Step):
     def apply(self, t, c):
         return ops.grow_norm_bias(t, c.plan.cfg.width)
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "keep, new = 0"
 
 
@@ -145,7 +145,7 @@ class FoldGain(Step):
         gain = c.get(self.norm.format(i=c.layer) + ".weight").float() + c.plan.offset
         return ops.fold_gain(t, gain, c.spec.res_axis)
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "fold gain"
 
 
@@ -164,9 +164,10 @@ class ExpandUnits(Step):
             parts.append(seg)
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
 
-    def describe(self, plan):
-        kind = plan.units[0]  # the same kinds in every block
-        return "units " + "/".join(sorted({kind[k].kind for k in kind})) + (" split" if self.writer else "")
+    def describe(self, plan, spec):
+        kinds = plan.units[0]  # the same expansion kinds in every block
+        split = self.writer and any(plan.split[0].get(k) is not None for k in spec.units)
+        return "units " + "/".join(sorted({kinds[k].kind for k in spec.units})) + (" split" if split else "")
 
 
 @dataclass(frozen=True)
@@ -181,10 +182,10 @@ class ExpandResidual(Step):
             _tile_into_new_block(out, t, spec, plan, c.layer)
         return out
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         kind = plan.res[self.key].kind
         text = {"zero": "pad 0", "mean": "mean fill"}.get(kind, f"new cols {kind}")
-        return text + (", tiled new-new block" if self.tile and _any_tile(plan) else "")
+        return text + (", tiled new-new block" if self.tile and _tiles(plan, spec) else "")
 
 
 @dataclass(frozen=True)
@@ -197,7 +198,7 @@ class ZeroOldWrites(Step):
         t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
         return t
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return "old units write 0 to new dims"
 
 
@@ -206,12 +207,12 @@ class Rotate(Step):
     def apply(self, t, c):
         return ops.rotate_(t, c.plan.src.width, c.plan.eps, c.spec.res_axis)
 
-    def describe(self, plan):
+    def describe(self, plan, spec):
         return f"R({plan.eps:.4g})"
 
 
-def _any_tile(plan) -> bool:
-    return any(ops.KINDS[e.kind].fills_new_new_block and e.added for u in plan.units[:1] for e in u.values())
+def _tiles(plan, spec) -> bool:
+    return any(ops.KINDS[plan.units[0][k].kind].fills_new_new_block and plan.units[0][k].added for k in spec.units)
 
 
 def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorSpec, plan, layer: int) -> None:
@@ -273,7 +274,7 @@ class Plan:
                 continue
             seen.add(spec.pattern)
             o = "x".join(map(str, old[name])) if name in old else "-"
-            op = ", ".join(s.describe(self) for s in self.steps[name])
+            op = ", ".join(s.describe(self, spec) for s in self.steps[name])
             out.append((spec.pattern, o, "x".join(map(str, new[name])), op))
         return out
 
@@ -401,14 +402,28 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
         eps = 1.0 if (tied_rms or post) else exact
     eps, lossy = float(eps), []
     if post:
-        why = ("eps 1 (zero padding): norms on sublayer outputs put their gains on residual coordinates, "
-               "which no rotation passes; every norm gain is rescaled by sqrt(d/D)")
+        exact_map = ("eps 1 (zero padding): norms on sublayer outputs put their gains on residual coordinates, "
+                     "which no rotation passes; every norm gain is rescaled by sqrt(d/D)")
         if eps != 1.0:
             lossy.append(f"post-norm gains sit on residual coordinates, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
-        return eps, why, lossy
+    elif src.norm == "layernorm":
+        exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+        if abs(eps - exact) > 1e-9:
+            lossy.append(f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} keeps the function")
+    elif tied_rms:
+        exact_map = "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation (the final norm's gain cannot fold into the embedding)"
+        if eps != 1.0:
+            lossy.append(f"a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
+    elif eps == 1.0:
+        exact_map = "eps 1 (zero padding), as the recipe asks: RMSNorm commutes with any rotation, the identity included"
+    else:
+        exact_map = f"R({eps:.4f}): RMSNorm commutes with any rotation once its gains fold into the readers"
+    why = exact_map if not lossy else f"R({eps:.4f}) as the recipe asks: LOSSY, the exact map is {exact_map}"
+    return eps, why, lossy
     if src.norm == "layernorm":
         why = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
         if abs(eps - exact) > 1e-9:
+            why = f"R({eps:.4f}) as the recipe asks (LOSSY: LayerNorm is exact only at R(sqrt(d/D)) = R({exact:.4f}))"
             lossy.append(f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} keeps the function")
     elif tied_rms:
         why = "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation (the final norm's gain cannot fold into the embedding)"

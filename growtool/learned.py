@@ -107,7 +107,7 @@ class SrioObjective:
     def __init__(self, src: ModelConfig, tensors: dict, width: int, *, lookahead: int = 1, lr: float = 3e-3,
                  alpha: float = 1.0, recipe: str | dict = "srio", overrides: dict | None = None,
                  seed: int = 0, ffn: int | None = None, heads: int | None = None, eps0: float = 0.5):
-        if src.norm != "rmsnorm" or src.tie:
+        if src.norm != "rmsnorm" or src.tie or arch_of(src).features.post_norms:
             raise GrowError("SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head")
         if not 0.0 < alpha <= 1.0:
             raise GrowError(f"alpha must be in (0, 1] (at gate 0 the loss does not depend on the angle), got {alpha}")
