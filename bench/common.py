@@ -58,9 +58,17 @@ def write_json(path: Path, obj) -> None:
 def machine() -> dict:
     """What the numbers were measured on."""
     import torch
-    return {"python": platform.python_version(), "torch": torch.__version__, "cpus": os.cpu_count(),
-            "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
-            "loadavg_1m_start": LOAD_AT_START[0], "loadavg_1m_end": os.getloadavg()[0], "argv": " ".join(sys.argv)}
+
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "cpus": os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+        "loadavg_1m_start": LOAD_AT_START[0],
+        "loadavg_1m_end": os.getloadavg()[0],
+        "argv": " ".join(sys.argv),
+    }
 
 
 def fmt(v) -> str:
@@ -106,8 +114,14 @@ def run_measured(cmd: list[str], stdin=None) -> dict:
         p.returncode = os.waitstatus_to_exitcode(status)
         out.seek(0)
         err.seek(0)
-        return {"rc": p.returncode, "wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "peak_rss": ru.ru_maxrss * 1024,
-                "stdout": out.read().decode(errors="replace"), "stderr": err.read().decode(errors="replace")}
+        return {
+            "rc": p.returncode,
+            "wall_s": wall,
+            "cpu_s": ru.ru_utime + ru.ru_stime,
+            "peak_rss": ru.ru_maxrss * 1024,
+            "stdout": out.read().decode(errors="replace"),
+            "stderr": err.read().decode(errors="replace"),
+        }
 
 
 def cpu_seconds() -> float:

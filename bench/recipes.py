@@ -59,10 +59,38 @@ RECIPES = {
 }
 QUICK_RECIPES = ["nrio", "srio", "srio_lo", "ligo", "scratch"]
 
-FULL = dict(width=64, grow_to=96, layers=4, head_dim=16, kv_ratio=2, batch=16, seq=64, tokens=131_072,
-            seeds=3, op_steps=100, lr=3e-3, evals=8, eval_batches=8, jobs=2)
-QUICK = dict(width=32, grow_to=48, layers=2, head_dim=8, kv_ratio=2, batch=8, seq=32, tokens=4096,
-             seeds=1, op_steps=4, lr=3e-3, evals=4, eval_batches=2, jobs=1)
+FULL = dict(
+    width=64,
+    grow_to=96,
+    layers=4,
+    head_dim=16,
+    kv_ratio=2,
+    batch=16,
+    seq=64,
+    tokens=131_072,
+    seeds=3,
+    op_steps=100,
+    lr=3e-3,
+    evals=8,
+    eval_batches=8,
+    jobs=2,
+)
+QUICK = dict(
+    width=32,
+    grow_to=48,
+    layers=2,
+    head_dim=8,
+    kv_ratio=2,
+    batch=8,
+    seq=32,
+    tokens=4096,
+    seeds=1,
+    op_steps=4,
+    lr=3e-3,
+    evals=4,
+    eval_batches=2,
+    jobs=1,
+)
 
 
 def options(p):
@@ -70,52 +98,101 @@ def options(p):
     for k, v in FULL.items():
         p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
     p.add_argument("--recipes", default=None, help="comma-separated subset of: " + ", ".join(RECIPES))
-    p.add_argument("--work", default=None, help="folder for checkpoints and training runs (default: a temp dir, removed)")
-    p.add_argument("--reuse", default=None, metavar="RESULTS_JSON",
-                   help="re-aggregate a finished run's results.json (tables, plot) without training")
+    p.add_argument(
+        "--work", default=None, help="folder for checkpoints and training runs (default: a temp dir, removed)"
+    )
+    p.add_argument(
+        "--reuse",
+        default=None,
+        metavar="RESULTS_JSON",
+        help="re-aggregate a finished run's results.json (tables, plot) without training",
+    )
 
 
 # ---- the jobs (run in worker processes) -----------------------------------------------------
 
+
 def _setup():
     import torch
+
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
 
 
 def _config(P, width):
     from growtool.config import ModelConfig
+
     heads = width // P["head_dim"]
-    return ModelConfig(family="llama", vocab_size=256, width=width, layers=P["layers"], heads=heads,
-                       kv_heads=heads // P["kv_ratio"], head_dim=P["head_dim"], ffn=4 * width,
-                       context=max(256, P["seq"]), norm_eps=1e-12, tie=False, attn_gate=True)
+    return ModelConfig(
+        family="llama",
+        vocab_size=256,
+        width=width,
+        layers=P["layers"],
+        heads=heads,
+        kv_heads=heads // P["kv_ratio"],
+        head_dim=P["head_dim"],
+        ffn=4 * width,
+        context=max(256, P["seq"]),
+        norm_eps=1e-12,
+        tie=False,
+        attn_gate=True,
+    )
 
 
 def _train(P, ckpt, out, tokens, seed, gated):
-    from growtool.train import train, read_metrics
+    from growtool.train import read_metrics, train
+
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
-    s = train(ckpt, [P["data"]], out, steps=steps, batch=P["batch"], seq=P["seq"], lr=P["lr"],
-              gate_warmup_tokens=max(1, round(0.1 * steps * P["batch"] * P["seq"])) if gated else None,
-              eval_every=max(1, steps // P["evals"]), eval_batches=P["eval_batches"], save_every=steps,
-              metrics_every=10 ** 9, seed=seed, device="cpu", progress=False, cache_dir=P["work"] + "/cache")
+    s = train(
+        ckpt,
+        [P["data"]],
+        out,
+        steps=steps,
+        batch=P["batch"],
+        seq=P["seq"],
+        lr=P["lr"],
+        gate_warmup_tokens=max(1, round(0.1 * steps * P["batch"] * P["seq"])) if gated else None,
+        eval_every=max(1, steps // P["evals"]),
+        eval_batches=P["eval_batches"],
+        save_every=steps,
+        metrics_every=10**9,
+        seed=seed,
+        device="cpu",
+        progress=False,
+        cache_dir=P["work"] + "/cache",
+    )
     recs = read_metrics(Path(out) / "metrics.jsonl")
     curve = [(r["tokens"], r["val_loss"]) for r in recs if "val_loss" in r]
     losses = [r["loss"] for r in recs if "loss" in r]
-    tail = losses[-max(1, len(losses) // 10):]
-    return {"final": s["final"], "steps": s["steps"], "tokens": s["tokens"], "val": s["val_loss"],
-            "start_val": curve[0][1], "train_tail": sum(tail) / len(tail), "curve": curve,
-            "seconds": s["seconds"], "params": s["params"]}
+    tail = losses[-max(1, len(losses) // 10) :]
+    return {
+        "final": s["final"],
+        "steps": s["steps"],
+        "tokens": s["tokens"],
+        "val": s["val_loss"],
+        "start_val": curve[0][1],
+        "train_tail": sum(tail) / len(tail),
+        "curve": curve,
+        "seconds": s["seconds"],
+        "params": s["params"],
+    }
 
 
 def job_base(P, seed):
     _setup()
     from growtool import checkpoint
     from growtool.init import init_model
+
     cfg = _config(P, P["width"])
     run = Path(P["work"]) / f"s{seed}"
     run.mkdir(parents=True, exist_ok=True)
-    init = checkpoint.save_tensors(str(run / "base-init.safetensors"), cfg, [{"op": "init", "gamma": 1.0, "seed": seed}],
-                                   init_model(cfg, gamma=1.0, seed=seed).tensors(), force=True)
+    init = checkpoint.save_tensors(
+        str(run / "base-init.safetensors"),
+        cfg,
+        [{"op": "init", "gamma": 1.0, "seed": seed}],
+        init_model(cfg, gamma=1.0, seed=seed).tensors(),
+        force=True,
+    )
     r = _train(P, init, str(run / "base"), P["tokens"], seed, gated=False)
     return {"kind": "base", "seed": seed, **r}
 
@@ -124,17 +201,24 @@ def job_scratch(P, seed, tokens):
     _setup()
     from growtool import checkpoint
     from growtool.init import init_model
+
     cfg = _config(P, P["grow_to"])
     run = Path(P["work"]) / f"s{seed}"
     run.mkdir(parents=True, exist_ok=True)
-    init = checkpoint.save_tensors(str(run / "scratch-init.safetensors"), cfg, [{"op": "init", "gamma": 1.0}],
-                                   init_model(cfg, gamma=1.0, seed=10_000 + seed).tensors(), force=True)
+    init = checkpoint.save_tensors(
+        str(run / "scratch-init.safetensors"),
+        cfg,
+        [{"op": "init", "gamma": 1.0}],
+        init_model(cfg, gamma=1.0, seed=10_000 + seed).tensors(),
+        force=True,
+    )
     r = _train(P, init, str(run / "scratch"), tokens, 3000 + seed, gated=False)
     return {"kind": "scratch", "recipe": "scratch", "seed": seed, "op_flops": 0.0, **r}
 
 
 def _batches(P, seed):
     from growtool import data
+
     tok = data.get_tokenizer("byte")
     ds = data.Dataset(data.load_tokens([P["data"]], tok, P["work"] + "/cache", 256), P["seq"], P["batch"])
     step = 0
@@ -147,8 +231,8 @@ def _new_units_zero(src, ck) -> float:
     """Fraction of the new units (query heads, FFN neurons) whose reader rows are all exactly zero."""
     cfg, dead, total = ck.config, 0, 0
     for i in range(cfg.layers):
-        q = ck.get(f"model.layers.{i}.self_attn.q_proj.weight").view(cfg.heads, -1)[src.heads:]
-        u = ck.get(f"model.layers.{i}.mlp.up_proj.weight")[src.ffn:]
+        q = ck.get(f"model.layers.{i}.self_attn.q_proj.weight").view(cfg.heads, -1)[src.heads :]
+        u = ck.get(f"model.layers.{i}.mlp.up_proj.weight")[src.ffn :]
         dead += int((q.abs().sum(1) == 0).sum()) + int((u.abs().sum(1) == 0).sum())
         total += q.shape[0] + u.shape[0]
     return dead / max(1, total)
@@ -157,6 +241,7 @@ def _new_units_zero(src, ck) -> float:
 def job_grow(P, name, seed, base_final):
     _setup()
     from growtool import checkpoint, growth, learned, recipes
+
     how, recipe, sets = RECIPES[name]
     run = Path(P["work"]) / f"s{seed}"
     src = checkpoint.load(base_final)
@@ -166,16 +251,44 @@ def job_grow(P, name, seed, base_final):
     if how == "static":
         r = recipes.load(recipe, recipes.parse_set(sets))
         plan = growth.build_plan(src.config, r, P["grow_to"], seed=seed)
-        checkpoint.save(out, plan.cfg, src.lineage + [growth.lineage_entry(plan, src.sha256())], plan.outputs(),
-                        lambda n: growth.grow_tensor(n, plan, src.get), force=True)
+        checkpoint.save(
+            out,
+            plan.cfg,
+            src.lineage + [growth.lineage_entry(plan, src.sha256())],
+            plan.outputs(),
+            lambda n: growth.grow_tensor(n, plan, src.get),
+            force=True,
+        )
         op = {"eps": plan.eps}
     elif how == "srio_lo":
-        res = learned.learn_srio_eps(src.config, src.tensors(), P["grow_to"], _batches(P, 7000 + seed),
-                                     steps=max(1, P["op_steps"] // 2), lookahead=1, inner_lr=P["lr"], seed=seed)
-        learned.save_srio_lo(out, src.config, src.tensors(), P["grow_to"], res, lineage=src.lineage,
-                             source_sha256=src.sha256(), seed=seed, force=True)
-        op = {"eps": res.eps, "eps0": res.eps0, "op_tokens": res.tokens,
-              "op_flops": 6.0 * n_wide * res.tokens, "eps_path": [h["eps"] for h in res.history]}
+        res = learned.learn_srio_eps(
+            src.config,
+            src.tensors(),
+            P["grow_to"],
+            _batches(P, 7000 + seed),
+            steps=max(1, P["op_steps"] // 2),
+            lookahead=1,
+            inner_lr=P["lr"],
+            seed=seed,
+        )
+        learned.save_srio_lo(
+            out,
+            src.config,
+            src.tensors(),
+            P["grow_to"],
+            res,
+            lineage=src.lineage,
+            source_sha256=src.sha256(),
+            seed=seed,
+            force=True,
+        )
+        op = {
+            "eps": res.eps,
+            "eps0": res.eps0,
+            "op_tokens": res.tokens,
+            "op_flops": 6.0 * n_wide * res.tokens,
+            "eps_path": [h["eps"] for h in res.history],
+        }
     elif how == "ligo":
         lg = learned.LiGO(src.config, src.tensors(), P["grow_to"], recipe=recipe, seed=seed)
         hist = lg.fit(_batches(P, 7000 + seed), steps=P["op_steps"], lr=P["lr"])
@@ -190,6 +303,7 @@ def job_grow(P, name, seed, base_final):
 
 
 # ---- the driver -----------------------------------------------------------------------------
+
 
 class InProcess:
     """The executor interface, running each job at submit time in this process (``--jobs 1``)."""
@@ -216,7 +330,9 @@ def mean_curve(runs, x0=0.0):
     for i in range(n):
         vals = [r["curve"][i][1] for r in runs]
         flops = statistics.mean(x0 + r["op_flops"] + 6.0 * r["params"] * r["curve"][i][0] for r in runs)
-        out.append((flops, statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, runs[0]["curve"][i][0]))
+        out.append(
+            (flops, statistics.mean(vals), statistics.stdev(vals) if len(vals) > 1 else 0.0, runs[0]["curve"][i][0])
+        )
     return out
 
 
@@ -232,8 +348,10 @@ def flops_to_reach(curve, target):
 
 def plot(curves, base_curve, path, title):
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 5))
     f, v, s, _ = zip(*base_curve)
     ax.plot([x / 1e12 for x in f], v, color="black", lw=1.2, label="base (narrow)")
@@ -245,7 +363,9 @@ def plot(curves, base_curve, path, title):
         if name != "scratch":
             starts.append(max(v))
             (line,) = bx.plot(t, v, lw=1.2, marker="o", ms=3, label=name)
-            bx.fill_between(t, [a - b for a, b in zip(v, s)], [a + b for a, b in zip(v, s)], color=line.get_color(), alpha=0.12)
+            bx.fill_between(
+                t, [a - b for a, b in zip(v, s)], [a + b for a, b in zip(v, s)], color=line.get_color(), alpha=0.12
+            )
     lo = min(min(c[i][1] for i in range(len(c))) for c in curves.values())
     if starts:
         ax.set_ylim(lo - 0.05, max(starts) + 2 * (max(starts) - lo))
@@ -276,8 +396,11 @@ def run_all(P, names, seeds, scratch_tokens):
             for fut in done:
                 what, s = pending.pop(fut)
                 r = fut.result()
-                print(f"  [{time.time() - t_start:6.0f} s] {what:>14} seed {s}: val {r['val']:.4f} "
-                      f"({r['seconds']:.0f} s)", flush=True)
+                print(
+                    f"  [{time.time() - t_start:6.0f} s] {what:>14} seed {s}: val {r['val']:.4f} "
+                    f"({r['seconds']:.0f} s)",
+                    flush=True,
+                )
                 if what == "base":
                     bases[s] = r
                     for n in names:
@@ -300,16 +423,26 @@ def aggregate(names, seeds, bases, runs, n_small):
     rows = []
     for n, rs in by.items():
         vals = [r["val"] for r in rs]
-        row = {"recipe": n, "seeds": len(rs), "val_mean": statistics.mean(vals),
-               "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0, "val_min": min(vals), "val_max": max(vals)}
+        row = {
+            "recipe": n,
+            "seeds": len(rs),
+            "val_mean": statistics.mean(vals),
+            "val_std": statistics.stdev(vals) if len(vals) > 1 else 0.0,
+            "val_min": min(vals),
+            "val_max": max(vals),
+        }
         diffs = [r["val"] - ref[r["seed"]] for r in rs if r["seed"] in ref]
         if diffs:  # paired by seed: same base model, same data order
             row["d_vs_srio"] = statistics.mean(diffs)
             row["d_vs_srio_std"] = statistics.stdev(diffs) if len(diffs) > 1 else 0.0
-        row.update({"train_tail_mean": statistics.mean(r["train_tail"] for r in rs),
-                    "start_val_mean": statistics.mean(r["start_val"] for r in rs),
-                    "total_tflops": curves[n][-1][0] / 1e12,
-                    "op_tflops": statistics.mean(r["op_flops"] for r in rs) / 1e12})
+        row.update(
+            {
+                "train_tail_mean": statistics.mean(r["train_tail"] for r in rs),
+                "start_val_mean": statistics.mean(r["start_val"] for r in rs),
+                "total_tflops": curves[n][-1][0] / 1e12,
+                "op_tflops": statistics.mean(r["op_flops"] for r in rs) / 1e12,
+            }
+        )
         if n != "scratch":
             row["eps_mean"] = statistics.mean(r["eps"] for r in rs) if "eps" in rs[0] else None
             row["new_units_zero"] = statistics.mean(r["new_units_zero"] for r in rs)
@@ -355,40 +488,65 @@ def main():
         phase_tokens = math.ceil(P["tokens"] / per_step) * per_step
         scratch_tokens = round(phase_tokens * (n_small + n_wide) / n_wide)
         seeds = list(range(P["seeds"]))
-        print(f"recipes bench: llama d{P['width']} ({n_small:,} params) -> d{P['grow_to']} ({n_wide:,}), "
-              f"{P['layers']} layers, {phase_tokens:,} tokens per phase, scratch {scratch_tokens:,} tokens, "
-              f"seeds {seeds}, recipes {', '.join(names)}, {P['jobs']} worker(s)", flush=True)
+        print(
+            f"recipes bench: llama d{P['width']} ({n_small:,} params) -> d{P['grow_to']} ({n_wide:,}), "
+            f"{P['layers']} layers, {phase_tokens:,} tokens per phase, scratch {scratch_tokens:,} tokens, "
+            f"seeds {seeds}, recipes {', '.join(names)}, {P['jobs']} worker(s)",
+            flush=True,
+        )
         bases, runs, wall = run_all(P, names, seeds, scratch_tokens)
         mach = machine()
-        P = {**{k: v for k, v in P.items() if k != "work"}, "phase_tokens": phase_tokens,
-             "scratch_tokens": scratch_tokens, "params_small": n_small, "params_wide": n_wide,
-             "recipes": {n: RECIPES[n] for n in names}, "quick": args.quick}
+        P = {
+            **{k: v for k, v in P.items() if k != "work"},
+            "phase_tokens": phase_tokens,
+            "scratch_tokens": scratch_tokens,
+            "params_small": n_small,
+            "params_wide": n_wide,
+            "recipes": {n: RECIPES[n] for n in names},
+            "quick": args.quick,
+        }
         if not args.work:
             shutil.rmtree(work, ignore_errors=True)
 
     rows, curves, base_curve, scratch_final, best = aggregate(names, seeds, bases, runs, n_small)
     write_csv(d / "results.csv", rows)
-    write_csv(d / "runs.csv", [{k: v for k, v in r.items() if k not in ("curve", "eps_path", "final")}
-                               for r in sorted(runs, key=lambda r: (r["recipe"], r["seed"]))])
-    plot(curves, base_curve, d / "curves.png", f"llama d{P['width']} -> d{P['grow_to']}, {phase_tokens:,} tokens "
-         f"per phase, {len(seeds)} seed(s), {Path(data_name).name}")
+    write_csv(
+        d / "runs.csv",
+        [
+            {k: v for k, v in r.items() if k not in ("curve", "eps_path", "final")}
+            for r in sorted(runs, key=lambda r: (r["recipe"], r["seed"]))
+        ],
+    )
+    plot(
+        curves,
+        base_curve,
+        d / "curves.png",
+        f"llama d{P['width']} -> d{P['grow_to']}, {phase_tokens:,} tokens "
+        f"per phase, {len(seeds)} seed(s), {Path(data_name).name}",
+    )
     summary = {
-        "settings": P, "machine": mach, "wall_seconds": wall,
+        "settings": P,
+        "machine": mach,
+        "wall_seconds": wall,
         "base": [{k: v for k, v in bases[s].items() if k != "final"} for s in seeds],
-        "rows": rows, "best_recipe": best["recipe"] if best else None,
+        "rows": rows,
+        "best_recipe": best["recipe"] if best else None,
         "best_compute_saving": best.get("compute_saving") if best else None,
         "scratch_final_val": scratch_final,
-        "curves": {n: [{"tflops": f / 1e12, "tokens": t, "val": v, "std": sd} for f, v, sd, t in c]
-                   for n, c in curves.items()},
+        "curves": {
+            n: [{"tflops": f / 1e12, "tokens": t, "val": v, "std": sd} for f, v, sd, t in c] for n, c in curves.items()
+        },
         "runs": [{k: v for k, v in r.items() if k != "final"} for r in runs],
     }
     write_json(d / "results.json", summary)
     print(table(rows, f"final validation loss by recipe ({wall:.0f} s)"))
     if best:
         cs = best.get("compute_saving")
-        print(f"best recipe: {best['recipe']} ({best['val_mean']:.4f}); compute saved to reach scratch's final "
-              f"val loss {scratch_final if scratch_final is None else round(scratch_final, 4)}: "
-              f"{'not reached' if cs is None else f'{cs:.1%}'}")
+        print(
+            f"best recipe: {best['recipe']} ({best['val_mean']:.4f}); compute saved to reach scratch's final "
+            f"val loss {scratch_final if scratch_final is None else round(scratch_final, 4)}: "
+            f"{'not reached' if cs is None else f'{cs:.1%}'}"
+        )
     print(f"wrote {d}/results.csv, runs.csv, results.json, curves.png")
 
 

@@ -37,7 +37,6 @@ Runs go to a pool of ``--jobs`` processes with ``--threads`` torch threads each.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import statistics
 import sys
@@ -50,8 +49,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import DEFAULT_OUT, machine, parse_args, results_dir, table, write_csv, write_json  # noqa: E402
 
 DATA = "/work/shared/data/tinyshakespeare.txt"
-KINDS = ("embed_tokens", "q_proj", "k_proj", "v_proj", "g_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
-         "lm_head")
+KINDS = (
+    "embed_tokens",
+    "q_proj",
+    "k_proj",
+    "v_proj",
+    "g_proj",
+    "o_proj",
+    "gate_proj",
+    "up_proj",
+    "down_proj",
+    "lm_head",
+)
 
 
 def options(p):
@@ -100,10 +109,24 @@ def grid(args) -> list[dict]:
     cells = [(w, g, e, a) for w in args.widths for g in args.gammas for e in args.eps for a in gates]
     if args.quick:
         cells = [c for c in cells if (c[2] == min(args.eps)) == c[3]]
-    return [{"name": run_name(w, g, e, a, s), "width": w, "gamma": g, "eps": e, "gate": a, "seed": s,
-             "layers": args.layers, "steps": args.steps, "batch": args.batch, "seq": args.seq, "lr": args.lr,
-             "data": str(Path(args.data).resolve())}
-            for (w, g, e, a) in cells for s in range(args.seeds)]
+    return [
+        {
+            "name": run_name(w, g, e, a, s),
+            "width": w,
+            "gamma": g,
+            "eps": e,
+            "gate": a,
+            "seed": s,
+            "layers": args.layers,
+            "steps": args.steps,
+            "batch": args.batch,
+            "seq": args.seq,
+            "lr": args.lr,
+            "data": str(Path(args.data).resolve()),
+        }
+        for (w, g, e, a) in cells
+        for s in range(args.seeds)
+    ]
 
 
 def run_name(width, gamma, eps, gate, seed) -> str:
@@ -112,15 +135,28 @@ def run_name(width, gamma, eps, gate, seed) -> str:
 
 def model_config(spec):
     from growtool.config import ModelConfig
+
     w = spec["width"]
-    return ModelConfig(family="llama", vocab_size=256, width=w, layers=spec["layers"], heads=w // 16,
-                       kv_heads=w // 16, head_dim=16, ffn=4 * w, context=spec["seq"], norm_eps=spec["eps"],
-                       tie=False, attn_gate=spec["gate"])
+    return ModelConfig(
+        family="llama",
+        vocab_size=256,
+        width=w,
+        layers=spec["layers"],
+        heads=w // 16,
+        kv_heads=w // 16,
+        head_dim=16,
+        ffn=4 * w,
+        context=spec["seq"],
+        norm_eps=spec["eps"],
+        tie=False,
+        attn_gate=spec["gate"],
+    )
 
 
 def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
     """Initialise and train one model (in a worker process); return its result row."""
     import torch
+
     from growtool import checkpoint
     from growtool.init import init_model
     from growtool.train import read_metrics, train
@@ -137,20 +173,43 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
     run.mkdir(parents=True)
     cfg = model_config(spec)
     model = init_model(cfg, gamma=spec["gamma"], seed=spec["seed"])
-    init_path = checkpoint.save_tensors(str(run / "init.safetensors"), cfg,
-                                        [{"op": "init", "gamma": spec["gamma"], "seed": spec["seed"]}], model.tensors())
+    init_path = checkpoint.save_tensors(
+        str(run / "init.safetensors"),
+        cfg,
+        [{"op": "init", "gamma": spec["gamma"], "seed": spec["seed"]}],
+        model.tensors(),
+    )
     s = spec["steps"]
     t0 = time.perf_counter()
-    summ = train(init_path, [spec["data"]], run / "train", steps=s, batch=spec["batch"], seq=spec["seq"],
-                 lr=spec["lr"], eval_every=max(1, s // 10), metrics_every=max(1, s // 10), save_every=s,
-                 seed=spec["seed"], device="cpu", progress=False, cache_dir=Path(root) / "cache")
+    summ = train(
+        init_path,
+        [spec["data"]],
+        run / "train",
+        steps=s,
+        batch=spec["batch"],
+        seq=spec["seq"],
+        lr=spec["lr"],
+        eval_every=max(1, s // 10),
+        metrics_every=max(1, s // 10),
+        save_every=s,
+        seed=spec["seed"],
+        device="cpu",
+        progress=False,
+        cache_dir=Path(root) / "cache",
+    )
     wall = time.perf_counter() - t0
     recs = read_metrics(run / "train" / "metrics.jsonl")
-    tail = [r["loss"] for r in recs if "loss" in r][-max(1, s // 10):]
+    tail = [r["loss"] for r in recs if "loss" in r][-max(1, s // 10) :]
     row = {k: spec[k] for k in ("name", "width", "gamma", "eps", "gate", "seed")}
-    row.update(params=summ["params"], steps=summ["steps"], tokens=summ["tokens"],
-               val_loss=summ["val_loss"], train_loss_tail=sum(tail) / len(tail),
-               first_val_loss=summ["first_val_loss"], seconds=round(wall, 1))
+    row.update(
+        params=summ["params"],
+        steps=summ["steps"],
+        tokens=summ["tokens"],
+        val_loss=summ["val_loss"],
+        train_loss_tail=sum(tail) / len(tail),
+        first_val_loss=summ["first_val_loss"],
+        seconds=round(wall, 1),
+    )
     (run / "init.safetensors").unlink()
     done.write_text(json.dumps({"spec": spec, "row": row}, indent=1))
     return {**row, "reused": False}
@@ -178,11 +237,16 @@ def strip_reused(rows) -> tuple[list[dict], int]:
 
 
 def log_row(r, i, n, t0):
-    print(f"[{i}/{n}] {r['name']}: val {r['val_loss']:.4f} ({r['seconds']:.0f} s; {time.perf_counter() - t0:.0f} s total)",
-          file=sys.stderr, flush=True)
+    print(
+        f"[{i}/{n}] {r['name']}: val {r['val_loss']:.4f} "
+        f"({r['seconds']:.0f} s; {time.perf_counter() - t0:.0f} s total)",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 # ---- tables -----------------------------------------------------------------------------------
+
 
 def summarise(rows) -> list[dict]:
     """Per cell: validation loss over seeds (mean, std), and gamma-1 minus gamma-0.5 at that setting."""
@@ -193,9 +257,18 @@ def summarise(rows) -> list[dict]:
     for (w, e, a, g), v in sorted(cells.items()):
         base = cells.get((w, e, a, 0.5))
         one = cells.get((w, e, a, 1.0))
-        out.append({"width": w, "eps": f"{e:.0e}", "gate": "on" if a else "off", "gamma": g, "seeds": len(v),
-                    "val_loss": statistics.mean(v), "val_std": statistics.stdev(v) if len(v) > 1 else "",
-                    "g1_minus_g05": (statistics.mean(one) - statistics.mean(base)) if base and one else ""})
+        out.append(
+            {
+                "width": w,
+                "eps": f"{e:.0e}",
+                "gate": "on" if a else "off",
+                "gamma": g,
+                "seeds": len(v),
+                "val_loss": statistics.mean(v),
+                "val_std": statistics.stdev(v) if len(v) > 1 else "",
+                "g1_minus_g05": (statistics.mean(one) - statistics.mean(base)) if base and one else "",
+            }
+        )
     return out
 
 
@@ -215,6 +288,7 @@ def pivot(rows) -> str:
 
 # ---- condensation -----------------------------------------------------------------------------
 
+
 def kind_of(name: str) -> str:
     return next(k for k in KINDS if f"{k}." in name or name.startswith(k))
 
@@ -222,6 +296,7 @@ def kind_of(name: str) -> str:
 def condensation(run_dir: Path) -> list[dict]:
     """Per logged step and matrix kind: stable rank and row cosine, averaged over the layers."""
     from growtool.train import read_metrics
+
     out = []
     for r in read_metrics(run_dir / "train" / "metrics.jsonl"):
         if "matrix" not in r:
@@ -231,17 +306,25 @@ def condensation(run_dir: Path) -> list[dict]:
             by.setdefault(kind_of(name), []).append(m)
         for k in KINDS:
             if k in by:
-                out.append({"step": r["step"], "tokens": r["tokens"], "kind": k,
-                            "stable_rank": statistics.mean(m["stable_rank"] for m in by[k]),
-                            "row_cosine": statistics.mean(m["row_cosine"] for m in by[k])})
+                out.append(
+                    {
+                        "step": r["step"],
+                        "tokens": r["tokens"],
+                        "kind": k,
+                        "stable_rank": statistics.mean(m["stable_rank"] for m in by[k]),
+                        "row_cosine": statistics.mean(m["row_cosine"] for m in by[k]),
+                    }
+                )
     return out
 
 
 def condensation_plot(series: dict, path: Path) -> None:
     """series: {label: condensation rows}; one column per matrix kind, rows = the two metrics."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     kinds = [k for k in KINDS if any(r["kind"] == k for rows in series.values() for r in rows)]
     fig, axes = plt.subplots(2, len(kinds), figsize=(2.3 * len(kinds), 5), squeeze=False)
     styles = ["-", "--", ":", "-."]
@@ -250,8 +333,14 @@ def condensation_plot(series: dict, path: Path) -> None:
             rk = [r for r in rows if r["kind"] == k]
             color = "tab:blue" if "g0.5" in label else "tab:red"
             for a, metric in enumerate(("stable_rank", "row_cosine")):
-                axes[a][j].plot([r["tokens"] / 1e3 for r in rk], [r[metric] for r in rk], styles[i // 2 % 4],
-                                color=color, lw=1.2, label=label)
+                axes[a][j].plot(
+                    [r["tokens"] / 1e3 for r in rk],
+                    [r[metric] for r in rk],
+                    styles[i // 2 % 4],
+                    color=color,
+                    lw=1.2,
+                    label=label,
+                )
         axes[0][j].set_title(k, fontsize=9)
         axes[1][j].set_xlabel("k tokens", fontsize=8)
     axes[0][0].set_ylabel("stable rank")
@@ -259,8 +348,7 @@ def condensation_plot(series: dict, path: Path) -> None:
     for ax in axes.flat:
         ax.tick_params(labelsize=7)
     axes[0][-1].legend(fontsize=7)
-    fig.suptitle("condensation over training: gamma 0.5 (blue) vs 1 (red), eps 1e-12, gated attention on",
-                 fontsize=10)
+    fig.suptitle("condensation over training: gamma 0.5 (blue) vs 1 (red), eps 1e-12, gated attention on", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -268,20 +356,25 @@ def condensation_plot(series: dict, path: Path) -> None:
 
 # ---- token-level comparison -------------------------------------------------------------------
 
+
 def val_windows(args):
     """Every non-overlapping (seq + 1)-token window of the trainer's validation tail."""
     import torch
+
     from growtool import data
+
     toks = data.load_tokens([args.data], data.get_tokenizer("byte"), args.work / "cache", 256)
     ds = data.Dataset(toks, args.seq, args.batch)
-    return torch.cat([torch.cat([x, y[:, -1:]], 1) for x, y in ds.val_batches(10 ** 9)])
+    return torch.cat([torch.cat([x, y[:, -1:]], 1) for x, y in ds.val_batches(10**9)])
 
 
 def token_compare(rows, args) -> list[dict]:
     """gamma 1 (B) vs gamma 0.5 (A), seed 0, largest width, paper setting and masked setting."""
     import torch
+
     from growtool import checkpoint
     from growtool.compare import compare_models
+
     torch.set_num_threads(max(1, args.jobs * args.threads))
     w = max(args.widths)
     windows = val_windows(args)
@@ -302,8 +395,10 @@ def token_compare(rows, args) -> list[dict]:
 
 def token_plot(rows, path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     settings = list(dict.fromkeys(r["setting"] for r in rows))
     fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
     width = 0.8 / max(1, len(settings))
@@ -312,8 +407,11 @@ def token_plot(rows, path: Path) -> None:
         xs = [int(r["bin"]) + (i - (len(settings) - 1) / 2) * width for r in rs]
         for ax, key in zip(axes, ("gain", "gap", "js")):
             ax.bar(xs, [r[key] for r in rs], width, label=s)
-    titles = ("mean loss gain  loss(g0.5) - loss(g1)  [nats]", "mean gap  p_g1(y) - p_g0.5(y)",
-              "mean Jensen-Shannon(g0.5, g1)  [nats]")
+    titles = (
+        "mean loss gain  loss(g0.5) - loss(g1)  [nats]",
+        "mean gap  p_g1(y) - p_g0.5(y)",
+        "mean Jensen-Shannon(g0.5, g1)  [nats]",
+    )
     n = max(int(r["bin"]) for r in rows if r["bin"] != "all") + 1
     for ax, t in zip(axes, titles):
         ax.set_title(t, fontsize=9)
@@ -329,14 +427,19 @@ def token_plot(rows, path: Path) -> None:
 
 # ---- main -------------------------------------------------------------------------------------
 
+
 def main():
     args = parse_args("small_init", __doc__.splitlines()[0], options)
     settle(args)
     args.work = Path(args.out) / "tmp" / "small_init"
     specs = grid(args)
     t0 = time.perf_counter()
-    print(f"small_init: {len(specs)} runs x {args.steps} steps ({args.batch}x{args.seq} tokens), "
-          f"{args.jobs} jobs x {args.threads} threads -> {args.dir}", file=sys.stderr, flush=True)
+    print(
+        f"small_init: {len(specs)} runs x {args.steps} steps ({args.batch}x{args.seq} tokens), "
+        f"{args.jobs} jobs x {args.threads} threads -> {args.dir}",
+        file=sys.stderr,
+        flush=True,
+    )
     rows, reused = strip_reused(run_grid(specs, args))
     t_grid = time.perf_counter() - t0
 
@@ -347,6 +450,7 @@ def main():
     print(table(grid_table, "validation loss (nats/byte), mean over seeds"), file=sys.stderr)
 
     from growtool.train import read_metrics
+
     curves = []
     for r in rows:
         for m in read_metrics(args.work / "runs" / r["name"] / "train" / "metrics.jsonl"):
@@ -370,16 +474,32 @@ def main():
     if tok:
         write_csv(args.dir / "token_compare.csv", tok)
         token_plot(tok, args.dir / "token_compare.png")
-        print(table([{k: r[k] for k in ("setting", "bin", "tokens", "loss_a", "loss_b", "gain", "gap", "abs_gap", "js")}
-                     for r in tok], "token-level: A = gamma 0.5, B = gamma 1 (gain > 0: gamma 1 better)"),
-              file=sys.stderr)
+        print(
+            table(
+                [
+                    {k: r[k] for k in ("setting", "bin", "tokens", "loss_a", "loss_b", "gain", "gap", "abs_gap", "js")}
+                    for r in tok
+                ],
+                "token-level: A = gamma 0.5, B = gamma 1 (gain > 0: gamma 1 better)",
+            ),
+            file=sys.stderr,
+        )
 
-    write_json(args.dir / "results.json", {
-        "settings": {k: v for k, v in vars(args).items() if k not in ("dir",)}, "machine": machine(),
-        "grid_seconds": round(t_grid, 1), "runs_reused": reused,
-        "run_seconds_sum": round(sum(r["seconds"] for r in rows), 1), "total_seconds": round(time.perf_counter() - t0, 1),
-        "runs": rows, "summary": summary, "grid": grid_table, "token_compare": tok,
-    })
+    write_json(
+        args.dir / "results.json",
+        {
+            "settings": {k: v for k, v in vars(args).items() if k not in ("dir",)},
+            "machine": machine(),
+            "grid_seconds": round(t_grid, 1),
+            "runs_reused": reused,
+            "run_seconds_sum": round(sum(r["seconds"] for r in rows), 1),
+            "total_seconds": round(time.perf_counter() - t0, 1),
+            "runs": rows,
+            "summary": summary,
+            "grid": grid_table,
+            "token_compare": tok,
+        },
+    )
     print(f"wrote {args.dir} ({time.perf_counter() - t0:.0f} s)", file=sys.stderr)
 
 

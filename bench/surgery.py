@@ -29,7 +29,6 @@ import time
 from pathlib import Path
 
 import torch
-
 from common import MB, cpu_seconds, fsync_file, machine, parse_args, run_measured, table, write_csv, write_json
 
 from growtool import checkpoint, growth, recipes
@@ -38,16 +37,38 @@ from growtool.config import ModelConfig
 from growtool.families import expected_shapes, tensor_specs
 
 GROWTOOL = str(Path(sys.executable).with_name("growtool"))
-GB = 1024 ** 3
+GB = 1024**3
 
 
 def llama_config(quick: bool) -> ModelConfig:
     """246M parameters (0.98 GB in float32) for the full run, 31M (123 MB) for --quick."""
     if quick:
-        return ModelConfig("llama", vocab_size=8000, width=512, layers=8, heads=8, kv_heads=2, head_dim=64,
-                           ffn=1408, context=2048, norm_eps=1e-5, tie=False)
-    return ModelConfig("llama", vocab_size=32000, width=1024, layers=16, heads=16, kv_heads=4, head_dim=64,
-                       ffn=2816, context=2048, norm_eps=1e-5, tie=False)
+        return ModelConfig(
+            "llama",
+            vocab_size=8000,
+            width=512,
+            layers=8,
+            heads=8,
+            kv_heads=2,
+            head_dim=64,
+            ffn=1408,
+            context=2048,
+            norm_eps=1e-5,
+            tie=False,
+        )
+    return ModelConfig(
+        "llama",
+        vocab_size=32000,
+        width=1024,
+        layers=16,
+        heads=16,
+        kv_heads=4,
+        head_dim=64,
+        ffn=2816,
+        context=2048,
+        norm_eps=1e-5,
+        tie=False,
+    )
 
 
 def write_random_checkpoint(path: Path, cfg: ModelConfig, dtype: torch.dtype, seed: int = 0) -> None:
@@ -60,7 +81,11 @@ def write_random_checkpoint(path: Path, cfg: ModelConfig, dtype: torch.dtype, se
         nbytes = dtype.itemsize
         for s in shape:
             nbytes *= s
-        header[name] = {"dtype": checkpoint.DTYPE_NAME[dtype], "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        header[name] = {
+            "dtype": checkpoint.DTYPE_NAME[dtype],
+            "shape": list(shape),
+            "data_offsets": [off, off + nbytes],
+        }
         off += nbytes
     hb = json.dumps(header, separators=(",", ":")).encode()
     hb += b" " * (-len(hb) % 8)
@@ -140,8 +165,9 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     return t
 
 
-def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, startup: dict, tmp: Path,
-                args) -> tuple[dict, dict]:
+def bench_dtype(
+    cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, startup: dict, tmp: Path, args
+) -> tuple[dict, dict]:
     name = {torch.float32: "float32", torch.bfloat16: "bfloat16"}[dtype]
     src, out, cp = tmp / f"src-{name}.safetensors", tmp / f"out-{name}.safetensors", tmp / f"copy-{name}.bin"
     t0 = time.perf_counter()
@@ -150,7 +176,7 @@ def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, 
     plan = growth.build_plan(cfg, recipes.load("srio"), width, dtype=dtype)
     largest = max(dtype.itemsize * torch.Size(s).numel() for _, s, _ in plan.outputs())
     expands, copies = [], []
-    for r in range(repeats):
+    for _ in range(repeats):
         if out.exists():
             out.unlink()
         m = run_measured([GROWTOOL, "expand", str(src), "--width", str(width), "-o", str(out), "--quiet"])
@@ -158,8 +184,9 @@ def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, 
             raise SystemExit(f"growtool expand failed (exit {m['rc']}): {m['stderr'].strip()[-2000:]}")
         expands.append(m)
         copies.append(timed_copy(out, cp))
-    steps = instrumented_expand(src, tmp / f"inproc-{name}.safetensors", width,
-                                args.dir / f"profile-{name}.txt" if args.profile else None)
+    steps = instrumented_expand(
+        src, tmp / f"inproc-{name}.safetensors", width, args.dir / f"profile-{name}.txt" if args.profile else None
+    )
     src_b, out_b = src.stat().st_size, out.stat().st_size
     for p in (src, out, tmp / f"inproc-{name}.safetensors"):
         p.unlink(missing_ok=True)
@@ -169,13 +196,25 @@ def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, 
     rss = max(m["peak_rss"] for m in expands)
     rss_target = 3 * largest + 0.5 * GB
     row = {
-        "dtype": name, "params": cfg.n_params(), "grown_params": plan.cfg.n_params(),
-        "src_MB": src_b / MB, "out_MB": out_b / MB, "generate_s": t_gen,
-        "expand_s": t_exp, "copy_s": t_cp, "ratio": t_exp / t_cp, "ratio_ok": t_exp / t_cp <= 1.5,
-        "peak_rss_MB": rss / MB, "largest_out_MB": largest / MB, "rss_target_MB": rss_target / MB,
-        "rss_ok": rss <= rss_target, "startup_s": startup["wall_s"],
+        "dtype": name,
+        "params": cfg.n_params(),
+        "grown_params": plan.cfg.n_params(),
+        "src_MB": src_b / MB,
+        "out_MB": out_b / MB,
+        "generate_s": t_gen,
+        "expand_s": t_exp,
+        "copy_s": t_cp,
+        "ratio": t_exp / t_cp,
+        "ratio_ok": t_exp / t_cp <= 1.5,
+        "peak_rss_MB": rss / MB,
+        "largest_out_MB": largest / MB,
+        "rss_target_MB": rss_target / MB,
+        "rss_ok": rss <= rss_target,
+        "startup_s": startup["wall_s"],
         "ratio_no_startup": (t_exp - startup["wall_s"]) / t_cp,
-        "expand_cpu_s": c_exp, "copy_cpu_s": c_cp, "startup_cpu_s": startup["cpu_s"],
+        "expand_cpu_s": c_exp,
+        "copy_cpu_s": c_cp,
+        "startup_cpu_s": startup["cpu_s"],
         "expand_runs_s": ";".join(f"{m['wall_s']:.2f}" for m in expands),
         "copy_runs_s": ";".join(f"{c[0]:.2f}" for c in copies),
     }
@@ -184,15 +223,22 @@ def bench_dtype(cfg: ModelConfig, dtype: torch.dtype, width: int, repeats: int, 
 
 def plot(rows: list[dict], steps: list[dict], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(10, 4))
     keys = ["sha256", "read", "nan_check", "grow", "write_fsync", "other"]
     labels, y = [], 0
     for i, (r, s) in enumerate(zip(rows, steps)):
         ax.barh(y, r["startup_s"], color="lightgrey", label="interpreter + torch import" if i == 0 else None)
-        ax.barh(y, r["expand_s"] - r["startup_s"], left=r["startup_s"], color="tab:blue",
-                label="growtool expand (rest)" if i == 0 else None)
+        ax.barh(
+            y,
+            r["expand_s"] - r["startup_s"],
+            left=r["startup_s"],
+            color="tab:blue",
+            label="growtool expand (rest)" if i == 0 else None,
+        )
         left = 0.0
         for j, k in enumerate(keys):
             ax.barh(y + 1, s[k], left=left, color=f"C{j + 1}", label=k if i == 0 else None)
@@ -211,8 +257,13 @@ def plot(rows: list[dict], steps: list[dict], path: Path) -> None:
 
 
 def main():
-    args = parse_args("surgery", __doc__, lambda p: p.add_argument(
-        "--profile", action="store_true", help="also write a cProfile of the in-process expansion"))
+    args = parse_args(
+        "surgery",
+        __doc__,
+        lambda p: p.add_argument(
+            "--profile", action="store_true", help="also write a cProfile of the in-process expansion"
+        ),
+    )
     torch.manual_seed(0)
     cfg = llama_config(args.quick)
     width = cfg.width * 3 // 2
@@ -226,20 +277,53 @@ def main():
             row, st = bench_dtype(cfg, dt, width, repeats, startup, tmp, args)
             rows.append(row)
             steps.append(st)
-            print(f"{row['dtype']}: expand {row['expand_s']:.2f}s, copy {row['copy_s']:.2f}s, "
-                  f"peak RSS {row['peak_rss_MB']:.0f} MB", file=sys.stderr, flush=True)
+            print(
+                f"{row['dtype']}: expand {row['expand_s']:.2f}s, copy {row['copy_s']:.2f}s, "
+                f"peak RSS {row['peak_rss_MB']:.0f} MB",
+                file=sys.stderr,
+                flush=True,
+            )
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     d = args.dir
     write_csv(d / "surgery.csv", rows)
     write_csv(d / "steps.csv", steps)
-    write_json(d / "surgery.json", {"config": cfg.to_hf(), "width_to": width, "repeats": repeats,
-                                    "quick": args.quick, "machine": machine(), "rows": rows, "steps": steps})
+    write_json(
+        d / "surgery.json",
+        {
+            "config": cfg.to_hf(),
+            "width_to": width,
+            "repeats": repeats,
+            "quick": args.quick,
+            "machine": machine(),
+            "rows": rows,
+            "steps": steps,
+        },
+    )
     plot(rows, steps, d / "surgery.png")
-    show = ["dtype", "src_MB", "out_MB", "expand_s", "copy_s", "ratio", "ratio_ok", "startup_s", "ratio_no_startup",
-            "expand_cpu_s", "copy_cpu_s", "peak_rss_MB", "largest_out_MB", "rss_target_MB", "rss_ok"]
-    print(table([{k: r[k] for k in show} for r in rows],
-                f"growtool expand d{cfg.width} -> d{width} (llama, {cfg.n_params():,} params), median of {repeats}"))
+    show = [
+        "dtype",
+        "src_MB",
+        "out_MB",
+        "expand_s",
+        "copy_s",
+        "ratio",
+        "ratio_ok",
+        "startup_s",
+        "ratio_no_startup",
+        "expand_cpu_s",
+        "copy_cpu_s",
+        "peak_rss_MB",
+        "largest_out_MB",
+        "rss_target_MB",
+        "rss_ok",
+    ]
+    print(
+        table(
+            [{k: r[k] for k in show} for r in rows],
+            f"growtool expand d{cfg.width} -> d{width} (llama, {cfg.n_params():,} params), median of {repeats}",
+        )
+    )
     print()
     print(table(steps, "in-process steps (seconds)"))
     print(f"\nwrote {d}/surgery.csv, steps.csv, surgery.json, surgery.png")

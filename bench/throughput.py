@@ -35,7 +35,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-
 from common import machine, parse_args, table, write_csv, write_json
 
 from growtool import checkpoint, data, growth, recipes
@@ -55,10 +54,20 @@ def make_config(family: str, width: int, layers: int, heads: int, seq: int) -> M
     """A plain model of the family as transformers knows it: no gated attention; GPT-2 tied, Llama
     untied with grouped-query attention (2 query heads per KV head)."""
     llama = family == "llama"
-    return ModelConfig(family, vocab_size=256, width=width, layers=layers, heads=heads,
-                       kv_heads=heads // 2 if llama else heads, head_dim=width // heads,
-                       ffn=(8 * width // 3 + 7) // 8 * 8 if llama else 4 * width, context=seq,
-                       norm_eps=1e-5, tie=not llama, attn_gate=False)
+    return ModelConfig(
+        family,
+        vocab_size=256,
+        width=width,
+        layers=layers,
+        heads=heads,
+        kv_heads=heads // 2 if llama else heads,
+        head_dim=width // heads,
+        ffn=(8 * width // 3 + 7) // 8 * 8 if llama else 4 * width,
+        context=seq,
+        norm_eps=1e-5,
+        tie=not llama,
+        attn_gate=False,
+    )
 
 
 def synthetic_text(path: Path, n_bytes: int, seed: int = 0) -> None:
@@ -77,9 +86,14 @@ def synthetic_text(path: Path, n_bytes: int, seed: int = 0) -> None:
 def optimizer(model: torch.nn.Module) -> torch.optim.AdamW:
     """The trainer's AdamW: weight decay on matrices only, betas (0.9, 0.95)."""
     ps = [p for p in model.parameters() if p.requires_grad]
-    return torch.optim.AdamW([{"params": [p for p in ps if p.dim() >= 2], "weight_decay": WD},
-                              {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}],
-                             lr=LR, betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [
+            {"params": [p for p in ps if p.dim() >= 2], "weight_decay": WD},
+            {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0},
+        ],
+        lr=LR,
+        betas=(0.9, 0.95),
+    )
 
 
 def paired_step_times(models: dict, ds: data.Dataset, warmup: int, steps: int) -> dict[str, list[float]]:
@@ -93,7 +107,7 @@ def paired_step_times(models: dict, ds: data.Dataset, warmup: int, steps: int) -
     times = {name: [] for name in models}
     names = list(models)
     for step in range(warmup + steps):
-        for name in names[step % len(names):] + names[:step % len(names)]:
+        for name in names[step % len(names) :] + names[: step % len(names)]:
             (model, loss_fn), (opt, params) = models[name], opts[name]
             t0 = time.perf_counter()
             x, y = ds.train_batch(step, 0)
@@ -126,17 +140,33 @@ def hf_loss(model):
     def f(x, y):
         logits = model(input_ids=x).logits
         return F.cross_entropy(logits.float().view(-1, logits.shape[-1]), y.reshape(-1))
+
     return f
 
 
 def trainer_step_times(ckpt: Path, text: Path, work: Path, run: int, sz: dict) -> list[float]:
     """Step seconds of ``growtool.train`` from its metrics.jsonl (``batch * seq / tok_s``)."""
     from growtool.train import train
+
     out = work / f"train-{ckpt.stem}-{run}"
     n = sz["warmup"] + sz["steps"]
-    train(str(ckpt), [str(text)], str(out), steps=n, batch=sz["batch"], seq=sz["seq"], lr=LR, clip=CLIP,
-          weight_decay=WD, eval_every=10 * n, eval_batches=1, save_every=10 * n, metrics_every=10 * n,
-          progress=False, cache_dir=str(work / "cache"))
+    train(
+        str(ckpt),
+        [str(text)],
+        str(out),
+        steps=n,
+        batch=sz["batch"],
+        seq=sz["seq"],
+        lr=LR,
+        clip=CLIP,
+        weight_decay=WD,
+        eval_every=10 * n,
+        eval_batches=1,
+        save_every=10 * n,
+        metrics_every=10 * n,
+        progress=False,
+        cache_dir=str(work / "cache"),
+    )
     recs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     tok = sz["batch"] * sz["seq"]
     return [tok / r["tok_s"] for r in recs if r["step"] > sz["warmup"] and "tok_s" in r]
@@ -149,6 +179,7 @@ def max_logit_diff(a, b, x) -> float:
 
 def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: Path) -> tuple[list[dict], dict]:
     import transformers
+
     cfg = make_config(family, sz["width"], sz["layers"], sz["heads"], sz["seq"])
     tensors = init_model(cfg, gamma=0.5, seed=0).tensors()
     ckpt = work / f"{family}.safetensors"
@@ -160,7 +191,9 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
         return LM.from_tensors(cfg, tensors)
 
     def hf():
-        return transformers.AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")
+        return transformers.AutoModelForCausalLM.from_pretrained(
+            folder, dtype=torch.float32, attn_implementation="sdpa"
+        )
 
     x = ds.train_batch(0, 0)[0]
     diff = max_logit_diff(ours(), lambda i: hf()(input_ids=i).logits, x)
@@ -168,8 +201,9 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
     ratios = {k: [] for k in times}  # transformers step / this step, for measurements adjacent in time
     for _ in range(sz["repeats"]):  # the two plain loops, alternating step by step
         m, h = ours(), hf()
-        lp = paired_step_times({"growtool loop": (m, ours_loss(m)), "transformers loop": (h, hf_loss(h))},
-                               ds, sz["warmup"], sz["steps"])
+        lp = paired_step_times(
+            {"growtool loop": (m, ours_loss(m)), "transformers loop": (h, hf_loss(h))}, ds, sz["warmup"], sz["steps"]
+        )
         for k, v in lp.items():
             times[k] += v
         ratios["growtool loop"] += [b / a for a, b in zip(lp["growtool loop"], lp["transformers loop"])]
@@ -191,11 +225,26 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
     rows = []
     for impl, ts in times.items():
         s = statistics.median(ts)
-        rows.append({"family": family, "impl": impl, "params": cfg.n_params(), "step_ms": 1000 * s,
-                     "tok_s": tok / s, "vs_transformers": statistics.median(ratios[impl]),
-                     "spread": spread(ratios[impl]), "steps_timed": len(ts)})
-    return rows, {"family": family, "config": cfg.to_hf(), "max_logit_diff_vs_hf": diff, "step_s": times,
-                  "transformers_alone_step_s": alone, "ratios": ratios}
+        rows.append(
+            {
+                "family": family,
+                "impl": impl,
+                "params": cfg.n_params(),
+                "step_ms": 1000 * s,
+                "tok_s": tok / s,
+                "vs_transformers": statistics.median(ratios[impl]),
+                "spread": spread(ratios[impl]),
+                "steps_timed": len(ts),
+            }
+        )
+    return rows, {
+        "family": family,
+        "config": cfg.to_hf(),
+        "max_logit_diff_vs_hf": diff,
+        "step_s": times,
+        "transformers_alone_step_s": alone,
+        "ratios": ratios,
+    }
 
 
 def gate_cost(family: str, sz: dict, ds: data.Dataset) -> tuple[dict, dict]:
@@ -228,18 +277,31 @@ def gate_cost(family: str, sz: dict, ds: data.Dataset) -> tuple[dict, dict]:
     per_step = [a / b - 1 for a, b in zip(times["gated"], times["folded"])]
     paired = statistics.median(per_step)
     tok = sz["batch"] * sz["seq"]
-    row = {"family": family, "width": f"{cfg.width}->{plan.cfg.width}", "params": plain.n_params(),
-           "gated_tok_s": tok / g, "folded_tok_s": tok / f, "overhead": paired, "spread": spread(per_step),
-           "overhead_ok": paired <= 0.10,
-           "steps_timed": len(times["folded"])}
-    return row, {"family": family, "max_logit_diff_gated_vs_folded": diff, "step_s": times,
-                 "overhead_of_medians": g / f - 1}
+    row = {
+        "family": family,
+        "width": f"{cfg.width}->{plan.cfg.width}",
+        "params": plain.n_params(),
+        "gated_tok_s": tok / g,
+        "folded_tok_s": tok / f,
+        "overhead": paired,
+        "spread": spread(per_step),
+        "overhead_ok": paired <= 0.10,
+        "steps_timed": len(times["folded"]),
+    }
+    return row, {
+        "family": family,
+        "max_logit_diff_gated_vs_folded": diff,
+        "step_s": times,
+        "overhead_of_medians": g / f - 1,
+    }
 
 
 def plot(rows: list[dict], gates: list[dict], path: Path) -> None:
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, (a, b) = plt.subplots(1, 2, figsize=(10, 3.5))
     fams = list(dict.fromkeys(r["family"] for r in rows))
     impls = list(dict.fromkeys(r["impl"] for r in rows))
@@ -264,10 +326,14 @@ def plot(rows: list[dict], gates: list[dict], path: Path) -> None:
 
 def main():
     import transformers
+
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
-    args = parse_args("throughput", __doc__, lambda p: p.add_argument(
-        "--threads", type=int, default=None, help="torch threads (default 2; 1 with --quick)"))
+    args = parse_args(
+        "throughput",
+        __doc__,
+        lambda p: p.add_argument("--threads", type=int, default=None, help="torch threads (default 2; 1 with --quick)"),
+    )
     # --quick is a smoke run: one thread keeps it quick and steady on a shared CI machine
     torch.set_num_threads(args.threads or (1 if args.quick else min(2, os.cpu_count() or 1)))
     sz = SIZES["quick" if args.quick else "full"]
@@ -276,8 +342,11 @@ def main():
     text = work / "text.txt"
     synthetic_text(text, 200_000)
     tok = data.get_tokenizer("byte")
-    ds = data.Dataset(data.load_tokens([text], tok, work / "cache", 256, data.min_tokens(sz["seq"], sz["batch"])),
-                      sz["seq"], sz["batch"])
+    ds = data.Dataset(
+        data.load_tokens([text], tok, work / "cache", 256, data.min_tokens(sz["seq"], sz["batch"])),
+        sz["seq"],
+        sz["batch"],
+    )
     rows, gates, detail = [], [], []
     try:
         for family in ("llama", "gpt2"):
@@ -293,11 +362,26 @@ def main():
     out = args.dir
     write_csv(out / "throughput.csv", rows)
     write_csv(out / "gates.csv", gates)
-    write_json(out / "throughput.json", {"sizes": sz, "threads": torch.get_num_threads(), "quick": args.quick,
-                                         "machine": machine(), "rows": rows, "gates": gates, "detail": detail})
+    write_json(
+        out / "throughput.json",
+        {
+            "sizes": sz,
+            "threads": torch.get_num_threads(),
+            "quick": args.quick,
+            "machine": machine(),
+            "rows": rows,
+            "gates": gates,
+            "detail": detail,
+        },
+    )
     plot(rows, gates, out / "throughput.png")
-    print(table(rows, f"tokens/s, float32 CPU, {torch.get_num_threads()} threads, batch {sz['batch']} x seq "
-                      f"{sz['seq']}, width {sz['width']}, {sz['layers']} layers (median step)"))
+    print(
+        table(
+            rows,
+            f"tokens/s, float32 CPU, {torch.get_num_threads()} threads, batch {sz['batch']} x seq "
+            f"{sz['seq']}, width {sz['width']}, {sz['layers']} layers (median step)",
+        )
+    )
     print()
     print(table(gates, "open warm-up gates (0.5) vs the same model folded"))
     print(f"\nwrote {out}/throughput.csv, gates.csv, throughput.json, throughput.png")

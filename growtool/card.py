@@ -13,8 +13,10 @@ def _stage(st: dict) -> str:
         return f"initialised at width {st.get('width')} (gamma {st.get('gamma')}, seed {st.get('seed')})"
     if op == "expand":
         exact = "exact at gate 0" if st.get("exact") else "lossy (not function-preserving)"
-        return (f"grown d{st.get('width_from')} -> d{st.get('width_to')}, heads {st.get('heads')}, "
-                f"FFN {st.get('ffn')}, recipe {st.get('recipe')}, {exact}{src}")
+        return (
+            f"grown d{st.get('width_from')} -> d{st.get('width_to')}, heads {st.get('heads')}, "
+            f"FFN {st.get('ffn')}, recipe {st.get('recipe')}, {exact}{src}"
+        )
     if op == "fold":
         return f"growth gates folded at alpha {st.get('alpha')}{src}"
     if op == "train":
@@ -31,18 +33,32 @@ def _stage(st: dict) -> str:
 
 def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> str:
     """Markdown text of the card for a model ``name`` made from ``source``."""
-    lines = ["---", "library_name: transformers", "tags: [growtool, width-growth]", "---", "",
-             f"# {name}", "",
-             f"A {cfg.family} model: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads "
-             f"({cfg.kv_heads} key/value), FFN {cfg.ffn}, vocabulary {cfg.vocab_size:,}, context {cfg.context}, "
-             f"{cfg.n_params():,} parameters. Written by growtool from `{source}`.", ""]
+    lines = [
+        "---",
+        "library_name: transformers",
+        "tags: [growtool, width-growth]",
+        "---",
+        "",
+        f"# {name}",
+        "",
+        f"A {cfg.family} model: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads "
+        f"({cfg.kv_heads} key/value), FFN {cfg.ffn}, vocabulary {cfg.vocab_size:,}, context {cfg.context}, "
+        f"{cfg.n_params():,} parameters. Written by growtool from `{source}`.",
+        "",
+    ]
     if cfg.gated:
-        lines += ["**Growth gates present** (a grown, unfolded model): growtool computes it at any gate value; "
-                  "fold them (`growtool fold DIR --alpha 0 -o OUT`) for a plain model.", ""]
+        lines += [
+            "**Growth gates present** (a grown, unfolded model): growtool computes it at any gate value; "
+            "fold them (`growtool fold DIR --alpha 0 -o OUT`) for a plain model.",
+            "",
+        ]
     if needs_remote(cfg):
-        lines += ["No stock transformers class computes this model: load it with "
-                  "`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` (growtool's forward pass "
-                  "is written beside it).", ""]
+        lines += [
+            "No stock transformers class computes this model: load it with "
+            "`AutoModelForCausalLM.from_pretrained(DIR, trust_remote_code=True)` (growtool's forward pass "
+            "is written beside it).",
+            "",
+        ]
     lines += ["## Lineage", ""]
     if lineage:
         lines += ["| # | stage |", "|---|---|"]
@@ -57,5 +73,5 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
         lines += ["Byte-level (token id = byte value, 0..255): growtool's `byte` tokenizer."]
     else:
         lines += ["None found; pass one with `--tokenizer PATH`."]
-    lines += ["", f"Sample from it: `growtool sample {name} --prompt \"...\"`.", ""]
+    lines += ["", f'Sample from it: `growtool sample {name} --prompt "..."`.', ""]
     return "\n".join(lines)

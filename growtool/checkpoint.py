@@ -32,9 +32,16 @@ from .errors import GrowError
 from .families import IGNORED, arch_of, expected_shapes
 
 DTYPES = {
-    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
-    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8,
-    "U8": torch.uint8, "BOOL": torch.bool,
+    "F64": torch.float64,
+    "F32": torch.float32,
+    "F16": torch.float16,
+    "BF16": torch.bfloat16,
+    "I64": torch.int64,
+    "I32": torch.int32,
+    "I16": torch.int16,
+    "I8": torch.int8,
+    "U8": torch.uint8,
+    "BOOL": torch.bool,
 }
 DTYPE_NAME = {v: k for k, v in DTYPES.items()}
 FLOATS = {"F64", "F32", "F16", "BF16"}
@@ -43,6 +50,7 @@ Progress = Callable[[str, int], None]  # called with (tensor name, bytes) after 
 
 
 # ---- reading ------------------------------------------------------------------------------
+
 
 def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     """Check a safetensors header: returns (tensor entries, metadata, data start offset).
@@ -55,7 +63,7 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     if n > MAX_HEADER or 8 + n > size:
         raise GrowError(f"{src}: not a safetensors file (header length {n} beyond the file's {size} bytes)")
     try:
-        header = json.loads(buf[8:8 + n].decode("utf-8"))
+        header = json.loads(buf[8 : 8 + n].decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise GrowError(f"{src}: not a safetensors file (header is not valid JSON)") from None
     if not isinstance(header, dict):
@@ -78,14 +86,18 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
             raise GrowError(f"{src}: tensor {name} has bad data offsets {offs!r}")
         b, en = offs
         if not (0 <= b <= en <= data_len):
-            raise GrowError(f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes "
-                            "(truncated or corrupt file)")
+            raise GrowError(
+                f"{src}: tensor {name} data offsets {offs} lie outside the file's {data_len} data bytes "
+                "(truncated or corrupt file)"
+            )
         numel = 1
         for s in shape:
             numel *= s
         if numel * DTYPES[dt].itemsize != en - b:
-            raise GrowError(f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, "
-                            f"header gives {en - b}")
+            raise GrowError(
+                f"{src}: tensor {name} shape {shape} ({dt}) needs {numel * DTYPES[dt].itemsize} bytes, "
+                f"header gives {en - b}"
+            )
         spans.append((b, en, name))
     spans.sort()
     for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
@@ -171,6 +183,7 @@ class Checkpoint:
 
     def model(self, dtype=torch.float32, progress: Progress | None = None):
         from .model import LM
+
         return LM.from_tensors(self.config, self.tensors(progress), dtype=dtype)
 
 
@@ -218,8 +231,8 @@ def _canonical(cfg: ModelConfig, entries: dict) -> dict[str, str]:
         out[n] = n
         if n not in want:
             for canon, stored in arch_of(cfg).aliases.items():
-                if n.startswith(stored) and canon + n[len(stored):] in want:
-                    out[n] = canon + n[len(stored):]
+                if n.startswith(stored) and canon + n[len(stored) :] in want:
+                    out[n] = canon + n[len(stored) :]
     return out
 
 
@@ -243,8 +256,9 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> tuple[dict, dic
     for n, shp in want.items():
         dt, got = entries[n]
         if tuple(got) != shp:
-            raise GrowError(f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} "
-                            "(config and tensors disagree)")
+            raise GrowError(
+                f"{src}: tensor {n} has shape {tuple(got)}, config says {shp} (config and tensors disagree)"
+            )
         if dt not in FLOATS:
             raise GrowError(f"{src}: tensor {n} has dtype {dt}; weights must be floating point")
     dts = {entries[n][0] for n in want}
@@ -311,7 +325,7 @@ def load(src: str | os.PathLike) -> Checkpoint:
         def get(name: str) -> torch.Tensor:  # one tensor copied out of the held bytes
             e = header[stored[name]]
             b, en = e["data_offsets"]
-            buf, dt = bytearray(memoryview(data)[start + b:start + en]), DTYPES[e["dtype"]]
+            buf, dt = bytearray(memoryview(data)[start + b : start + en]), DTYPES[e["dtype"]]
             return (torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)).reshape(e["shape"])
 
         return Checkpoint(cfg, lineage, "<stdin>", entries, get, raw=data, tokenizer=_tokenizer_record(meta, "<stdin>"))
@@ -346,8 +360,9 @@ def load(src: str | os.PathLike) -> Checkpoint:
     entries, meta, read = _open_files(files, s)
     cfg, lineage = _config_from(meta, folder_cfg, s)
     entries, stored = _check_tensors(cfg, entries, s)
-    return Checkpoint(cfg, lineage, s, entries, lambda name: read(stored[name]), files=files,
-                      tokenizer=_tokenizer_record(meta, s))
+    return Checkpoint(
+        cfg, lineage, s, entries, lambda name: read(stored[name]), files=files, tokenizer=_tokenizer_record(meta, s)
+    )
 
 
 def _load_nanogpt(p: Path) -> Checkpoint:
@@ -361,6 +376,7 @@ def _load_nanogpt(p: Path) -> Checkpoint:
 
 
 # ---- writing ------------------------------------------------------------------------------
+
 
 def metadata(cfg: ModelConfig, lineage: list, tokenizer: dict | None = None) -> dict[str, str]:
     meta = {
@@ -394,8 +410,9 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
-def write_stream(fh, specs, produce: Callable[[str], torch.Tensor], meta: dict,
-                 progress: Progress | None = None) -> None:
+def write_stream(
+    fh, specs, produce: Callable[[str], torch.Tensor], meta: dict, progress: Progress | None = None
+) -> None:
     """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
     ``progress(name, nbytes)`` after each.
 
@@ -473,8 +490,17 @@ def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | No
     return dest
 
 
-SIZE_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-              "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+SIZE_UNITS = {
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
 
 
 def parse_size(text: str) -> int:
@@ -517,11 +543,19 @@ def plan_shards(specs, shard_size: int | None) -> list[list]:
     return shards
 
 
-def _write_folder(folder: Path, cfg: ModelConfig, shards: list[list], produce, meta: dict,
-                  files: dict[str, bytes] | None = None, progress: Progress | None = None) -> None:
+def _write_folder(
+    folder: Path,
+    cfg: ModelConfig,
+    shards: list[list],
+    produce,
+    meta: dict,
+    files: dict[str, bytes] | None = None,
+    progress: Progress | None = None,
+) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
     shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
     (name -> bytes: tokenizer, generation config, modeling code, model card) beside them."""
+
     def write_json(path, obj):
         atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
@@ -555,9 +589,19 @@ def _replace(tmp: Path, dest: Path) -> None:
         shutil.rmtree(old.parent, ignore_errors=True)
 
 
-def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool = False,
-         inputs: Iterable[str] = (), shard_size: int | None = None, files: dict[str, bytes] | None = None,
-         progress: Progress | None = None, tokenizer: dict | None = None) -> str:
+def save(
+    out: str,
+    cfg: ModelConfig,
+    lineage: list,
+    specs,
+    produce,
+    force: bool = False,
+    inputs: Iterable[str] = (),
+    shard_size: int | None = None,
+    files: dict[str, bytes] | None = None,
+    progress: Progress | None = None,
+    tokenizer: dict | None = None,
+) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
 
@@ -574,8 +618,10 @@ def save(out: str, cfg: ModelConfig, lineage: list, specs, produce, force: bool 
     shards = plan_shards(specs, shard_size)
     if len(shards) > 1 and (dest is None or not is_folder_target(out)):
         total = sum(_nbytes(sh, dt) for _, sh, dt in specs)
-        raise GrowError(f"{out}: the output ({total:,} bytes) exceeds --shard-size {shard_size:,}: "
-                        "give a folder as -o to write shards")
+        raise GrowError(
+            f"{out}: the output ({total:,} bytes) exceeds --shard-size {shard_size:,}: "
+            "give a folder as -o to write shards"
+        )
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
             write_stream(tmp, specs, produce, meta, progress)
@@ -606,11 +652,29 @@ def _umask() -> int:
     return m
 
 
-def save_tensors(out: str, cfg: ModelConfig, lineage: list, tensors: dict[str, torch.Tensor],
-                 force: bool = False, inputs: Iterable[str] = (), shard_size: int | None = None,
-                 files: dict[str, bytes] | None = None, tokenizer: dict | None = None) -> str:
+def save_tensors(
+    out: str,
+    cfg: ModelConfig,
+    lineage: list,
+    tensors: dict[str, torch.Tensor],
+    force: bool = False,
+    inputs: Iterable[str] = (),
+    shard_size: int | None = None,
+    files: dict[str, bytes] | None = None,
+    tokenizer: dict | None = None,
+) -> str:
     """Save in-memory tensors (in the family's canonical order)."""
     order = [n for n in expected_shapes(cfg)]
     specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in order]
-    return save(out, cfg, lineage, specs, tensors.__getitem__, force=force, inputs=inputs, shard_size=shard_size,
-                files=files, tokenizer=tokenizer)
+    return save(
+        out,
+        cfg,
+        lineage,
+        specs,
+        tensors.__getitem__,
+        force=force,
+        inputs=inputs,
+        shard_size=shard_size,
+        files=files,
+        tokenizer=tokenizer,
+    )

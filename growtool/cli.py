@@ -69,14 +69,22 @@ class Bar:
             return
         if self.bar is None:
             self.start(by_bytes)
-        self.bar.update(self.task, completed=self.pending if by_bytes else self.done,
-                        count=f"{self.done}/{self.items} {self.unit}")
+        self.bar.update(
+            self.task, completed=self.pending if by_bytes else self.done, count=f"{self.done}/{self.items} {self.unit}"
+        )
 
     def start(self, by_bytes: bool) -> None:
         from rich import progress as rp
+
         cols = [rp.DownloadColumn(), rp.TransferSpeedColumn()] if by_bytes else []
-        self.bar = rp.Progress(rp.TextColumn(self.label), rp.BarColumn(), *cols, rp.TextColumn("{task.fields[count]}"),
-                               rp.TimeRemainingColumn(), console=Console(stderr=True, force_terminal=True))
+        self.bar = rp.Progress(
+            rp.TextColumn(self.label),
+            rp.BarColumn(),
+            *cols,
+            rp.TextColumn("{task.fields[count]}"),
+            rp.TimeRemainingColumn(),
+            console=Console(stderr=True, force_terminal=True),
+        )
         self.task = self.bar.add_task(self.label, total=self.nbytes if by_bytes else self.items, count="")
         self.bar.start()
 
@@ -169,6 +177,7 @@ class Interrupted(BaseException):
 def interrupts_as_exceptions():
     """Turn SIGINT and SIGTERM into ``Interrupted`` (the second and later signals are ignored while the
     first unwinds, so cleanup is not cut short). Only in the main thread; handlers restored after."""
+
     def handler(signum, frame):
         for s in (signal.SIGINT, signal.SIGTERM):
             signal.signal(s, signal.SIG_IGN)
@@ -193,8 +202,14 @@ def set_debug(ctx, param, value):
 
 @click.group(cls=Growtool, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="growtool")
-@click.option("--debug", is_flag=True, expose_value=False, is_eager=True, callback=set_debug,
-              help="show tracebacks (also GROWTOOL_DEBUG=1)")
+@click.option(
+    "--debug",
+    is_flag=True,
+    expose_value=False,
+    is_eager=True,
+    callback=set_debug,
+    help="show tracebacks (also GROWTOOL_DEBUG=1)",
+)
 def main():
     """Offline width growth of transformer checkpoints (SRIO, exact at gate 0).
 
@@ -205,49 +220,100 @@ def main():
 
 def bounded(low=None, high=None, low_open=False):
     """A click callback: the option's number must lie in its range (one line naming the option)."""
+
     def check(ctx, param, value):
         if value is not None:
-            check_range(param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high,
-                        low_open)
+            check_range(
+                param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high, low_open
+            )
         return value
+
     return check
 
 
 # ---- init ---------------------------------------------------------------------------------
+
 
 @main.command()
 @click.option("--family", type=click.Choice(list(ARCHS)), required=True, help="architecture")
 @click.option("--width", type=int, required=True, callback=bounded(1))
 @click.option("--layers", type=int, required=True, callback=bounded(1))
 @click.option("--heads", type=int, required=True, callback=bounded(1))
-@click.option("--kv-heads", type=int, default=None, callback=bounded(1),
-              help="llama: key/value heads (GQA); default = heads")
+@click.option(
+    "--kv-heads", type=int, default=None, callback=bounded(1), help="llama: key/value heads (GQA); default = heads"
+)
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="FFN width; default 4 x width")
 @click.option("--vocab", type=int, default=256, show_default=True, callback=bounded(1), help="256 = the byte tokenizer")
 @click.option("--context", type=int, default=256, show_default=True, callback=bounded(1))
-@click.option("--gamma", type=float, default=1.0, show_default=True, callback=bounded(0, low_open=True),
-              help="sigma = fan_in^-gamma")
-@click.option("--embed-gamma", type=float, default=None, callback=bounded(0, low_open=True),
-              help="embedding sigma = width^-embed_gamma (default gamma)")
+@click.option(
+    "--gamma",
+    type=float,
+    default=1.0,
+    show_default=True,
+    callback=bounded(0, low_open=True),
+    help="sigma = fan_in^-gamma",
+)
+@click.option(
+    "--embed-gamma",
+    type=float,
+    default=None,
+    callback=bounded(0, low_open=True),
+    help="embedding sigma = width^-embed_gamma (default gamma)",
+)
 @click.option("--norm-eps", type=float, default=1e-12, show_default=True, callback=bounded(0, low_open=True))
 @click.option("--attn-gate/--no-attn-gate", default=True, show_default=True, help="gated attention")
 @click.option("--tie/--no-tie", default=True, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("-o", "--out", required=True, help=".safetensors file, HF folder, or -")
 @click.option("--force", is_flag=True, help="replace an existing output")
-def init(family, width, layers, heads, kv_heads, ffn, vocab, context, gamma, embed_gamma, norm_eps,
-         attn_gate, tie, seed, out, force):
+def init(
+    family,
+    width,
+    layers,
+    heads,
+    kv_heads,
+    ffn,
+    vocab,
+    context,
+    gamma,
+    embed_gamma,
+    norm_eps,
+    attn_gate,
+    tie,
+    seed,
+    out,
+    force,
+):
     """Create a new model with gamma-initialisation."""
     from .config import ModelConfig
     from .init import init_model
+
     if width % heads:
         raise GrowError(f"heads {heads} do not divide width {width}")
-    cfg = ModelConfig(family=family, vocab_size=vocab, width=width, layers=layers, heads=heads,
-                      kv_heads=kv_heads or heads, head_dim=width // heads, ffn=ffn or 4 * width,
-                      context=context, norm_eps=norm_eps, tie=tie, attn_gate=attn_gate)
+    cfg = ModelConfig(
+        family=family,
+        vocab_size=vocab,
+        width=width,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads or heads,
+        head_dim=width // heads,
+        ffn=ffn or 4 * width,
+        context=context,
+        norm_eps=norm_eps,
+        tie=tie,
+        attn_gate=attn_gate,
+    )
     model = init_model(cfg, gamma=gamma, embed_gamma=embed_gamma, seed=seed)
-    lineage = [{"op": "init", "gamma": gamma, "embed_gamma": embed_gamma if embed_gamma is not None else gamma,
-                "seed": seed, "width": width}]
+    lineage = [
+        {
+            "op": "init",
+            "gamma": gamma,
+            "embed_gamma": embed_gamma if embed_gamma is not None else gamma,
+            "seed": seed,
+            "width": width,
+        }
+    ]
     path = checkpoint.save_tensors(out, cfg, lineage, model.tensors(), force=force)
     err.print(f"initialised {family} width {width}, {layers} layers, {cfg.n_params():,} parameters (gamma {gamma})")
     if path != "-":
@@ -255,6 +321,7 @@ def init(family, width, layers, heads, kv_heads, ffn, vocab, context, gamma, emb
 
 
 # ---- expand -------------------------------------------------------------------------------
+
 
 def default_out(src: str, width: int, folder: bool = False) -> str:
     """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
@@ -267,9 +334,13 @@ def default_out(src: str, width: int, folder: bool = False) -> str:
 
 
 def plan_table(plan) -> Table:
-    t = Table(title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
-                    f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})", title_justify="left",
-              caption=f"residual map: {plan.residual_map}", caption_justify="left")
+    t = Table(
+        title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
+        f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})",
+        title_justify="left",
+        caption=f"residual map: {plan.residual_map}",
+        caption_justify="left",
+    )
     for c in ("tensor", "from", "to", "operation"):
         t.add_column(c)
     for row in plan.rows():
@@ -282,12 +353,20 @@ def plan_json(plan, out: str | None) -> dict:
     outputs = plan.outputs()
     shape = lambda c: {k: getattr(c, k) for k in ("family", "width", "layers", "heads", "kv_heads", "ffn")}  # noqa: E731
     return {
-        "source": shape(plan.src), "target": shape(plan.cfg), "recipe": plan.recipe["name"], "eps": plan.eps,
+        "source": shape(plan.src),
+        "target": shape(plan.cfg),
+        "recipe": plan.recipe["name"],
+        "eps": plan.eps,
         "residual_map": plan.residual_map,
-        "exact": plan.exact, "lossy": list(plan.lossy), "warnings": list(plan.warnings),
+        "exact": plan.exact,
+        "lossy": list(plan.lossy),
+        "warnings": list(plan.warnings),
         "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
-        "outputs": {"tensors": len(outputs), "bytes": checkpoint.specs_nbytes(outputs),
-                    "dtype": str(plan.dtype).replace("torch.", "")},
+        "outputs": {
+            "tensors": len(outputs),
+            "bytes": checkpoint.specs_nbytes(outputs),
+            "dtype": str(plan.dtype).replace("torch.", ""),
+        },
         "out": out,
     }
 
@@ -306,24 +385,50 @@ def show_plan(plan, quiet: bool) -> None:
 @click.argument("ckpt")
 @click.option("--width", type=int, required=True, callback=bounded(1), help="new residual width D")
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="new FFN width (default scales with width)")
-@click.option("--heads", type=int, default=None, callback=bounded(1),
-              help="new query heads (default scales with width)")
+@click.option(
+    "--heads", type=int, default=None, callback=bounded(1), help="new query heads (default scales with width)"
+)
 @click.option("--recipe", default="srio", show_default=True, help="shipped name or YAML file")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a recipe field")
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
-@click.option("--shard-size", default=None, metavar="SIZE",
-              help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
+@click.option(
+    "--shard-size",
+    default=None,
+    metavar="SIZE",
+    help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)",
+)
 @click.option("--force", is_flag=True, help="replace an existing output")
 @click.option("--dry-run", is_flag=True, help="show the plan and whether it is exact; read no tensors, write nothing")
 @click.option("--plan-json", "plan_json_", is_flag=True, help="print the plan as JSON on stdout (before the path)")
-@click.option("--tokenizer", "tokenizer_path", default=None, metavar="PATH",
-              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own")
+@click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    default=None,
+    metavar="PATH",
+    help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own",
+)
 @click.option("--quiet", "-q", is_flag=True, help="no plan table, no progress bar")
-def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype, shard_size, force, dry_run,
-           plan_json_, quiet, tokenizer_path):
+def expand(
+    ckpt,
+    width,
+    ffn,
+    heads,
+    recipe,
+    sets,
+    seed,
+    out,
+    allow_lossy,
+    dtype,
+    shard_size,
+    force,
+    dry_run,
+    plan_json_,
+    quiet,
+    tokenizer_path,
+):
     """Grow CKPT to --width; prints the written path on stdout."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
@@ -335,8 +440,17 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     try:
-        plan = growth.build_plan(ck.config, r, width, ffn, heads, seed=seed, allow_lossy=allow_lossy,
-                                 dtype=dt, gate_values=growth.gate_values(ck))
+        plan = growth.build_plan(
+            ck.config,
+            r,
+            width,
+            ffn,
+            heads,
+            seed=seed,
+            allow_lossy=allow_lossy,
+            dtype=dt,
+            gate_values=growth.gate_values(ck),
+        )
     except GrowError as e:
         raise GrowError(f"{ckpt}: {e}") from None
     show_plan(plan, quiet)
@@ -344,36 +458,56 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
     if dry_run:
         size = checkpoint.specs_nbytes(plan.outputs())
-        verdict = ("[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
-                   "measures it after a real run)" if plan.exact else
-                   "[yellow]lossy[/] (reasons above; a real run measures the loss of function)")
+        verdict = (
+            "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
+            "measures it after a real run)"
+            if plan.exact
+            else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
+        )
         if quiet:  # otherwise the table's caption says it
             err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
-        err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)",
-                  soft_wrap=True)
+        err.print(
+            f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True
+        )
         return
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
     with one_thread(), Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar:
-        path = checkpoint.save(out, plan.cfg, lineage, plan.outputs(), lambda n: growth.grow_tensor(n, plan, ck.get),
-                               force=force, inputs=[ckpt], shard_size=shard_size, progress=bar,
-                               tokenizer=carry.record, files=carry.files(plan.cfg, lineage, ckpt, Path(out).name))
+        path = checkpoint.save(
+            out,
+            plan.cfg,
+            lineage,
+            plan.outputs(),
+            lambda n: growth.grow_tensor(n, plan, ck.get),
+            force=force,
+            inputs=[ckpt],
+            shard_size=shard_size,
+            progress=bar,
+            tokenizer=carry.record,
+            files=carry.files(plan.cfg, lineage, ckpt, Path(out).name),
+        )
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     if plan.lossy:
         from .model import LM
         from .verify import compare, random_batches
+
         src = ck.model()
         grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
         c = compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, seed), alpha=0.0)
-        err.print(f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
-                  f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}")
-    err.print(f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}: "
-              f"{ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters")
+        err.print(
+            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
+            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
+        )
+    err.print(
+        f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}: "
+        f"{ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters"
+    )
     if path != "-":
         click.echo(path)
 
 
 # ---- verify -------------------------------------------------------------------------------
+
 
 @main.command()
 @click.argument("source")
@@ -381,18 +515,32 @@ def expand(ckpt, width, ffn, heads, recipe, sets, seed, out, allow_lossy, dtype,
 @click.option("--alpha", type=float, default=0.0, show_default=True, callback=bounded(0, 1), help="gate value to check")
 @click.option("--samples", type=int, default=16, show_default=True, callback=bounded(1), help="random sequences")
 @click.option("--data", type=click.Path(), default=None, help="also check on this text file (byte tokens)")
-@click.option("--tol", type=float, default=1e-4, show_default=True, callback=bounded(0),
-              help="max |dlogit| / logit scale")
+@click.option(
+    "--tol", type=float, default=1e-4, show_default=True, callback=bounded(0), help="max |dlogit| / logit scale"
+)
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON on stdout")
 @click.option("--quiet", "-q", is_flag=True, help="no table, no progress bar (the verdict line stays)")
-@click.option("--generate", "gen_tokens", type=int, default=None, metavar="N", callback=bounded(1),
-              help="also check that greedy N-token continuations are identical")
-@click.option("--prompt", "prompts", multiple=True, metavar="TEXT",
-              help="prompt for --generate (repeatable; default: from --data, else random ids)")
+@click.option(
+    "--generate",
+    "gen_tokens",
+    type=int,
+    default=None,
+    metavar="N",
+    callback=bounded(1),
+    help="also check that greedy N-token continuations are identical",
+)
+@click.option(
+    "--prompt",
+    "prompts",
+    multiple=True,
+    metavar="TEXT",
+    help="prompt for --generate (repeatable; default: from --data, else random ids)",
+)
 def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts):
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not)."""
     from .verify import compare, random_batches, text_batches
+
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     if prompts and gen_tokens is None:
@@ -421,25 +569,46 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     gen = None
     if gen_tokens is not None:
         from .sample import compare_generations, verify_prompts
+
         gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), gen_tokens, alpha)
     passed = ok and (gen is None or gen.ok)
     if as_json:
-        click.echo(json.dumps({"pass": passed, "tol": tol, "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
-                               **({"generate": gen.as_dict()} if gen else {})}))
+        click.echo(
+            json.dumps(
+                {
+                    "pass": passed,
+                    "tol": tol,
+                    "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
+                    **({"generate": gen.as_dict()} if gen else {}),
+                }
+            )
+        )
     t = Table(title=f"verify {grown} against {source}", title_justify="left")
     for c in ("inputs", "gate", "max |dlogit|", "logit scale", "rel", "mean KL", "top-1 agree"):
         t.add_column(c, justify="right")
     for label, c in rows:
-        t.add_row(label, f"{c.alpha:g}", f"{c.max_dlogit:.3g}", f"{c.logit_scale:.3g}", f"{c.rel:.3g}",
-                  f"{c.kl:.3g}", f"{c.top1:.4f}")
+        t.add_row(
+            label,
+            f"{c.alpha:g}",
+            f"{c.max_dlogit:.3g}",
+            f"{c.logit_scale:.3g}",
+            f"{c.rel:.3g}",
+            f"{c.kl:.3g}",
+            f"{c.top1:.4f}",
+        )
     if not quiet:
         err.print(t)
     if gen is not None:
         where = "" if gen.ok else "; first difference: prompt {}, token {}".format(*gen.first_divergence)
-        err.print(f"greedy continuations at gate {alpha:g}: {gen.identical}/{gen.prompts} identical "
-                  f"over {gen.tokens} tokens{where}")
-    err.print(f"[green]PASS[/]: max |dlogit| within {tol:g} x logit scale at gate {alpha:g}" if ok else
-              f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}")
+        err.print(
+            f"greedy continuations at gate {alpha:g}: {gen.identical}/{gen.prompts} identical "
+            f"over {gen.tokens} tokens{where}"
+        )
+    err.print(
+        f"[green]PASS[/]: max |dlogit| within {tol:g} x logit scale at gate {alpha:g}"
+        if ok
+        else f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}"
+    )
     if gen is not None and not gen.ok:
         err.print(f"[red]FAIL[/]: greedy continuations differ at gate {alpha:g}")
     sys.exit(0 if passed else 1)
@@ -447,18 +616,33 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 
 # ---- fold ---------------------------------------------------------------------------------
 
+
 @main.command()
 @click.argument("grown")
-@click.option("--alpha", type=float, required=True, callback=bounded(0, 1),
-              help="gate value to bake in (0 = lossless, 1 = plain model)")
+@click.option(
+    "--alpha",
+    type=float,
+    required=True,
+    callback=bounded(0, 1),
+    help="gate value to bake in (0 = lossless, 1 = plain model)",
+)
 @click.option("-o", "--out", required=True, help="output (.safetensors, folder, or -)")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
-@click.option("--shard-size", default=None, metavar="SIZE",
-              help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)")
+@click.option(
+    "--shard-size",
+    default=None,
+    metavar="SIZE",
+    help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)",
+)
 @click.option("--force", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-@click.option("--tokenizer", "tokenizer_path", default=None, metavar="PATH",
-              help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own")
+@click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    default=None,
+    metavar="PATH",
+    help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own",
+)
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
@@ -470,10 +654,19 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": ck.sha256()}]
     with one_thread(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
-        path = checkpoint.save(out, cfg, lineage, specs,
-                               lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt), force=force,
-                               inputs=[grown], shard_size=shard_size, progress=bar, tokenizer=carry.record,
-                               files=carry.files(cfg, lineage, grown, Path(out).name))
+        path = checkpoint.save(
+            out,
+            cfg,
+            lineage,
+            specs,
+            lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt),
+            force=force,
+            inputs=[grown],
+            shard_size=shard_size,
+            progress=bar,
+            tokenizer=carry.record,
+            files=carry.files(cfg, lineage, grown, Path(out).name),
+        )
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     err.print(f"folded gates at alpha {alpha:g}" + ("" if ck.config.gated else " (the model had no gates)"))
@@ -482,6 +675,7 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
 
 
 # ---- inspect ------------------------------------------------------------------------------
+
 
 @main.command()
 @click.argument("ckpt")
@@ -493,26 +687,61 @@ def inspect(ckpt, metrics, as_json):
     cfg = ck.config
     gates = growth.gate_values(ck)
     info = {
-        "path": ckpt, "family": cfg.family, "width": cfg.width, "layers": cfg.layers, "heads": cfg.heads,
-        "kv_heads": cfg.kv_heads, "head_dim": cfg.head_dim, "ffn": cfg.ffn, "vocab": cfg.vocab_size,
-        "context": cfg.context, "norm_eps": cfg.norm_eps, "tied": cfg.tie, "attn_gate": cfg.attn_gate,
-        "parameters": cfg.n_params(), "dtype": str(ck.main_dtype()).replace("torch.", ""),
-        "gated": cfg.gated, "base_heads": cfg.base_heads, "base_ffn": cfg.base_ffn, "gates": gates,
-        "lineage": ck.lineage, "tokenizer": ck.tokenizer, "tensors": {n: list(ck.shape(n)) for n in ck.names()},
+        "path": ckpt,
+        "family": cfg.family,
+        "width": cfg.width,
+        "layers": cfg.layers,
+        "heads": cfg.heads,
+        "kv_heads": cfg.kv_heads,
+        "head_dim": cfg.head_dim,
+        "ffn": cfg.ffn,
+        "vocab": cfg.vocab_size,
+        "context": cfg.context,
+        "norm_eps": cfg.norm_eps,
+        "tied": cfg.tie,
+        "attn_gate": cfg.attn_gate,
+        "parameters": cfg.n_params(),
+        "dtype": str(ck.main_dtype()).replace("torch.", ""),
+        "gated": cfg.gated,
+        "base_heads": cfg.base_heads,
+        "base_ffn": cfg.base_ffn,
+        "gates": gates,
+        "lineage": ck.lineage,
+        "tokenizer": ck.tokenizer,
+        "tensors": {n: list(ck.shape(n)) for n in ck.names()},
     }
     if metrics:
         from .metrics import matrix_metrics
+
         info["metrics"] = matrix_metrics(cfg, {n: ck.get(n) for n in ck.names()})
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
     t = Table(title=f"{ckpt}", title_justify="left", show_header=False)
-    for k in ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn", "vocab", "context",
-              "norm_eps", "tied", "attn_gate", "parameters", "dtype"):
+    for k in (
+        "family",
+        "width",
+        "layers",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "ffn",
+        "vocab",
+        "context",
+        "norm_eps",
+        "tied",
+        "attn_gate",
+        "parameters",
+        "dtype",
+    ):
         t.add_row(k, f"{info[k]:,}" if k == "parameters" else str(info[k]))
-    t.add_row("gates", "none (plain model)" if not cfg.gated else
-              f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
-              f"{cfg.base_ffn}/{cfg.ffn} ffn")
+    t.add_row(
+        "gates",
+        "none (plain model)"
+        if not cfg.gated
+        else f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
+        f"{cfg.base_ffn}/{cfg.ffn} ffn",
+    )
     for i, st in enumerate(ck.lineage):
         desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
         if st.get("source_sha256"):
@@ -532,18 +761,32 @@ def inspect(ckpt, metrics, as_json):
 
 # ---- sample -------------------------------------------------------------------------------
 
+
 @main.command()
 @click.argument("ckpt")
 @click.option("--prompt", required=True, help="text to continue")
-@click.option("--max-tokens", type=int, default=64, show_default=True, callback=bounded(1),
-              help="tokens to generate (fewer if EOS comes)")
-@click.option("--temperature", type=float, default=0.0, show_default=True, callback=bounded(0),
-              help="0 = greedy; above 0, sample")
+@click.option(
+    "--max-tokens",
+    type=int,
+    default=64,
+    show_default=True,
+    callback=bounded(1),
+    help="tokens to generate (fewer if EOS comes)",
+)
+@click.option(
+    "--temperature", type=float, default=0.0, show_default=True, callback=bounded(0), help="0 = greedy; above 0, sample"
+)
 @click.option("--top-k", type=int, default=None, callback=bounded(1), help="sample among the K most likely tokens")
-@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0),
-              help="sampling seed (same seed, same text)")
-@click.option("--alpha", type=float, default=None, callback=bounded(0, 1),
-              help="grown checkpoints: growth-gate value (default: the stored gates)")
+@click.option(
+    "--seed", type=int, default=0, show_default=True, callback=bounded(0), help="sampling seed (same seed, same text)"
+)
+@click.option(
+    "--alpha",
+    type=float,
+    default=None,
+    callback=bounded(0, 1),
+    help="grown checkpoints: growth-gate value (default: the stored gates)",
+)
 @click.option("--tokenizer", "tokenizer_spec", default=None, metavar="byte|PATH", help="default: the checkpoint's own")
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
@@ -551,6 +794,7 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
     from .data import tokenizer_for
     from .sample import eos_id, generate
     from .train import pick_device
+
     ck = checkpoint.load(ckpt)
     if alpha is not None and not ck.config.gated:
         raise GrowError(f"--alpha: {ckpt} has no growth gates (a plain model; drop --alpha)")
@@ -560,8 +804,16 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
         raise GrowError("--prompt encodes to no tokens (give some text)")
     model = ck.model().to(pick_device(device, 0))
     t0 = time.time()
-    out = generate(model, torch.tensor([ids]), max_tokens, temperature=temperature, top_k=top_k, seed=seed,
-                   alpha=alpha, eos=eos_id(ck.config))[0].tolist()
+    out = generate(
+        model,
+        torch.tensor([ids]),
+        max_tokens,
+        temperature=temperature,
+        top_k=top_k,
+        seed=seed,
+        alpha=alpha,
+        eos=eos_id(ck.config),
+    )[0].tolist()
     click.echo(tok.decode(out))
     how = "greedy" if temperature <= 0 else f"temperature {temperature:g}" + (f", top-k {top_k}" if top_k else "")
     how += "" if temperature <= 0 else f", seed {seed}"
@@ -571,20 +823,23 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
 
 # ---- train --------------------------------------------------------------------------------
 
+
 def settings_options(fn):
     """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
     ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
     from dataclasses import fields
 
     from .train_settings import Settings, option, value_type
+
     for f in reversed(fields(Settings)):
         m, kind = f.metadata, value_type(f.name)
         if m["flag"]:
             fn = click.option(option(f.name), f.name, is_flag=True, default=f.default, help=m["help"])(fn)
             continue
         typ = click.Choice(m["choices"]) if m["choices"] else kind
-        fn = click.option(option(f.name), f.name, type=typ, default=f.default, show_default=f.default is not None,
-                          help=m["help"])(fn)
+        fn = click.option(
+            option(f.name), f.name, type=typ, default=f.default, show_default=f.default is not None, help=m["help"]
+        )(fn)
     return fn
 
 
@@ -598,15 +853,23 @@ def settings_options(fn):
 def train(ckpt, data_files, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
     from .train import train as run
+
     r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
     if os.environ.get("RANK", "0") != "0":
         return
-    err.print(f"trained {r['steps']}/{r['total_steps']} steps ({r['tokens']:,} tokens) in {r['seconds']:.1f} s: "
-              f"val loss {r['first_val_loss']:.4f} -> {r['val_loss']:.4f}", soft_wrap=True)
+    err.print(
+        f"trained {r['steps']}/{r['total_steps']} steps ({r['tokens']:,} tokens) in {r['seconds']:.1f} s: "
+        f"val loss {r['first_val_loss']:.4f} -> {r['val_loss']:.4f}",
+        soft_wrap=True,
+    )
     if r["final"]:
         g = r["gate"]
-        err.print(f"final checkpoint ({r['params']:,} parameters" +
-                  (f", growth gates folded at {g:g}" if g is not None else "") + f"): {r['final']}", soft_wrap=True)
+        err.print(
+            f"final checkpoint ({r['params']:,} parameters"
+            + (f", growth gates folded at {g:g}" if g is not None else "")
+            + f"): {r['final']}",
+            soft_wrap=True,
+        )
         click.echo(r["final"])
     else:
         err.print(f"stopped at step {r['steps']}: resume with the same command and --resume", soft_wrap=True)
@@ -614,13 +877,16 @@ def train(ckpt, data_files, out, resume, quiet, **settings):
 
 # ---- demo ---------------------------------------------------------------------------------
 
+
 @main.command()
-@click.option("--out", default="growtool-demo", show_default=True,
-              help="folder for every stage's files (must not exist)")
+@click.option(
+    "--out", default="growtool-demo", show_default=True, help="folder for every stage's files (must not exist)"
+)
 @click.option("--quick", is_flag=True, help="tiny models and short runs (well under a minute)")
 def demo(out, quick):
     """init -> train -> expand -> verify -> train -> expand -> verify -> train, on a generated corpus."""
     from .demo import run_demo
+
     ok = run_demo(out, quick=quick)
     sys.exit(0 if ok else 1)
 

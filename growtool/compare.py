@@ -58,7 +58,7 @@ def token_stats(model_a, model_b, windows: torch.Tensor, batch: int = 8) -> dict
     for m in (model_a, model_b):
         m.eval()
     for i in range(0, len(windows), batch):
-        w = windows[i:i + batch]
+        w = windows[i : i + batch]
         x, y = w[:, :-1], w[:, 1:].reshape(-1, 1)
         la = F.log_softmax(model_a(x).double(), -1).flatten(0, 1)
         lb = F.log_softmax(model_b(x).double(), -1).flatten(0, 1)
@@ -103,8 +103,12 @@ def bin_tokens(stats: dict[str, torch.Tensor], bins: int = 5) -> tuple[list[BinR
         raise GrowError(f"{n} tokens cannot fill {bins} bins")
     diff = (stats["loss_a"] + stats["loss_b"]) / 2
     per = {
-        "loss_a": stats["loss_a"], "loss_b": stats["loss_b"], "gain": stats["loss_a"] - stats["loss_b"],
-        "gap": stats["p_b"] - stats["p_a"], "abs_gap": (stats["p_b"] - stats["p_a"]).abs(), "js": stats["js"],
+        "loss_a": stats["loss_a"],
+        "loss_b": stats["loss_b"],
+        "gain": stats["loss_a"] - stats["loss_b"],
+        "gap": stats["p_b"] - stats["p_a"],
+        "abs_gap": (stats["p_b"] - stats["p_a"]).abs(),
+        "js": stats["js"],
     }
     order = torch.argsort(diff, stable=True)
     index = torch.empty(n, dtype=torch.long)
@@ -112,7 +116,7 @@ def bin_tokens(stats: dict[str, torch.Tensor], bins: int = 5) -> tuple[list[BinR
     start = 0
     for b in range(bins):
         size = n // bins + (1 if b < n % bins else 0)
-        sel = order[start:start + size]
+        sel = order[start : start + size]
         index[sel] = b
         rows.append(_row(str(b), sel, diff, per))
         start += size
@@ -122,8 +126,7 @@ def bin_tokens(stats: dict[str, torch.Tensor], bins: int = 5) -> tuple[list[BinR
 
 def _row(name: str, sel: torch.Tensor, diff: torch.Tensor, per: dict) -> BinRow:
     d = diff[sel]
-    return BinRow(name, len(sel), float(d.min()), float(d.max()),
-                  **{k: float(per[k][sel].mean()) for k in FIELDS})
+    return BinRow(name, len(sel), float(d.min()), float(d.max()), **{k: float(per[k][sel].mean()) for k in FIELDS})
 
 
 def compare_models(model_a, model_b, windows: torch.Tensor, bins: int = 5, batch: int = 8) -> list[BinRow]:

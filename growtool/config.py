@@ -19,8 +19,14 @@ from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
-FEATURE_FALLBACK = {"qkv_bias": False, "o_bias": False, "mlp_bias": False, "activation": "silu",
-                    "rotary_fraction": 1.0, "parallel": False}
+FEATURE_FALLBACK = {
+    "qkv_bias": False,
+    "o_bias": False,
+    "mlp_bias": False,
+    "activation": "silu",
+    "rotary_fraction": 1.0,
+    "parallel": False,
+}
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
 
@@ -114,9 +120,13 @@ class ModelConfig:
         if not f.gqa and self.kv_heads != self.heads:
             raise GrowError(f"{self.family} has no grouped-query attention (kv_heads must equal heads)")
         if not f.free_head_dim and self.heads * self.head_dim != self.width:
-            raise GrowError(f"{self.family} needs heads x head_dim == width, got {self.heads} x {self.head_dim} != {self.width}")
+            raise GrowError(
+                f"{self.family} needs heads x head_dim == width, got {self.heads} x {self.head_dim} != {self.width}"
+            )
         if f.positions == "rope" and (self.rotary_dim % 2 or not 0 < self.rotary_fraction <= 1):
-            raise GrowError(f"RoPE needs an even rotary dimension, got head_dim {self.head_dim} x {self.rotary_fraction}")
+            raise GrowError(
+                f"RoPE needs an even rotary dimension, got head_dim {self.head_dim} x {self.rotary_fraction}"
+            )
         if self.activation not in ACTIVATIONS:
             raise GrowError(f"activation {self.activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
         if not (0 < self.norm_eps < 1):
@@ -130,7 +140,7 @@ class ModelConfig:
         if self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
 
-    def replace(self, **kw) -> "ModelConfig":
+    def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
 
     def n_params(self) -> int:
@@ -177,7 +187,7 @@ class ModelConfig:
         return hf
 
     @classmethod
-    def from_hf(cls, hf: dict) -> "ModelConfig":
+    def from_hf(cls, hf: dict) -> ModelConfig:
         """Read an HF config dict (ours, or one written by transformers, old or new)."""
         if not isinstance(hf, dict):
             raise GrowError("config is not a JSON object")
@@ -219,19 +229,38 @@ class ModelConfig:
                 window = None  # Qwen2/3 keep a window size in the config but switch it off
             types = get("layer_types")
             if window and types is None and hf.get("max_window_layers") is not None and "layer_types" in a.keys:
-                types = ["sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
-                         for i in range(int(get("layers")))]
+                types = [
+                    "sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
+                    for i in range(int(get("layers")))
+                ]
             cfg = cls(
-                family=a.name, vocab_size=int(get("vocab_size")), width=d, layers=int(get("layers")), heads=h,
-                kv_heads=int(get("kv_heads") or h), head_dim=int(hd), ffn=int(get("ffn") or 4 * d),
-                context=int(get("context")), norm_eps=float(get("norm_eps")), tie=bool(get("tie")),
-                attn_gate=bool(own.get("attn_gate", False)), qkv_bias=get("qkv_bias"), o_bias=get("o_bias"),
-                mlp_bias=get("mlp_bias"), activation=get("activation"), rope_theta=float(theta),
-                rotary_fraction=float(frac) if frac else None, parallel=get("parallel"),
-                sliding_window=int(window) if window else None, layer_types=list(types) if types else None,
-                rope_local_theta=float(local) if local else None, attn_softcap=get("attn_softcap"),
-                final_softcap=get("final_softcap"), query_pre_attn_scalar=get("query_pre_attn_scalar"),
-                base_heads=own.get("base_heads"), base_ffn=own.get("base_ffn"),
+                family=a.name,
+                vocab_size=int(get("vocab_size")),
+                width=d,
+                layers=int(get("layers")),
+                heads=h,
+                kv_heads=int(get("kv_heads") or h),
+                head_dim=int(hd),
+                ffn=int(get("ffn") or 4 * d),
+                context=int(get("context")),
+                norm_eps=float(get("norm_eps")),
+                tie=bool(get("tie")),
+                attn_gate=bool(own.get("attn_gate", False)),
+                qkv_bias=get("qkv_bias"),
+                o_bias=get("o_bias"),
+                mlp_bias=get("mlp_bias"),
+                activation=get("activation"),
+                rope_theta=float(theta),
+                rotary_fraction=float(frac) if frac else None,
+                parallel=get("parallel"),
+                sliding_window=int(window) if window else None,
+                layer_types=list(types) if types else None,
+                rope_local_theta=float(local) if local else None,
+                attn_softcap=get("attn_softcap"),
+                final_softcap=get("final_softcap"),
+                query_pre_attn_scalar=get("query_pre_attn_scalar"),
+                base_heads=own.get("base_heads"),
+                base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

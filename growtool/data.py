@@ -87,15 +87,15 @@ def encode_text(hf, text: str, chunk: int = CHUNK, overlap: int = OVERLAP, group
     spans = [(max(0, a - (overlap if k else 0)), b) for k, (a, b) in enumerate(zip(cuts, cuts[1:]))]
     kept, prev, lo = [], None, 0
     for g in range(0, len(spans), group):
-        encs = hf.encode_batch([text[a:b] for a, b in spans[g:g + group]], add_special_tokens=False)
-        for (a, _), e in zip(spans[g:g + group], encs):
+        encs = hf.encode_batch([text[a:b] for a, b in spans[g : g + group]], add_special_tokens=False)
+        for (a, _), e in zip(spans[g : g + group], encs):
             off = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) + a
             cur = (np.asarray(e.ids, dtype=np.int64), off[:, 0].copy(), off[:, 1].copy())
             if prev is not None:
                 join = _stitch(prev, cur, lo) if len(cur[0]) else None
                 if join is None:
                     return np.asarray(hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
-                kept.append(prev[0][lo:join[0]])
+                kept.append(prev[0][lo : join[0]])
                 lo = join[1]
             prev = cur
     kept.append(prev[0][lo:])
@@ -138,10 +138,13 @@ class Tokenizer:
 def _hf_tokenizer(tf, where: str) -> Tokenizer:
     """A Tokenizer from the tokenizer.json among ``tf``'s files (growtool.tokenizer.TokenizerFiles)."""
     from tokenizers import Tokenizer as HFTokenizer
+
     raw = tf.files.get("tokenizer.json")
     if raw is None:
-        raise GrowError(f"{where}: has tokenizer files but no tokenizer.json "
-                        "(save the tokenizer with transformers' save_pretrained to write one)")
+        raise GrowError(
+            f"{where}: has tokenizer files but no tokenizer.json "
+            "(save the tokenizer with transformers' save_pretrained to write one)"
+        )
     try:
         tok = HFTokenizer.from_str(raw.decode("utf-8"))
     except Exception as e:  # tokenizers raises its own exception type
@@ -157,6 +160,7 @@ def get_tokenizer(spec: str) -> Tokenizer:
     if spec == "byte":
         return Tokenizer("byte", 256, "byte")
     from .tokenizer import from_path
+
     return _hf_tokenizer(from_path(spec), spec)
 
 
@@ -167,23 +171,30 @@ def tokenizer_for(ck, spec: str | None = None) -> Tokenizer:
     the model's vocabulary do not match (byte on a vocabulary other than 256, or a tokenizer with
     more ids than the vocabulary)."""
     from .tokenizer import resolve
+
     vocab = ck.config.vocab_size
     if spec == "byte":
         if vocab != 256:
-            raise GrowError(f"the byte tokenizer (256 ids) does not match {ck.source}'s vocabulary of {vocab:,} "
-                            "(use the model's own tokenizer: drop --tokenizer byte, or pass --tokenizer PATH)")
+            raise GrowError(
+                f"the byte tokenizer (256 ids) does not match {ck.source}'s vocabulary of {vocab:,} "
+                "(use the model's own tokenizer: drop --tokenizer byte, or pass --tokenizer PATH)"
+            )
         return get_tokenizer("byte")
     tf, note = resolve(ck, spec)
     if tf is None or not tf.has_tokenizer:
         if vocab == 256:
             return get_tokenizer("byte")
         why = f" ({note})" if note else ""
-        raise GrowError(f"{ck.source}: no tokenizer found for its vocabulary of {vocab:,}{why}: "
-                        "pass --tokenizer PATH (a tokenizer.json or a folder holding one)")
+        raise GrowError(
+            f"{ck.source}: no tokenizer found for its vocabulary of {vocab:,}{why}: "
+            "pass --tokenizer PATH (a tokenizer.json or a folder holding one)"
+        )
     tok = _hf_tokenizer(tf, spec or tf.origin)
     if tok.vocab_size > vocab:
-        raise GrowError(f"tokenizer {tok.name} has {tok.vocab_size:,} ids, more than {ck.source}'s vocabulary "
-                        f"of {vocab:,} (not this model's tokenizer)")
+        raise GrowError(
+            f"tokenizer {tok.name} has {tok.vocab_size:,} ids, more than {ck.source}'s vocabulary "
+            f"of {vocab:,} (not this model's tokenizer)"
+        )
     return tok
 
 
@@ -207,15 +218,25 @@ def check_tokens(ids: np.ndarray, vocab_size: int | None, need: int, src: str) -
         raise GrowError(f"{src}: no tokens (the data is empty)")
     top = int(ids.max())
     if vocab_size is not None and top >= vocab_size:
-        raise GrowError(f"{src}: token id {top} does not fit the model's vocabulary of {vocab_size} "
-                        f"(use a model with a larger vocab or another tokenizer)")
+        raise GrowError(
+            f"{src}: token id {top} does not fit the model's vocabulary of {vocab_size} "
+            f"(use a model with a larger vocab or another tokenizer)"
+        )
     if len(ids) < need:
-        raise GrowError(f"{src}: {len(ids)} tokens are shorter than one training sequence plus one "
-                        f"validation batch ({need} tokens at this --seq and --batch)")
+        raise GrowError(
+            f"{src}: {len(ids)} tokens are shorter than one training sequence plus one "
+            f"validation batch ({need} tokens at this --seq and --batch)"
+        )
 
 
-def load_tokens(files, tok: Tokenizer, cache_dir: str | Path | None, vocab_size: int | None = None,
-                need: int = 1, write_cache: bool = True) -> np.ndarray:
+def load_tokens(
+    files,
+    tok: Tokenizer,
+    cache_dir: str | Path | None,
+    vocab_size: int | None = None,
+    need: int = 1,
+    write_cache: bool = True,
+) -> np.ndarray:
     """All files' tokens, concatenated: read from the cache in ``cache_dir``, or tokenised (and then
     cached there, if ``write_cache``). The tokens are checked (``check_tokens``) before anything
     is written, so bad data leaves no file behind."""
@@ -270,17 +291,17 @@ class Dataset:
         rng = np.random.default_rng([seed, step])
         starts = rng.integers(0, self.n_train - self.seq, size=self.batch)
         per = self.batch // world
-        return self._windows(starts[rank * per:(rank + 1) * per])
+        return self._windows(starts[rank * per : (rank + 1) * per])
 
     def val_batches(self, max_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Fixed validation windows (non-overlapping where the tail allows), in batches."""
         lo, hi = self.n_train, len(self.tokens) - self.seq - 1
         n = max(1, min(max_batches * self.batch, (hi - lo) // self.seq + 1))
         starts = np.linspace(lo, hi, n).round().astype(np.int64)
-        return [self._windows(starts[i:i + self.batch]) for i in range(0, n, self.batch)]
+        return [self._windows(starts[i : i + self.batch]) for i in range(0, n, self.batch)]
 
     def _windows(self, starts) -> tuple[torch.Tensor, torch.Tensor]:
-        w = np.stack([np.asarray(self.tokens[s:s + self.seq + 1], dtype=np.int64) for s in starts])
+        w = np.stack([np.asarray(self.tokens[s : s + self.seq + 1], dtype=np.int64) for s in starts])
         w = torch.from_numpy(w)
         return w[:, :-1], w[:, 1:]
 

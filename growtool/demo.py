@@ -34,13 +34,41 @@ from .verify import compare, random_batches
 
 err = Console(stderr=True)
 
-NOUNS = [("cat", "cats"), ("dog", "dogs"), ("bird", "birds"), ("child", "children"), ("farmer", "farmers"),
-         ("teacher", "teachers"), ("fox", "foxes"), ("horse", "horses"), ("king", "kings"), ("sailor", "sailors")]
-VERBS = [("sees", "see"), ("likes", "like"), ("follows", "follow"), ("finds", "find"), ("helps", "help"),
-         ("watches", "watch"), ("carries", "carry"), ("paints", "paint")]
+NOUNS = [
+    ("cat", "cats"),
+    ("dog", "dogs"),
+    ("bird", "birds"),
+    ("child", "children"),
+    ("farmer", "farmers"),
+    ("teacher", "teachers"),
+    ("fox", "foxes"),
+    ("horse", "horses"),
+    ("king", "kings"),
+    ("sailor", "sailors"),
+]
+VERBS = [
+    ("sees", "see"),
+    ("likes", "like"),
+    ("follows", "follow"),
+    ("finds", "find"),
+    ("helps", "help"),
+    ("watches", "watch"),
+    ("carries", "carry"),
+    ("paints", "paint"),
+]
 ADJS = ["old", "young", "red", "quiet", "happy", "small", "green", "brave", "tired", "clever"]
-OBJS = ["the river", "a small boat", "the green hill", "an apple", "the long road", "a letter", "the old bridge",
-        "some bread", "the market", "a wooden box"]
+OBJS = [
+    "the river",
+    "a small boat",
+    "the green hill",
+    "an apple",
+    "the long road",
+    "a letter",
+    "the old bridge",
+    "some bread",
+    "the market",
+    "a wooden box",
+]
 PREPS = ["near", "behind", "under", "beside", "across"]
 PLACES = ["the village", "the forest", "the castle", "the sea", "the garden"]
 IDIOMS = ["and so the day ends.", "nobody knows why.", "it rains again.", "the bells ring at noon."]
@@ -72,10 +100,28 @@ def make_corpus(n_chars: int, seed: int = 0) -> str:
     return "".join(parts)
 
 
-FULL = {"chars": 400_000, "width": 64, "layers": 2, "heads": 4, "widths": (96, 128), "seq": 64, "batch": 16,
-        "steps": (400, 250, 150), "lr": 3e-3}
-QUICK = {"chars": 60_000, "width": 32, "layers": 1, "heads": 4, "widths": (48, 64), "seq": 32, "batch": 8,
-         "steps": (60, 40, 20), "lr": 3e-3}
+FULL = {
+    "chars": 400_000,
+    "width": 64,
+    "layers": 2,
+    "heads": 4,
+    "widths": (96, 128),
+    "seq": 64,
+    "batch": 16,
+    "steps": (400, 250, 150),
+    "lr": 3e-3,
+}
+QUICK = {
+    "chars": 60_000,
+    "width": 32,
+    "layers": 1,
+    "heads": 4,
+    "widths": (48, 64),
+    "seq": 32,
+    "batch": 8,
+    "steps": (60, 40, 20),
+    "lr": 3e-3,
+}
 TOL = 1e-4
 
 
@@ -100,23 +146,59 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
 
     def row(stage, path, v=None, verdict=""):
         cfg = checkpoint.load(path).config
-        rows.append({"stage": stage, "width": cfg.width, "params": cfg.n_params(), "val_loss": val_loss(path),
-                     "verify_rel": v, "pass": verdict, "path": str(path)})
-        err.print(f"[bold]{stage}[/]: {cfg.n_params():,} params, val loss {rows[-1]['val_loss']:.4f}"
-                  + (f", verify {v:.2e} {verdict}" if v is not None else ""))
+        rows.append(
+            {
+                "stage": stage,
+                "width": cfg.width,
+                "params": cfg.n_params(),
+                "val_loss": val_loss(path),
+                "verify_rel": v,
+                "pass": verdict,
+                "path": str(path),
+            }
+        )
+        err.print(
+            f"[bold]{stage}[/]: {cfg.n_params():,} params, val loss {rows[-1]['val_loss']:.4f}"
+            + (f", verify {v:.2e} {verdict}" if v is not None else "")
+        )
 
-    cfg = ModelConfig(family="llama", vocab_size=256, width=P["width"], layers=P["layers"], heads=P["heads"],
-                      kv_heads=P["heads"], head_dim=P["width"] // P["heads"], ffn=4 * P["width"], context=P["seq"],
-                      norm_eps=1e-12, tie=False, attn_gate=True)
-    path = checkpoint.save_tensors(str(out / "stage0-init.safetensors"), cfg,
-                                   [{"op": "init", "gamma": 1.0, "embed_gamma": 1.0, "seed": 0, "width": cfg.width}],
-                                   init_model(cfg, gamma=1.0, seed=0).tensors())
+    cfg = ModelConfig(
+        family="llama",
+        vocab_size=256,
+        width=P["width"],
+        layers=P["layers"],
+        heads=P["heads"],
+        kv_heads=P["heads"],
+        head_dim=P["width"] // P["heads"],
+        ffn=4 * P["width"],
+        context=P["seq"],
+        norm_eps=1e-12,
+        tie=False,
+        attn_gate=True,
+    )
+    path = checkpoint.save_tensors(
+        str(out / "stage0-init.safetensors"),
+        cfg,
+        [{"op": "init", "gamma": 1.0, "embed_gamma": 1.0, "seed": 0, "width": cfg.width}],
+        init_model(cfg, gamma=1.0, seed=0).tensors(),
+    )
     row("init", path)
     srio = recipes.load("srio")
     for i, steps in enumerate(P["steps"]):
-        r = train(path, [corpus], out / f"stage{2 * i + 1}-train", steps=steps, batch=P["batch"], seq=P["seq"],
-                  lr=P["lr"], eval_every=max(1, steps // 10), eval_batches=8, device="cpu", progress=progress,
-                  cache_dir=out / "cache")
+        r = train(
+            path,
+            [corpus],
+            out / f"stage{2 * i + 1}-train",
+            steps=steps,
+            batch=P["batch"],
+            seq=P["seq"],
+            lr=P["lr"],
+            eval_every=max(1, steps // 10),
+            eval_batches=8,
+            device="cpu",
+            progress=progress,
+            cache_dir=out / "cache",
+        )
         path = r["final"]
         row(f"train {steps}" + (" +gate" if i else ""), path)
         if i == len(P["widths"]):
@@ -124,9 +206,13 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         D = P["widths"][i]
         ck = checkpoint.load(path)
         plan = growth.build_plan(ck.config, srio, D, seed=0)
-        grown = checkpoint.save(str(out / f"stage{2 * i + 2}-d{D}.safetensors"), plan.cfg,
-                                ck.lineage + [growth.lineage_entry(plan, ck.sha256())], plan.outputs(),
-                                lambda n: growth.grow_tensor(n, plan, ck.get))
+        grown = checkpoint.save(
+            str(out / f"stage{2 * i + 2}-d{D}.safetensors"),
+            plan.cfg,
+            ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
+            plan.outputs(),
+            lambda n, plan=plan, ck=ck: growth.grow_tensor(n, plan, ck.get),
+        )
         batches = torch.cat([text_x, random_batches(256, P["seq"], 16, seed=i, seq=P["seq"])])
         c = compare(ck.model(), checkpoint.load(grown).model(), batches, alpha=0.0)
         passed = c.rel <= TOL
@@ -134,18 +220,26 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         row(f"expand d{D} srio", grown, c.rel, "PASS" if passed else "FAIL")
         path = grown
 
-    t = Table(title=f"growtool demo ({'quick, ' if quick else ''}{time.time() - t0:.0f} s, generated corpus "
-                    f"of {len(ds.tokens):,} bytes)", title_justify="left")
+    t = Table(
+        title=f"growtool demo ({'quick, ' if quick else ''}{time.time() - t0:.0f} s, generated corpus "
+        f"of {len(ds.tokens):,} bytes)",
+        title_justify="left",
+    )
     for col in ("stage", "width", "params", "val loss", "verify |dlogit|/scale", "pass"):
         t.add_column(col, justify="left" if col == "stage" else "right")
     for r in rows:
-        t.add_row(r["stage"], str(r["width"]), f"{r['params']:,}", f"{r['val_loss']:.4f}",
-                  "" if r["verify_rel"] is None else f"{r['verify_rel']:.2e}", r["pass"])
+        t.add_row(
+            r["stage"],
+            str(r["width"]),
+            f"{r['params']:,}",
+            f"{r['val_loss']:.4f}",
+            "" if r["verify_rel"] is None else f"{r['verify_rel']:.2e}",
+            r["pass"],
+        )
     err.print(t)
     summary = {"ok": ok, "seconds": time.time() - t0, "quick": quick, "tolerance": TOL, "stages": rows}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
-    err.print(("[green]every growth kept the function[/]" if ok else "[red]a verify failed[/]")
-              + f"; files in {out}")
+    err.print(("[green]every growth kept the function[/]" if ok else "[red]a verify failed[/]") + f"; files in {out}")
     return ok
 
 

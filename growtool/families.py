@@ -86,79 +86,160 @@ class Arch:
 
 
 _LLAMA_KEYS = {
-    "vocab_size": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers",
-    "heads": "num_attention_heads", "kv_heads": "num_key_value_heads", "head_dim": "head_dim",
-    "ffn": "intermediate_size", "context": "max_position_embeddings", "norm_eps": "rms_norm_eps",
-    "tie": "tie_word_embeddings", "activation": "hidden_act",
+    "vocab_size": "vocab_size",
+    "width": "hidden_size",
+    "layers": "num_hidden_layers",
+    "heads": "num_attention_heads",
+    "kv_heads": "num_key_value_heads",
+    "head_dim": "head_dim",
+    "ffn": "intermediate_size",
+    "context": "max_position_embeddings",
+    "norm_eps": "rms_norm_eps",
+    "tie": "tie_word_embeddings",
+    "activation": "hidden_act",
 }
 _LLAMA_MODULES = {
-    "embed": "model.embed_tokens", "final_norm": "model.norm", "head": "lm_head",
-    "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
-    "q": "self_attn.q_proj", "k": "self_attn.k_proj", "v": "self_attn.v_proj", "o": "self_attn.o_proj",
-    "g": "self_attn.g_proj", "q_norm": "self_attn.q_norm", "k_norm": "self_attn.k_norm",
-    "gate": "mlp.gate_proj", "up": "mlp.up_proj", "down": "mlp.down_proj",
+    "embed": "model.embed_tokens",
+    "final_norm": "model.norm",
+    "head": "lm_head",
+    "ln1": "input_layernorm",
+    "ln2": "post_attention_layernorm",
+    "q": "self_attn.q_proj",
+    "k": "self_attn.k_proj",
+    "v": "self_attn.v_proj",
+    "o": "self_attn.o_proj",
+    "g": "self_attn.g_proj",
+    "q_norm": "self_attn.q_norm",
+    "k_norm": "self_attn.k_norm",
+    "gate": "mlp.gate_proj",
+    "up": "mlp.up_proj",
+    "down": "mlp.down_proj",
 }
 
 GPT2 = Arch(
-    name="gpt2", model_type="gpt2", hf_class="GPT2LMHeadModel", block="transformer.h.{i}.",
+    name="gpt2",
+    model_type="gpt2",
+    hf_class="GPT2LMHeadModel",
+    block="transformer.h.{i}.",
     modules={
-        "embed": "transformer.wte", "pos": "transformer.wpe", "final_norm": "transformer.ln_f", "head": "lm_head",
-        "ln1": "ln_1", "ln2": "ln_2", "qkv": "attn.c_attn", "o": "attn.c_proj", "g": "attn.c_gate",
-        "up": "mlp.c_fc", "down": "mlp.c_proj",
+        "embed": "transformer.wte",
+        "pos": "transformer.wpe",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_1",
+        "ln2": "ln_2",
+        "qkv": "attn.c_attn",
+        "o": "attn.c_proj",
+        "g": "attn.c_gate",
+        "up": "mlp.c_fc",
+        "down": "mlp.c_proj",
     },
-    features=Features(norm="layernorm", linear="in_out", qkv="concat", mlp="plain", positions="learned",
-                      gqa=False, free_head_dim=False),
-    keys={"vocab_size": "vocab_size", "width": "n_embd", "layers": "n_layer", "heads": "n_head", "ffn": "n_inner",
-          "context": "n_positions", "norm_eps": "layer_norm_epsilon", "tie": "tie_word_embeddings",
-          "activation": "activation_function"},
+    features=Features(
+        norm="layernorm",
+        linear="in_out",
+        qkv="concat",
+        mlp="plain",
+        positions="learned",
+        gqa=False,
+        free_head_dim=False,
+    ),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "n_embd",
+        "layers": "n_layer",
+        "heads": "n_head",
+        "ffn": "n_inner",
+        "context": "n_positions",
+        "norm_eps": "layer_norm_epsilon",
+        "tie": "tie_word_embeddings",
+        "activation": "activation_function",
+    },
     fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True},
     defaults={"activation": "gelu_new", "tie": True, "context": 1024, "norm_eps": 1e-5},
-    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "scale_attn_weights": True,
-              "scale_attn_by_inverse_layer_idx": False, "reorder_and_upcast_attn": False},
+    template={
+        "resid_pdrop": 0.0,
+        "embd_pdrop": 0.0,
+        "attn_pdrop": 0.0,
+        "scale_attn_weights": True,
+        "scale_attn_by_inverse_layer_idx": False,
+        "reorder_and_upcast_attn": False,
+    },
     aliases={"transformer.": ""},  # Hub files store GPT-2 keys without the "transformer." prefix
-    refuse={"scale_attn_by_inverse_layer_idx": "gpt2 scale_attn_by_inverse_layer_idx is not supported",
-            "reorder_and_upcast_attn": "gpt2 reorder_and_upcast_attn is not supported"},
+    refuse={
+        "scale_attn_by_inverse_layer_idx": "gpt2 scale_attn_by_inverse_layer_idx is not supported",
+        "reorder_and_upcast_attn": "gpt2 reorder_and_upcast_attn is not supported",
+    },
 )
 
 LLAMA = Arch(
-    name="llama", model_type="llama", hf_class="LlamaForCausalLM", block="model.layers.{i}.",
-    modules=_LLAMA_MODULES, features=Features(),
+    name="llama",
+    model_type="llama",
+    hf_class="LlamaForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
     keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias", "mlp_bias": "mlp_bias"},
     defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
 )
 
 MISTRAL = Arch(
-    name="mistral", model_type="mistral", hf_class="MistralForCausalLM", block="model.layers.{i}.",
-    modules=_LLAMA_MODULES, features=Features(),
+    name="mistral",
+    model_type="mistral",
+    hf_class="MistralForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
     keys={**_LLAMA_KEYS, "sliding_window": "sliding_window"},
     fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
 )
 
 QWEN2 = Arch(
-    name="qwen2", model_type="qwen2", hf_class="Qwen2ForCausalLM", block="model.layers.{i}.",
-    modules=_LLAMA_MODULES, features=Features(),
+    name="qwen2",
+    model_type="qwen2",
+    hf_class="Qwen2ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
     keys={**_LLAMA_KEYS, "sliding_window": "sliding_window", "layer_types": "layer_types"},
     fixed={"qkv_bias": True, "o_bias": False, "mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
 )
 
 QWEN3 = Arch(
-    name="qwen3", model_type="qwen3", hf_class="Qwen3ForCausalLM", block="model.layers.{i}.",
-    modules=_LLAMA_MODULES, features=Features(qk_norm="head"),
-    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias",
-          "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    name="qwen3",
+    model_type="qwen3",
+    hf_class="Qwen3ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(qk_norm="head"),
+    keys={
+        **_LLAMA_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
     fixed={"mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
 )
 
 PHI3 = Arch(
-    name="phi3", model_type="phi3", hf_class="Phi3ForCausalLM", block="model.layers.{i}.",
+    name="phi3",
+    model_type="phi3",
+    hf_class="Phi3ForCausalLM",
+    block="model.layers.{i}.",
     modules={
-        "embed": "model.embed_tokens", "final_norm": "model.norm", "head": "lm_head",
-        "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
-        "qkv": "self_attn.qkv_proj", "o": "self_attn.o_proj", "g": "self_attn.g_proj",
-        "gate_up": "mlp.gate_up_proj", "down": "mlp.down_proj",
+        "embed": "model.embed_tokens",
+        "final_norm": "model.norm",
+        "head": "lm_head",
+        "ln1": "input_layernorm",
+        "ln2": "post_attention_layernorm",
+        "qkv": "self_attn.qkv_proj",
+        "o": "self_attn.o_proj",
+        "g": "self_attn.g_proj",
+        "gate_up": "mlp.gate_up_proj",
+        "down": "mlp.down_proj",
     },
     features=Features(qkv="concat", mlp="glu_fused"),
     keys={**_LLAMA_KEYS, "sliding_window": "sliding_window"},
@@ -168,72 +249,152 @@ PHI3 = Arch(
 )
 
 GPT_NEOX = Arch(
-    name="gpt_neox", model_type="gpt_neox", hf_class="GPTNeoXForCausalLM", block="gpt_neox.layers.{i}.",
+    name="gpt_neox",
+    model_type="gpt_neox",
+    hf_class="GPTNeoXForCausalLM",
+    block="gpt_neox.layers.{i}.",
     modules={
-        "embed": "gpt_neox.embed_in", "final_norm": "gpt_neox.final_layer_norm", "head": "embed_out",
-        "ln1": "input_layernorm", "ln2": "post_attention_layernorm",
-        "qkv": "attention.query_key_value", "o": "attention.dense", "g": "attention.g_proj",
-        "up": "mlp.dense_h_to_4h", "down": "mlp.dense_4h_to_h",
+        "embed": "gpt_neox.embed_in",
+        "final_norm": "gpt_neox.final_layer_norm",
+        "head": "embed_out",
+        "ln1": "input_layernorm",
+        "ln2": "post_attention_layernorm",
+        "qkv": "attention.query_key_value",
+        "o": "attention.dense",
+        "g": "attention.g_proj",
+        "up": "mlp.dense_h_to_4h",
+        "down": "mlp.dense_4h_to_h",
     },
     features=Features(norm="layernorm", qkv="interleaved", mlp="plain", gqa=False, free_head_dim=False),
-    keys={"vocab_size": "vocab_size", "width": "hidden_size", "layers": "num_hidden_layers",
-          "heads": "num_attention_heads", "ffn": "intermediate_size", "context": "max_position_embeddings",
-          "norm_eps": "layer_norm_eps", "tie": "tie_word_embeddings", "activation": "hidden_act",
-          "qkv_bias": "attention_bias", "o_bias": "attention_bias", "parallel": "use_parallel_residual"},
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "num_hidden_layers",
+        "heads": "num_attention_heads",
+        "ffn": "intermediate_size",
+        "context": "max_position_embeddings",
+        "norm_eps": "layer_norm_eps",
+        "tie": "tie_word_embeddings",
+        "activation": "hidden_act",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "parallel": "use_parallel_residual",
+    },
     fixed={"mlp_bias": True},
-    defaults={"activation": "gelu", "tie": False, "context": 2048, "norm_eps": 1e-5, "qkv_bias": True,
-              "o_bias": True, "parallel": True, "rotary_fraction": 0.25},
+    defaults={
+        "activation": "gelu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-5,
+        "qkv_bias": True,
+        "o_bias": True,
+        "parallel": True,
+        "rotary_fraction": 0.25,
+    },
     template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
 )
 
 STARCODER2 = Arch(
-    name="starcoder2", model_type="starcoder2", hf_class="Starcoder2ForCausalLM", block="model.layers.{i}.",
+    name="starcoder2",
+    model_type="starcoder2",
+    hf_class="Starcoder2ForCausalLM",
+    block="model.layers.{i}.",
     modules={**_LLAMA_MODULES, "up": "mlp.c_fc", "down": "mlp.c_proj"},
     features=Features(norm="layernorm", mlp="plain"),
-    keys={**_LLAMA_KEYS, "norm_eps": "norm_epsilon", "qkv_bias": "use_bias", "o_bias": "use_bias",
-          "mlp_bias": "use_bias", "sliding_window": "sliding_window"},
-    defaults={"activation": "gelu_pytorch_tanh", "tie": True, "context": 4096, "norm_eps": 1e-5, "qkv_bias": True,
-              "o_bias": True, "mlp_bias": True},
+    keys={
+        **_LLAMA_KEYS,
+        "norm_eps": "norm_epsilon",
+        "qkv_bias": "use_bias",
+        "o_bias": "use_bias",
+        "mlp_bias": "use_bias",
+        "sliding_window": "sliding_window",
+    },
+    defaults={
+        "activation": "gelu_pytorch_tanh",
+        "tie": True,
+        "context": 4096,
+        "norm_eps": 1e-5,
+        "qkv_bias": True,
+        "o_bias": True,
+        "mlp_bias": True,
+    },
     template={"residual_dropout": 0.0, "embedding_dropout": 0.0, "attention_dropout": 0.0},
 )
 
-_GEMMA_SANDWICH = {**_LLAMA_MODULES, "post_attn": "post_attention_layernorm", "ln2": "pre_feedforward_layernorm",
-                   "post_ffn": "post_feedforward_layernorm"}
-_GEMMA_KEYS = {**_LLAMA_KEYS, "activation": "hidden_activation", "qkv_bias": "attention_bias", "o_bias": "attention_bias",
-               "sliding_window": "sliding_window", "layer_types": "layer_types", "attn_softcap": "attn_logit_softcapping",
-               "final_softcap": "final_logit_softcapping", "query_pre_attn_scalar": "query_pre_attn_scalar"}
+_GEMMA_SANDWICH = {
+    **_LLAMA_MODULES,
+    "post_attn": "post_attention_layernorm",
+    "ln2": "pre_feedforward_layernorm",
+    "post_ffn": "post_feedforward_layernorm",
+}
+_GEMMA_KEYS = {
+    **_LLAMA_KEYS,
+    "activation": "hidden_activation",
+    "qkv_bias": "attention_bias",
+    "o_bias": "attention_bias",
+    "sliding_window": "sliding_window",
+    "layer_types": "layer_types",
+    "attn_softcap": "attn_logit_softcapping",
+    "final_softcap": "final_logit_softcapping",
+    "query_pre_attn_scalar": "query_pre_attn_scalar",
+}
 _GEMMA_DEFAULTS = {"activation": "gelu_pytorch_tanh", "tie": True, "context": 8192, "norm_eps": 1e-6}
 
 GEMMA = Arch(
-    name="gemma", model_type="gemma", hf_class="GemmaForCausalLM", block="model.layers.{i}.",
-    modules=_LLAMA_MODULES, features=Features(norm_offset=1.0, embed_scale=True),
+    name="gemma",
+    model_type="gemma",
+    hf_class="GemmaForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm_offset=1.0, embed_scale=True),
     keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
-    fixed={"mlp_bias": False}, defaults=_GEMMA_DEFAULTS,
+    fixed={"mlp_bias": False},
+    defaults=_GEMMA_DEFAULTS,
 )
 
 GEMMA2 = Arch(
-    name="gemma2", model_type="gemma2", hf_class="Gemma2ForCausalLM", block="model.layers.{i}.",
-    modules=_GEMMA_SANDWICH, features=Features(norm_offset=1.0, embed_scale=True, post_norms=True),
-    keys=_GEMMA_KEYS, fixed={"mlp_bias": False}, defaults=_GEMMA_DEFAULTS,
+    name="gemma2",
+    model_type="gemma2",
+    hf_class="Gemma2ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GEMMA_SANDWICH,
+    features=Features(norm_offset=1.0, embed_scale=True, post_norms=True),
+    keys=_GEMMA_KEYS,
+    fixed={"mlp_bias": False},
+    defaults=_GEMMA_DEFAULTS,
 )
 
 GEMMA3 = Arch(
-    name="gemma3_text", model_type="gemma3_text", hf_class="Gemma3ForCausalLM", block="model.layers.{i}.",
-    modules=_GEMMA_SANDWICH, features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head"),
-    keys=_GEMMA_KEYS, fixed={"mlp_bias": False}, defaults=_GEMMA_DEFAULTS,
+    name="gemma3_text",
+    model_type="gemma3_text",
+    hf_class="Gemma3ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GEMMA_SANDWICH,
+    features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head"),
+    keys=_GEMMA_KEYS,
+    fixed={"mlp_bias": False},
+    defaults=_GEMMA_DEFAULTS,
 )
 
 OLMO2 = Arch(
-    name="olmo2", model_type="olmo2", hf_class="Olmo2ForCausalLM", block="model.layers.{i}.",
-    modules={**{k: v for k, v in _LLAMA_MODULES.items() if k not in ("ln1", "ln2")},
-             "post_attn": "post_attention_layernorm", "post_ffn": "post_feedforward_layernorm"},
+    name="olmo2",
+    model_type="olmo2",
+    hf_class="Olmo2ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("ln1", "ln2")},
+        "post_attn": "post_attention_layernorm",
+        "post_ffn": "post_feedforward_layernorm",
+    },
     features=Features(pre_norms=False, post_norms=True, qk_norm="full"),
     keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
     fixed={"mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6},
 )
 
-ARCHS = {a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2)}
+ARCHS = {
+    a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2)
+}
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
 # Buffers some HF checkpoints carry that are not weights (causal masks, rotary tables).
@@ -245,6 +406,7 @@ def arch_of(cfg) -> Arch:
 
 
 # ---- tensors of a config ------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class TensorSpec:
@@ -307,8 +469,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     if f.qk_norm == "head":
         s += [TensorSpec(w("q_norm"), "head_norm"), TensorSpec(w("k_norm"), "head_norm")]
     elif f.qk_norm == "full":
-        s += [TensorSpec(w("q_norm"), "unit_norm", unit_axis=0, units=("q",), group="attn"),
-              TensorSpec(w("k_norm"), "unit_norm", unit_axis=0, units=("kv",), group="attn")]
+        s += [
+            TensorSpec(w("q_norm"), "unit_norm", unit_axis=0, units=("q",), group="attn"),
+            TensorSpec(w("k_norm"), "unit_norm", unit_axis=0, units=("kv",), group="attn"),
+        ]
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
     s += writer("o", ("q",), "attn", cfg.o_bias)

@@ -27,12 +27,12 @@ from .config import ModelConfig
 from .errors import GrowError
 from .families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
 
-
 # ---- steps ----------------------------------------------------------------------------------
+
 
 @dataclass(frozen=True)
 class Ctx:
-    plan: "Plan"
+    plan: Plan
     get: object  # source tensor by name
     name: str
     spec: TensorSpec
@@ -43,7 +43,7 @@ class Step:
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def describe(self, plan: "Plan", spec: TensorSpec) -> str:  # pragma: no cover - interface
+    def describe(self, plan: Plan, spec: TensorSpec) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -236,6 +236,7 @@ def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorS
 
 # ---- the plan -------------------------------------------------------------------------------
 
+
 @dataclass
 class Plan:
     src: ModelConfig
@@ -279,7 +280,7 @@ class Plan:
         return out
 
 
-def embed_factor(plan: "Plan") -> float:
+def embed_factor(plan: Plan) -> float:
     """Embeddings scaled by sqrt(width) inside the model (Gemma): the grown embedding takes
     sqrt(d)/sqrt(D), each rounded to the output dtype as the model rounds it, so the scaled
     embedding is the old one. 1 where the architecture has no embedding scale."""
@@ -287,12 +288,12 @@ def embed_factor(plan: "Plan") -> float:
         return 1.0
 
     def s(w):
-        return float(torch.tensor(w ** 0.5).to(plan.dtype))
+        return float(torch.tensor(w**0.5).to(plan.dtype))
 
     return s(plan.src.width) / s(plan.cfg.width)
 
 
-def qk_scale(plan: "Plan", spec: TensorSpec) -> float:
+def qk_scale(plan: Plan, spec: TensorSpec) -> float:
     """Scale of q/k rows that keeps a q/k RMSNorm exact although the config's single norm eps was
     multiplied by d/D for the residual norms. RMSNorm is scale-invariant except for eps: scaling
     its input by s turns eps' = eps d/D into eps d/D / s^2. A norm over n -> n' elements whose new
@@ -302,7 +303,7 @@ def qk_scale(plan: "Plan", spec: TensorSpec) -> float:
     if spec.qk_norm == "full":
         n_old, n_new = (unit_count(plan.src, spec.units[0])[0], unit_count(plan.cfg, spec.units[0])[0])
         s2 *= n_new / n_old
-    return s2 ** 0.5
+    return s2**0.5
 
 
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
@@ -376,16 +377,19 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
         raise GrowError(f"target heads {heads} fewer than the source's {src.heads}")
     if heads % r:
         ok = [h for h in range(src.heads, 2 * heads + r) if h % r == 0][:4]
-        raise GrowError(f"target heads {heads} not a multiple of the {r} query heads per KV head "
-                        f"(pass --heads {' or '.join(map(str, ok))})")
+        raise GrowError(
+            f"target heads {heads} not a multiple of the {r} query heads per KV head "
+            f"(pass --heads {' or '.join(map(str, ok))})"
+        )
     if bound and (D // hd) % r:
         raise GrowError(f"width {D} gives {D // hd} heads, not a multiple of {r} query heads per KV head")
     if ffn is None:
         ffn = round(src.ffn * D / d)
     if ffn < src.ffn:
         raise GrowError(f"target ffn {ffn} smaller than the source's {src.ffn}")
-    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn,
-                       norm_eps=ops.grow_norm_eps(src.norm_eps, d, D))
+    return src.replace(
+        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=ops.grow_norm_eps(src.norm_eps, d, D)
+    )
 
 
 def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
@@ -402,51 +406,67 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
         eps = 1.0 if (tied_rms or post) else exact
     eps, lossy = float(eps), []
     if post:
-        exact_map = ("eps 1 (zero padding): norms on sublayer outputs put their gains on residual coordinates, "
-                     "which no rotation passes; every norm gain is rescaled by sqrt(d/D)")
+        exact_map = (
+            "eps 1 (zero padding): norms on sublayer outputs put their gains on residual coordinates, "
+            "which no rotation passes; every norm gain is rescaled by sqrt(d/D)"
+        )
         if eps != 1.0:
-            lossy.append(f"post-norm gains sit on residual coordinates, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
+            lossy.append(
+                "post-norm gains sit on residual coordinates, so only eps=1 (no rotation) keeps the function, "
+                f"not eps={eps:g}"
+            )
     elif src.norm == "layernorm":
         exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
         if abs(eps - exact) > 1e-9:
-            lossy.append(f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} keeps the function")
+            lossy.append(
+                f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} "
+                "keeps the function"
+            )
     elif tied_rms:
-        exact_map = "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation (the final norm's gain cannot fold into the embedding)"
+        exact_map = (
+            "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation "
+            "(the final norm's gain cannot fold into the embedding)"
+        )
         if eps != 1.0:
-            lossy.append(f"a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
+            lossy.append(
+                "a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, "
+                f"not eps={eps:g}"
+            )
     elif eps == 1.0:
-        exact_map = "eps 1 (zero padding), as the recipe asks: RMSNorm commutes with any rotation, the identity included"
+        exact_map = (
+            "eps 1 (zero padding), as the recipe asks: RMSNorm commutes with any rotation, the identity included"
+        )
     else:
         exact_map = f"R({eps:.4f}): RMSNorm commutes with any rotation once its gains fold into the readers"
     why = exact_map if not lossy else f"R({eps:.4f}) as the recipe asks: LOSSY, the exact map is {exact_map}"
     return eps, why, lossy
-    if src.norm == "layernorm":
-        why = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
-        if abs(eps - exact) > 1e-9:
-            why = f"R({eps:.4f}) as the recipe asks (LOSSY: LayerNorm is exact only at R(sqrt(d/D)) = R({exact:.4f}))"
-            lossy.append(f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} keeps the function")
-    elif tied_rms:
-        why = "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation (the final norm's gain cannot fold into the embedding)"
-        if eps != 1.0:
-            lossy.append(f"a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, not eps={eps:g}")
-    else:
-        why = f"R({eps:.4f}): RMSNorm commutes with any rotation once its gains fold into the readers"
-    if eps == 1.0 and not lossy and not tied_rms:
-        why = "eps 1 (zero padding): " + why.split(": ", 1)[1]
-    return eps, why, lossy
 
 
-def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = None, heads: int | None = None,
-               seed: int = 0, allow_lossy: bool = False, dtype: torch.dtype = torch.float32,
-               gate_values: list[float] | None = None) -> Plan:
+def build_plan(
+    src: ModelConfig,
+    recipe: dict,
+    width: int,
+    ffn: int | None = None,
+    heads: int | None = None,
+    seed: int = 0,
+    allow_lossy: bool = False,
+    dtype: torch.dtype = torch.float32,
+    gate_values: list[float] | None = None,
+) -> Plan:
     cfg = target_config(src, width, ffn, heads)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     gated = recipe["gate"]
     if src.gated:
         if not gated:
-            raise GrowError(f"recipe {recipe['name']!r} adds ungated units but the source has growth gates: fold it first (growtool fold --alpha 0|1)")
+            raise GrowError(
+                f"recipe {recipe['name']!r} adds ungated units but the source has growth gates: "
+                "fold it first (growtool fold --alpha 0|1)"
+            )
         if gate_values and any(v != 0.0 for v in gate_values):
-            raise GrowError(f"the source's growth gates are open (values up to {max(gate_values):g}): fold it first (growtool fold --alpha ...)")
+            raise GrowError(
+                f"the source's growth gates are open (values up to {max(gate_values):g}): "
+                "fold it first (growtool fold --alpha ...)"
+            )
     if gated:
         cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn)
     else:
@@ -465,8 +485,12 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
         q = ops.group_to_heads(kv, r)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
         units.append({"q": q, "kv": kv, "qkv": q, "qgate": q, "ffn": f})
-        split.append({kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                      for kind, e in (("q", q), ("ffn", f))})
+        split.append(
+            {
+                kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
+                for kind, e in (("q", q), ("ffn", f))
+            }
+        )
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
     d, D = src.width, cfg.width
     res = {
@@ -480,16 +504,31 @@ def build_plan(src: ModelConfig, recipe: dict, width: int, ffn: int | None = Non
     for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
         added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
         if added and ops.KINDS[recipe[sec][key]].dead:
-            warnings.append(f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
-                            "zero-gradient saddle, so training never moves them (dead capacity)")
+            warnings.append(
+                f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
+                "zero-gradient saddle, so training never moves them (dead capacity)"
+            )
     if recipe["lossy"] is False and lossy and not allow_lossy:
         raise GrowError(f"refused: {lossy[0]} (pass --allow-lossy to grow anyway)")
-    plan = Plan(src, cfg, recipe, seed, eps, src.norm == "rmsnorm" and eps != 1.0, why, lossy, units, split, res,
-                dtype, warnings=warnings)
+    plan = Plan(
+        src,
+        cfg,
+        recipe,
+        seed,
+        eps,
+        src.norm == "rmsnorm" and eps != 1.0,
+        why,
+        lossy,
+        units,
+        split,
+        res,
+        dtype,
+        warnings=warnings,
+    )
     for name, spec in tensor_specs(cfg).items():
         layer = None
         if "{i}" in spec.pattern:
-            layer = int(name[len(spec.pattern.split("{i}")[0]):].split(".")[0])
+            layer = int(name[len(spec.pattern.split("{i}")[0]) :].split(".")[0])
         plan.specs[name] = (spec, layer)
         plan.steps[name] = tensor_steps(spec, name, plan)
     return plan
@@ -507,11 +546,20 @@ def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
 
 def lineage_entry(plan: Plan, source_sha256: str) -> dict:
     from . import __version__
+
     return {
-        "op": "expand", "source_sha256": source_sha256, "width_from": plan.src.width,
-        "width_to": plan.cfg.width, "heads": [plan.src.heads, plan.cfg.heads],
-        "ffn": [plan.src.ffn, plan.cfg.ffn], "recipe": plan.recipe["name"], "recipe_full": plan.recipe,
-        "eps": plan.eps, "residual_map": plan.residual_map, "seed": plan.seed, "exact": plan.exact,
+        "op": "expand",
+        "source_sha256": source_sha256,
+        "width_from": plan.src.width,
+        "width_to": plan.cfg.width,
+        "heads": [plan.src.heads, plan.cfg.heads],
+        "ffn": [plan.src.ffn, plan.cfg.ffn],
+        "recipe": plan.recipe["name"],
+        "recipe_full": plan.recipe,
+        "eps": plan.eps,
+        "residual_map": plan.residual_map,
+        "seed": plan.seed,
+        "exact": plan.exact,
         "growtool": __version__,
     }
 
@@ -524,6 +572,7 @@ def gate_values(ck: Checkpoint) -> list[float]:
 
 
 # ---- fold ---------------------------------------------------------------------------------
+
 
 def fold_config(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)

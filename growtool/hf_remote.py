@@ -99,8 +99,10 @@ def folder_config(cfg: ModelConfig) -> dict:
         return hf
     hf["growtool"]["model_type"] = hf["model_type"]
     hf["model_type"], hf["architectures"] = "growtool", ["GrowtoolForCausalLM"]
-    hf["auto_map"] = {"AutoConfig": "configuration_growtool.GrowtoolConfig",
-                      "AutoModelForCausalLM": "modeling_growtool.GrowtoolForCausalLM"}
+    hf["auto_map"] = {
+        "AutoConfig": "configuration_growtool.GrowtoolConfig",
+        "AutoModelForCausalLM": "modeling_growtool.GrowtoolForCausalLM",
+    }
     return hf
 
 

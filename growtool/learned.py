@@ -45,8 +45,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import torch
 from torch.func import functional_call
@@ -77,6 +77,7 @@ def lm_loss(model: LM, tensors: dict, x: torch.Tensor, y: torch.Tensor, alpha=No
 
 # ---- SRIO-LO: the SRIO angle learned -------------------------------------------------------
 
+
 @dataclass
 class LearnedEps:
     eps: float  # the learned cos of the SRIO angle, in (0, 1)
@@ -95,8 +96,16 @@ def _recipe(recipe: str | dict, overrides: dict | None) -> dict:
     return recipes.validate(recipes._merge(recipes._merge(recipes.DEFAULTS, recipe), overrides or {}))
 
 
-def _srio_plan(src: ModelConfig, width: int, eps: float, recipe: str | dict, overrides, seed: int,
-               ffn: int | None, heads: int | None) -> growth.Plan:
+def _srio_plan(
+    src: ModelConfig,
+    width: int,
+    eps: float,
+    recipe: str | dict,
+    overrides,
+    seed: int,
+    ffn: int | None,
+    heads: int | None,
+) -> growth.Plan:
     over = recipes._merge(overrides or {}, {"rotation": {"eps": float(eps)}})
     return growth.build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
 
@@ -104,11 +113,26 @@ def _srio_plan(src: ModelConfig, width: int, eps: float, recipe: str | dict, ove
 class SrioObjective:
     """eps -> loss of the grown model after ``lookahead`` detached sign steps (see the module doc)."""
 
-    def __init__(self, src: ModelConfig, tensors: dict, width: int, *, lookahead: int = 1, lr: float = 3e-3,
-                 alpha: float = 1.0, recipe: str | dict = "srio", overrides: dict | None = None,
-                 seed: int = 0, ffn: int | None = None, heads: int | None = None, eps0: float = 0.5):
+    def __init__(
+        self,
+        src: ModelConfig,
+        tensors: dict,
+        width: int,
+        *,
+        lookahead: int = 1,
+        lr: float = 3e-3,
+        alpha: float = 1.0,
+        recipe: str | dict = "srio",
+        overrides: dict | None = None,
+        seed: int = 0,
+        ffn: int | None = None,
+        heads: int | None = None,
+        eps0: float = 0.5,
+    ):
         if src.norm != "rmsnorm" or src.tie or arch_of(src).features.post_norms:
-            raise GrowError("SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head")
+            raise GrowError(
+                "SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head"
+            )
         if not 0.0 < alpha <= 1.0:
             raise GrowError(f"alpha must be in (0, 1] (at gate 0 the loss does not depend on the angle), got {alpha}")
         if lookahead < 0:
@@ -137,10 +161,24 @@ class SrioObjective:
         return lm_loss(self.model, {n: w0[n] + (w[n] - w0[n]).detach() for n in self.names}, *outer, alpha=self.alpha)
 
 
-def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches, *, steps: int = 100,
-                   lr: float = 0.05, eps0: float | None = None, lookahead: int = 1, inner_lr: float = 3e-3,
-                   alpha: float = 1.0, recipe: str | dict = "srio", overrides: dict | None = None, seed: int = 0,
-                   ffn: int | None = None, heads: int | None = None) -> LearnedEps:
+def learn_srio_eps(
+    src: ModelConfig,
+    tensors: dict,
+    width: int,
+    batches: Batches,
+    *,
+    steps: int = 100,
+    lr: float = 0.05,
+    eps0: float | None = None,
+    lookahead: int = 1,
+    inner_lr: float = 3e-3,
+    alpha: float = 1.0,
+    recipe: str | dict = "srio",
+    overrides: dict | None = None,
+    seed: int = 0,
+    ffn: int | None = None,
+    heads: int | None = None,
+) -> LearnedEps:
     """Learn the SRIO angle: Adam on t, eps = sigmoid(t), ``steps`` steps of the ``SrioObjective``.
 
     Each step takes two batches (the sign steps' and the loss's) when ``lookahead`` >= 1, one when
@@ -152,8 +190,20 @@ def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches
     eps0 = ops.exact_layernorm_eps(src.width, width) if eps0 is None else float(eps0)
     if not 0.0 < eps0 < 1.0:
         raise GrowError(f"eps0 must be in (0, 1), got {eps0}")
-    obj = SrioObjective(src, tensors, width, lookahead=lookahead, lr=inner_lr, alpha=alpha, recipe=recipe,
-                        overrides=overrides, seed=seed, ffn=ffn, heads=heads, eps0=eps0)
+    obj = SrioObjective(
+        src,
+        tensors,
+        width,
+        lookahead=lookahead,
+        lr=inner_lr,
+        alpha=alpha,
+        recipe=recipe,
+        overrides=overrides,
+        seed=seed,
+        ffn=ffn,
+        heads=heads,
+        eps0=eps0,
+    )
     out = LearnedEps(eps=eps0, eps0=eps0, steps=steps, tokens=0, passes=0, lookahead=lookahead)
     t = torch.tensor(math.log(eps0 / (1.0 - eps0)), requires_grad=True)
     opt = torch.optim.Adam([t], lr=lr)
@@ -164,9 +214,11 @@ def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches
             with torch.no_grad():
                 l0, l1 = float(obj(eps0, None, outer)), float(obj(0.5 * eps0, None, outer))
             if abs(l0 - l1) <= 1e-6 * max(1.0, abs(l0)):
-                raise GrowError(f"the grown model's loss does not depend on the angle ({l0:.7g} at eps {eps0:.4g} and "
-                                f"{0.5 * eps0:.4g}): every eps < 1 is the same function in a rotated basis; "
-                                "learn it through training (lookahead >= 1)")
+                raise GrowError(
+                    f"the grown model's loss does not depend on the angle ({l0:.7g} at eps {eps0:.4g} and "
+                    f"{0.5 * eps0:.4g}): every eps < 1 is the same function in a rotated basis; "
+                    "learn it through training (lookahead >= 1)"
+                )
         eps = torch.sigmoid(t)
         loss = obj(eps, inner, outer)
         opt.zero_grad()
@@ -180,20 +232,44 @@ def learn_srio_eps(src: ModelConfig, tensors: dict, width: int, batches: Batches
     return out
 
 
-def save_srio_lo(out_path: str, src: ModelConfig, tensors: dict, width: int, learned: LearnedEps, *,
-                 lineage: list = (), source_sha256: str = "", recipe: str | dict = "srio",
-                 overrides: dict | None = None, seed: int = 0, ffn: int | None = None,
-                 heads: int | None = None, force: bool = False) -> str:
+def save_srio_lo(
+    out_path: str,
+    src: ModelConfig,
+    tensors: dict,
+    width: int,
+    learned: LearnedEps,
+    *,
+    lineage: list = (),
+    source_sha256: str = "",
+    recipe: str | dict = "srio",
+    overrides: dict | None = None,
+    seed: int = 0,
+    ffn: int | None = None,
+    heads: int | None = None,
+    force: bool = False,
+) -> str:
     """Write the static SRIO growth at the learned angle (``rotation.eps=<learned>``): exact at gate 0."""
     plan = _srio_plan(src, width, learned.eps, recipe, overrides, seed, ffn, heads)
     entry = growth.lineage_entry(plan, source_sha256)
-    entry["learned"] = {"op": "srio-lo", "eps0": learned.eps0, "steps": learned.steps, "tokens": learned.tokens,
-                        "lookahead": learned.lookahead}
-    return save(out_path, plan.cfg, list(lineage) + [entry], plan.outputs(),
-                lambda n: growth.grow_tensor(n, plan, tensors.__getitem__), force=force)
+    entry["learned"] = {
+        "op": "srio-lo",
+        "eps0": learned.eps0,
+        "steps": learned.steps,
+        "tokens": learned.tokens,
+        "lookahead": learned.lookahead,
+    }
+    return save(
+        out_path,
+        plan.cfg,
+        list(lineage) + [entry],
+        plan.outputs(),
+        lambda n: growth.grow_tensor(n, plan, tensors.__getitem__),
+        force=force,
+    )
 
 
 # ---- LiGO-style learned linear growth operator --------------------------------------------
+
 
 def expansion_matrix(e: ops.Expansion) -> torch.Tensor:
     """The [n_new, n] matrix of an expansion: identity on old entries, the mixtures below."""
@@ -202,7 +278,7 @@ def expansion_matrix(e: ops.Expansion) -> torch.Tensor:
     if e.added == 0 or e.kind == "zero":
         return m
     if e.kind == "mean":
-        m[e.n:] = 1.0 / e.n
+        m[e.n :] = 1.0 / e.n
         return m
     rows = torch.arange(e.n, e.n_new).unsqueeze(1).expand_as(e.index)
     m.index_put_((rows.reshape(-1), e.index.reshape(-1)), e.weight.reshape(-1).float(), accumulate=True)
@@ -222,8 +298,17 @@ class LiGO(torch.nn.Module):
     """Learned width-growth operator (LiGO-style): one residual expansion B and per-layer head / FFN
     expansions, initialised from the recipe's static expansions (see the module docstring)."""
 
-    def __init__(self, src: ModelConfig, tensors: dict, width: int, *, ffn: int | None = None,
-                 heads: int | None = None, recipe: str | dict = "srio", seed: int = 0):
+    def __init__(
+        self,
+        src: ModelConfig,
+        tensors: dict,
+        width: int,
+        *,
+        ffn: int | None = None,
+        heads: int | None = None,
+        recipe: str | dict = "srio",
+        seed: int = 0,
+    ):
         super().__init__()
         if src.gated:
             raise GrowError("LiGO grows plain models: fold the source's growth gates first (growtool fold)")
@@ -256,8 +341,10 @@ class LiGO(torch.nn.Module):
             layer = self.layer_of.get(name)
             if spec.unit_axis is not None and spec.units:
                 sizes = [n * b for n, b in (unit_count(self.src, k) for k in spec.units)]
-                parts = [apply_matrix(seg, spec.unit_axis, self.unit_matrix(k, layer), unit_count(self.src, k)[1])
-                         for k, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis))]
+                parts = [
+                    apply_matrix(seg, spec.unit_axis, self.unit_matrix(k, layer), unit_count(self.src, k)[1])
+                    for k, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis))
+                ]
                 t = torch.cat(parts, dim=spec.unit_axis)
             if spec.res_axis is not None:
                 t = apply_matrix(t, spec.res_axis, self.B)
@@ -289,11 +376,28 @@ class LiGO(torch.nn.Module):
             return {n: t.detach().contiguous() for n, t in self.grown().items()}
 
     def save(self, out_path: str, *, lineage: list = (), source_sha256: str = "", force: bool = False) -> str:
-        entry = {"op": "expand", "source_sha256": source_sha256, "width_from": self.src.width,
-                 "width_to": self.cfg.width, "heads": [self.src.heads, self.cfg.heads],
-                 "ffn": [self.src.ffn, self.cfg.ffn], "recipe": "ligo", "init_recipe": self.recipe,
-                 "learned": {"op": "ligo", "steps": self.steps}, "exact": False}
+        entry = {
+            "op": "expand",
+            "source_sha256": source_sha256,
+            "width_from": self.src.width,
+            "width_to": self.cfg.width,
+            "heads": [self.src.heads, self.cfg.heads],
+            "ffn": [self.src.ffn, self.cfg.ffn],
+            "recipe": "ligo",
+            "init_recipe": self.recipe,
+            "learned": {"op": "ligo", "steps": self.steps},
+            "exact": False,
+        }
         return save_tensors(out_path, self.cfg, list(lineage) + [entry], self.fold(), force=force)
 
 
-__all__ = ["learn_srio_eps", "save_srio_lo", "LearnedEps", "SrioObjective", "LiGO", "expansion_matrix", "apply_matrix", "lm_loss"]
+__all__ = [
+    "learn_srio_eps",
+    "save_srio_lo",
+    "LearnedEps",
+    "SrioObjective",
+    "LiGO",
+    "expansion_matrix",
+    "apply_matrix",
+    "lm_loss",
+]

@@ -97,10 +97,12 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
     """Causal attention (sliding where the layer has a window), with the config's scale and
     optional soft-capped scores; grouped-query heads read their KV group."""
     T, H, K = q.shape[2], q.shape[1], k.shape[1]
-    scale = cfg.query_pre_attn_scalar ** -0.5 if cfg.query_pre_attn_scalar else None
+    scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
     window = cfg.window(layer)
     i = torch.arange(T, device=q.device)
-    mask = (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window) if window is not None and T > window else None
+    mask = (
+        (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window) if window is not None and T > window else None
+    )
     if cfg.attn_softcap:  # sdpa cannot cap scores: the plain computation, softmax in float32
         if K != H:
             k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
@@ -275,7 +277,7 @@ class LM(nn.Module):
         return sd
 
     @classmethod
-    def from_tensors(cls, cfg: ModelConfig, tensors: dict[str, torch.Tensor], dtype=torch.float32) -> "LM":
+    def from_tensors(cls, cfg: ModelConfig, tensors: dict[str, torch.Tensor], dtype=torch.float32) -> LM:
         model = cls(cfg)
         a = arch_of(cfg)
         sd = {k: v.to(dtype) for k, v in tensors.items()}
@@ -307,7 +309,7 @@ def run(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
         raise ValueError(f"sequence length {T} exceeds the model's context {cfg.context}")
     x = model.get_submodule(a.modules["embed"])(idx)
     if a.features.embed_scale:  # Gemma: sqrt(width), rounded to the weights' dtype as transformers does
-        x = x * torch.tensor(cfg.width ** 0.5).to(x.dtype)
+        x = x * torch.tensor(cfg.width**0.5).to(x.dtype)
     ropes = {}
     if a.features.positions == "learned":
         x = x + model.get_submodule(a.modules["pos"])(torch.arange(T, device=idx.device))

@@ -43,8 +43,9 @@ def read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
-        raise GrowError(f"{path}: not a plain-tensor checkpoint (refused by weights_only loading: "
-                        f"{str(e).splitlines()[0][:120]})") from None
+        raise GrowError(
+            f"{path}: not a plain-tensor checkpoint (refused by weights_only loading: {str(e).splitlines()[0][:120]})"
+        ) from None
     except (RuntimeError, EOFError, OSError) as e:
         raise GrowError(f"{path}: cannot read as a torch checkpoint ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(ck, dict) or "model" not in ck or "model_args" not in ck:
@@ -53,8 +54,17 @@ def read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
     try:
         d, h = int(args["n_embd"]), int(args["n_head"])
         cfg = ModelConfig(
-            family="gpt2", vocab_size=int(args["vocab_size"]), width=d, layers=int(args["n_layer"]), heads=h,
-            kv_heads=h, head_dim=d // h, ffn=4 * d, context=int(args["block_size"]), norm_eps=1e-5, tie=True,
+            family="gpt2",
+            vocab_size=int(args["vocab_size"]),
+            width=d,
+            layers=int(args["n_layer"]),
+            heads=h,
+            kv_heads=h,
+            head_dim=d // h,
+            ffn=4 * d,
+            context=int(args["block_size"]),
+            norm_eps=1e-5,
+            tie=True,
             activation="gelu",
         )
     except KeyError as e:

@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import torch
 
-
 # ---- SRIO rotation ------------------------------------------------------------------------
+
 
 def rotate(x: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
     """Apply the SRIO rotation R(eps) to every vector of ``x`` along ``axis`` (size D > d).
@@ -59,6 +59,7 @@ def exact_layernorm_eps(d: int, D: int) -> float:
 
 
 # ---- expansions: how new units / new residual dims are filled from old ones ---------------
+
 
 @dataclass(frozen=True)
 class Kind:
@@ -153,7 +154,7 @@ def expand_axis(x: torch.Tensor, axis: int, e: Expansion, block: int = 1) -> tor
     om[: e.n * block] = xm
     if e.added == 0:
         return out
-    new = om[e.n * block:].unflatten(0, (e.added, block))
+    new = om[e.n * block :].unflatten(0, (e.added, block))
     xb = xm.unflatten(0, (e.n, block))
     if e.kind == "zero":
         new.zero_()
@@ -193,6 +194,7 @@ def scale_axis(x: torch.Tensor, axis: int, factors: torch.Tensor, block: int = 1
 
 
 # ---- norms -------------------------------------------------------------------------------
+
 
 def grow_norm_gain(gain: torch.Tensor, D: int, uniform: bool) -> torch.Tensor:
     """New norm gain of width D for a residual carried as R[h; 0].

@@ -78,6 +78,7 @@ def _merge(base: dict, over: dict) -> dict:
 
 def validate(r: dict, src: str = "recipe") -> dict:
     """Check every value; the error names the key and the allowed values."""
+
     def bad(key, val, allowed):
         raise GrowError(f"{src}: recipe key {key} has bad value {val!r} (allowed: {allowed})")
 

@@ -15,8 +15,17 @@ from .errors import GrowError
 
 
 @torch.no_grad()
-def generate(model, prompts: torch.Tensor, max_tokens: int, *, temperature: float = 0.0, top_k: int | None = None,
-             seed: int = 0, alpha: float | None = None, eos: int | None = None) -> torch.Tensor:
+def generate(
+    model,
+    prompts: torch.Tensor,
+    max_tokens: int,
+    *,
+    temperature: float = 0.0,
+    top_k: int | None = None,
+    seed: int = 0,
+    alpha: float | None = None,
+    eos: int | None = None,
+) -> torch.Tensor:
     """Continue every row of ``prompts`` ([B, T] token ids) by ``max_tokens`` tokens; returns [B, n].
 
     ``temperature`` 0 is greedy (argmax, deterministic); above 0, sampling from softmax(logits / t)
@@ -44,7 +53,7 @@ def generate(model, prompts: torch.Tensor, max_tokens: int, *, temperature: floa
             done |= nxt == eos
             if bool(done.all()):
                 break
-    return x[:, prompts.shape[1]:]
+    return x[:, prompts.shape[1] :]
 
 
 def eos_id(cfg) -> int | None:
@@ -94,6 +103,7 @@ def verify_prompts(ck, texts, data_path: str | None, samples: int, seed: int, le
     ``data_path`` (tokenised with ``ck``'s tokenizer, or bytes modulo the vocabulary when it has
     none: any ids serve to compare two models); else ``samples`` random id sequences."""
     from .data import tokenizer_for
+
     vocab = ck.config.vocab_size
     if texts:
         tok = tokenizer_for(ck)
@@ -116,7 +126,7 @@ def verify_prompts(ck, texts, data_path: str | None, samples: int, seed: int, le
             raise GrowError(f"{data_path}: no tokens to take prompts from")
         length = min(length, len(ids))
         starts = torch.linspace(0, len(ids) - length, samples).long()
-        return [torch.stack([ids[s:s + length] for s in starts])]
+        return [torch.stack([ids[s : s + length] for s in starts])]
     g = torch.Generator().manual_seed(seed)
     return [torch.randint(vocab, (samples, min(length, ck.config.context)), generator=g)]
 

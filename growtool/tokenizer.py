@@ -23,9 +23,18 @@ from pathlib import Path
 from .errors import GrowError
 
 TOKENIZER_FILES = (
-    "tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
-    "vocab.json", "merges.txt", "vocab.txt", "tokenizer.model", "spiece.model", "sentencepiece.bpe.model",
-    "chat_template.jinja", "chat_template.json",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "tokenizer.model",
+    "spiece.model",
+    "sentencepiece.bpe.model",
+    "chat_template.jinja",
+    "chat_template.json",
 )
 CARRIED = TOKENIZER_FILES + ("generation_config.json",)
 
@@ -118,6 +127,7 @@ class Carry:
     def files(self, cfg, lineage: list, source: str, name: str) -> dict[str, bytes]:
         """The files for a folder output: the carried tokenizer files and a model card (README.md)."""
         from .card import model_card
+
         out = dict(self.found.files) if self.found else {}
         out["README.md"] = model_card(cfg, lineage, source, name, self.found).encode()
         return out
@@ -128,6 +138,7 @@ def carry(ck, explicit: str | None = None) -> Carry:
     refused with GrowError when it does not fit the model's vocabulary)."""
     if explicit is not None:
         from .data import tokenizer_for
+
         tokenizer_for(ck, explicit)  # checks the tokenizer against the vocabulary
     found, note = resolve(ck, explicit)
     if note:
@@ -138,6 +149,7 @@ def carry(ck, explicit: str | None = None) -> Carry:
 def write_files(folder: Path, files: dict[str, bytes]) -> None:
     """Write ``files`` into ``folder``, each atomically."""
     from .checkpoint import atomic_file
+
     for n, b in files.items():
         atomic_file(folder / n, lambda fh, b=b: fh.write(b))
 

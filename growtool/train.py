@@ -52,6 +52,7 @@ STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 
 # ---- schedules --------------------------------------------------------------------------------
 
+
 def lr_at(step: int, s: dict) -> float:
     """Learning rate of update ``step`` (0-based): linear warm-up, then cosine to lr * min_lr_ratio."""
     lr, warm, n = s["lr"], s["warmup"], s["steps"]
@@ -70,6 +71,7 @@ def gate_at(step: int, s: dict) -> float | None:
 
 
 # ---- pieces -----------------------------------------------------------------------------------
+
 
 def pick_device(device: str, local_rank: int) -> torch.device:
     if device == "auto":
@@ -91,8 +93,11 @@ def make_optimizer(model: LM, s: dict) -> torch.optim.AdamW:
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     decay = [p for n, p in params if p.dim() >= 2]
     rest = [p for n, p in params if p.dim() < 2]
-    return torch.optim.AdamW([{"params": decay, "weight_decay": s["weight_decay"]},
-                              {"params": rest, "weight_decay": 0.0}], lr=s["lr"], betas=(0.9, 0.95))
+    return torch.optim.AdamW(
+        [{"params": decay, "weight_decay": s["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
+        lr=s["lr"],
+        betas=(0.9, 0.95),
+    )
 
 
 @torch.no_grad()
@@ -142,8 +147,10 @@ def read_metrics(path: Path) -> list[dict]:
 def plot(records: list[dict], path: Path, title: str) -> None:
     """Training and validation loss against tokens (gate on a second axis when there is one)."""
     import matplotlib
+
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(7, 4))
     tr = [r for r in records if "loss" in r]
     va = [r for r in records if "val_loss" in r]
@@ -176,8 +183,15 @@ class Progress:
         from rich.console import Console
         from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
         from rich.progress import Progress as P
-        self.bar = P(TextColumn("train"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
-                     TimeRemainingColumn(), console=Console(stderr=True))
+
+        self.bar = P(
+            TextColumn("train"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[info]}"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
         self.task = self.bar.add_task("train", total=total, completed=done, info="")
         self.bar.start()
 
@@ -199,6 +213,7 @@ class Progress:
 
 
 # ---- the run: check and load, restore, loop, finish ------------------------------------------
+
 
 @dataclass
 class Run:
@@ -245,8 +260,10 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     if opts.batch % world:
         raise GrowError(f"--batch {opts.batch} is not divisible by the {world} processes (each takes an equal slice)")
     if cfg.gated and any(v != 0.0 for v in growth.gate_values(ck)):
-        raise GrowError(f"{ckpt}: its growth gates are already open ({max(growth.gate_values(ck)):g}); "
-                        "fold it first (growtool fold) or resume the run that wrote it")
+        raise GrowError(
+            f"{ckpt}: its growth gates are already open ({max(growth.gate_values(ck)):g}); "
+            "fold it first (growtool fold) or resume the run that wrote it"
+        )
     if out.exists() and not out.is_dir():
         raise GrowError(f"{out}: exists and is not a folder")
     has_run = (out / STATE).exists() or (out / "metrics.jsonl").exists()
@@ -257,8 +274,9 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
     cache_dir = out / "cache" if cache_dir is None else cache_dir
-    tokens = data.load_tokens(files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, opts.batch),
-                              write_cache=rank == 0)
+    tokens = data.load_tokens(
+        files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, opts.batch), write_cache=rank == 0
+    )
     ds = data.Dataset(tokens, seq, opts.batch, src=", ".join(map(str, files)))
     identity = {"data_sha256": [data.file_sha256(f) for f in files], "source_sha256": ck.sha256()}
     s = opts.resolve(ds.n_train, cfg.context, cfg.gated, tok.key, identity)
@@ -272,8 +290,10 @@ def restore(run: Run, resume: bool) -> None:
         state = torch.load(run.out / STATE, map_location="cpu", weights_only=True)
         for k in resume_keys():
             if state["settings"].get(k) != run.s[k]:
-                raise GrowError(f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
-                                f"{state['settings'].get(k)!r} (resume with the same command line)")
+                raise GrowError(
+                    f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
+                    f"{state['settings'].get(k)!r} (resume with the same command line)"
+                )
         last = checkpoint.load(run.out / MODEL)
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:
             raise GrowError(f"{run.out}: {MODEL} and {STATE} are from different steps (cannot resume exactly)")
@@ -315,13 +335,27 @@ def save_state(run: Run, step: int) -> None:
     if not run.lead:
         return
     s, B, T, dev = run.s, run.s["batch"], run.s["seq"], run.dev
-    entry = {"op": "train", "step": step, "steps": s["steps"], "tokens": step * B * T, "complete": False,
-             "data_sha256": s["data_sha256"], "tokenizer": s["tokenizer"]}
-    checkpoint.save_tensors(str(run.out / MODEL), run.model.cfg, run.lineage + [entry], cpu_tensors(run.model),
-                            force=True, tokenizer=run.tokenizer_record)
+    entry = {
+        "op": "train",
+        "step": step,
+        "steps": s["steps"],
+        "tokens": step * B * T,
+        "complete": False,
+        "data_sha256": s["data_sha256"],
+        "tokenizer": s["tokenizer"],
+    }
+    checkpoint.save_tensors(
+        str(run.out / MODEL),
+        run.model.cfg,
+        run.lineage + [entry],
+        cpu_tensors(run.model),
+        force=True,
+        tokenizer=run.tokenizer_record,
+    )
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
-    save_bytes(run.out / STATE, {"step": step, "data_step": step, "settings": s, "optimizer": run.opt.state_dict(),
-                                 "rng": rng})
+    save_bytes(
+        run.out / STATE, {"step": step, "data_step": step, "settings": s, "optimizer": run.opt.state_dict(), "rng": rng}
+    )
 
 
 def one_step(run: Run, module, params, step: int) -> dict:
@@ -346,8 +380,15 @@ def one_step(run: Run, module, params, step: int) -> dict:
         loss /= run.world
     step += 1
     BT = s["batch"] * s["seq"]
-    rec = {"step": step, "tokens": step * BT, "loss": float(loss), "lr": lr_now, "gate": g,
-           "grad_norm": gnorm, "tok_s": BT / max(time.time() - t0, 1e-9)}
+    rec = {
+        "step": step,
+        "tokens": step * BT,
+        "loss": float(loss),
+        "lr": lr_now,
+        "gate": g,
+        "grad_norm": gnorm,
+        "tok_s": BT / max(time.time() - t0, 1e-9),
+    }
     if not math.isfinite(rec["loss"]):
         raise GrowError(f"training diverged: loss is {rec['loss']} at step {step} (lower --lr?)")
     if step % s["eval_every"] == 0 or step == s["steps"]:
@@ -380,8 +421,15 @@ def loop(run: Run, module, progress: bool) -> int:
     if run.start == 0:
         g = gate_at(0, s)
         run.model.set_gates(g or 0.0)
-        log({"step": 0, "tokens": 0, "gate": g, "val_loss": evaluate(run.model, run.val, run.dev),
-             "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model))})
+        log(
+            {
+                "step": 0,
+                "tokens": 0,
+                "gate": g,
+                "val_loss": evaluate(run.model, run.val, run.dev),
+                "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model)),
+            }
+        )
     bar = Progress(progress and run.lead, s["steps"], run.start)
     step, stop_at = run.start, run.opts.stop_at
     end = s["steps"] if stop_at is None else min(s["steps"], max(run.start, int(stop_at)))
@@ -404,19 +452,40 @@ def loop(run: Run, module, progress: bool) -> int:
 def finish(run: Run, step: int, seconds: float) -> dict:
     """The summary; after the last step (rank 0) the plain final checkpoint, gates folded, and the plot."""
     s, B, T, records = run.s, run.s["batch"], run.s["seq"], run.records
-    summary = {"out": str(run.out), "steps": step, "total_steps": s["steps"], "tokens": step * B * T,
-               "first_val_loss": next((r["val_loss"] for r in records if "val_loss" in r), None),
-               "val_loss": next((r["val_loss"] for r in reversed(records) if "val_loss" in r), None),
-               "params": run.model.cfg.n_params(), "seconds": seconds, "final": None,
-               "metrics": str(run.out / "metrics.jsonl"), "gate": gate_at(step, s), "settings": s}
+    summary = {
+        "out": str(run.out),
+        "steps": step,
+        "total_steps": s["steps"],
+        "tokens": step * B * T,
+        "first_val_loss": next((r["val_loss"] for r in records if "val_loss" in r), None),
+        "val_loss": next((r["val_loss"] for r in reversed(records) if "val_loss" in r), None),
+        "params": run.model.cfg.n_params(),
+        "seconds": seconds,
+        "final": None,
+        "metrics": str(run.out / "metrics.jsonl"),
+        "gate": gate_at(step, s),
+        "settings": s,
+    }
     if step == s["steps"] and run.lead:
         gate = gate_at(step, s)
         cfg_f, tensors = folded(run.model, gate if gate is not None else 1.0)
-        entry = {"op": "train", "steps": step, "tokens": step * B * T, "batch": B, "seq": T, "lr": s["lr"],
-                 "tokenizer": s["tokenizer"], "data_sha256": s["data_sha256"], "source_sha256": s["source_sha256"],
-                 "val_loss": summary["val_loss"], "gates_folded_at": gate, "world_size": run.world}
-        summary["final"] = checkpoint.save_tensors(str(run.out / FINAL), cfg_f, run.lineage + [entry], tensors,
-                                                   force=True, tokenizer=run.tokenizer_record)
+        entry = {
+            "op": "train",
+            "steps": step,
+            "tokens": step * B * T,
+            "batch": B,
+            "seq": T,
+            "lr": s["lr"],
+            "tokenizer": s["tokenizer"],
+            "data_sha256": s["data_sha256"],
+            "source_sha256": s["source_sha256"],
+            "val_loss": summary["val_loss"],
+            "gates_folded_at": gate,
+            "world_size": run.world,
+        }
+        summary["final"] = checkpoint.save_tensors(
+            str(run.out / FINAL), cfg_f, run.lineage + [entry], tensors, force=True, tokenizer=run.tokenizer_record
+        )
         carried = Carry(run.tok.files, run.tokenizer_record, None)
         write_files(run.out, carried.files(cfg_f, run.lineage + [entry], run.ck.source, FINAL))  # beside final
         summary["params"] = cfg_f.n_params()

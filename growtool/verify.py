@@ -36,17 +36,18 @@ def text_batches(path: str, vocab: int, context: int, samples: int, seq: int = 6
     if len(data) < seq:
         return data.view(1, -1)
     starts = torch.linspace(0, len(data) - seq, samples).long()
-    return torch.stack([data[s:s + seq] for s in starts])
+    return torch.stack([data[s : s + seq] for s in starts])
 
 
 @torch.no_grad()
-def compare(src: LM, grown: LM, batches: torch.Tensor, alpha: float, src_alpha: float = 0.0, batch: int = 8,
-            progress=None) -> Comparison:
+def compare(
+    src: LM, grown: LM, batches: torch.Tensor, alpha: float, src_alpha: float = 0.0, batch: int = 8, progress=None
+) -> Comparison:
     """Run both models in float32 on the same tokens; grown at gate ``alpha``. ``progress(label, n)``
     is called after each ``n`` sequences."""
     mx, kl, agree, n, scale = 0.0, 0.0, 0, 0, []
     for i in range(0, len(batches), batch):
-        x = batches[i:i + batch]
+        x = batches[i : i + batch]
         a = src(x, alpha=src_alpha if src.cfg.gated else None).float()
         b = grown(x, alpha=alpha if grown.cfg.gated else None).float()
         mx = max(mx, float((a - b).abs().max()))

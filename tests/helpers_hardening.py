@@ -22,12 +22,36 @@ GROWTOOL = str(Path(sys.executable).parent / "growtool")
 NOBODY = 65534
 
 
-def make_config(family="llama", width=32, layers=2, heads=4, kv_heads=None, head_dim=None, ffn=None, vocab=64,
-                context=32, tie=False, attn_gate=False, qkv_bias=False, norm_eps=1e-5) -> ModelConfig:
-    return ModelConfig(family=family, vocab_size=vocab, width=width, layers=layers, heads=heads,
-                       kv_heads=kv_heads or heads, head_dim=head_dim or width // heads, ffn=ffn or 2 * width,
-                       context=context, norm_eps=norm_eps, tie=tie, attn_gate=attn_gate,
-                       qkv_bias=qkv_bias and family == "llama")
+def make_config(
+    family="llama",
+    width=32,
+    layers=2,
+    heads=4,
+    kv_heads=None,
+    head_dim=None,
+    ffn=None,
+    vocab=64,
+    context=32,
+    tie=False,
+    attn_gate=False,
+    qkv_bias=False,
+    norm_eps=1e-5,
+) -> ModelConfig:
+    return ModelConfig(
+        family=family,
+        vocab_size=vocab,
+        width=width,
+        layers=layers,
+        heads=heads,
+        kv_heads=kv_heads or heads,
+        head_dim=head_dim or width // heads,
+        ffn=ffn or 2 * width,
+        context=context,
+        norm_eps=norm_eps,
+        tie=tie,
+        attn_gate=attn_gate,
+        qkv_bias=qkv_bias and family == "llama",
+    )
 
 
 def random_tensors(cfg: ModelConfig, seed: int = 0, gamma: float = 0.5, perturb: float = 0.3) -> dict:
@@ -72,8 +96,7 @@ def cli(*args, input=None):
 def run(*args, input=None, user=None, cwd=None, timeout=120) -> subprocess.CompletedProcess:
     """The installed ``growtool`` as a subprocess (optionally as another user)."""
     kw = dict(user=user, group=user, extra_groups=[]) if user is not None else {}
-    return subprocess.run([GROWTOOL, *map(str, args)], input=input, capture_output=True, cwd=cwd,
-                          timeout=timeout, **kw)
+    return subprocess.run([GROWTOOL, *map(str, args)], input=input, capture_output=True, cwd=cwd, timeout=timeout, **kw)
 
 
 def raw_safetensors(header: dict, data: bytes, pad: bool = True) -> bytes:
@@ -88,7 +111,7 @@ def read_raw(path) -> tuple[dict, bytes]:
     """(header dict incl. __metadata__, data bytes) of a safetensors file."""
     b = Path(path).read_bytes()
     (n,) = struct.unpack("<Q", b[:8])
-    return json.loads(b[8:8 + n]), b[8 + n:]
+    return json.loads(b[8 : 8 + n]), b[8 + n :]
 
 
 def is_root() -> bool:

@@ -27,15 +27,18 @@ SMALL = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_he
 
 def _llama_like(cls_name, model_cls=None, **kw):
     def make(tie=False, **over):
-        cfg = getattr(transformers, cls_name + "Config")(**{**SMALL, "intermediate_size": 160, **kw, **over},
-                                                            tie_word_embeddings=tie)
+        cfg = getattr(transformers, cls_name + "Config")(
+            **{**SMALL, "intermediate_size": 160, **kw, **over}, tie_word_embeddings=tie
+        )
         return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
+
     return make
 
 
 def _gpt2(tie=True, **over):
-    cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=V, n_positions=64, n_inner=160,
-                                  tie_word_embeddings=tie, **over)
+    cfg = transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=4, vocab_size=V, n_positions=64, n_inner=160, tie_word_embeddings=tie, **over
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 
@@ -52,34 +55,77 @@ CASES = {
     "gpt2-silu": (_gpt2, {"activation_function": "silu"}),
     "gpt2-gelu_pytorch_tanh": (_gpt2, {"activation_function": "gelu_pytorch_tanh"}),
     "llama": (_llama_like("Llama", num_key_value_heads=2), {}),
-    "llama-tied-biases": (_llama_like("Llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True), {"tie": True}),
+    "llama-tied-biases": (
+        _llama_like("Llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True),
+        {"tie": True},
+    ),
     "mistral-window": (_llama_like("Mistral", num_key_value_heads=2, sliding_window=8, head_dim=16), {}),
     "qwen2": (_llama_like("Qwen2", num_key_value_heads=2), {}),
     "qwen2-tied": (_llama_like("Qwen2", num_key_value_heads=2), {"tie": True}),
     "qwen3": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=16), {"tie": True}),
     "qwen3-untied-hd24": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=24), {}),
-    "phi3-partial-rotary": (_llama_like("Phi3", num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
-                                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
-                                                         "partial_rotary_factor": 0.5}), {}),
+    "phi3-partial-rotary": (
+        _llama_like(
+            "Phi3",
+            num_key_value_heads=2,
+            pad_token_id=0,
+            eos_token_id=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        ),
+        {},
+    ),
     "gpt_neox": (_neox, {}),
     "gpt_neox-sequential-tied": (_neox, {"use_parallel_residual": False, "tie": True}),
-    "starcoder2-window": (_llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0,
-                                      eos_token_id=0), {"tie": True}),
-    "gemma": (_llama_like("Gemma", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
-                          eos_token_id=2), {"tie": True}),
-    "gemma-untied-hd24": (_llama_like("Gemma", num_key_value_heads=1, head_dim=24, pad_token_id=0, bos_token_id=1,
-                                      eos_token_id=2), {}),
-    "gemma2-softcap-window": (_llama_like("Gemma2", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
-                                          eos_token_id=2, sliding_window=8, query_pre_attn_scalar=24,
-                                          attn_logit_softcapping=5.0, final_logit_softcapping=3.0), {"tie": True}),
-    "gemma3": (_llama_like("Gemma3Text", "Gemma3ForCausalLM", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1,
-                           eos_token_id=2, sliding_window=8, layer_types=["sliding_attention", "full_attention"],
-                           rope_parameters={"sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                                            "full_attention": {"rope_type": "default", "rope_theta": 500.0}}),
-               {"tie": True}),
+    "starcoder2-window": (
+        _llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0, eos_token_id=0),
+        {"tie": True},
+    ),
+    "gemma": (
+        _llama_like("Gemma", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        {"tie": True},
+    ),
+    "gemma-untied-hd24": (
+        _llama_like("Gemma", num_key_value_heads=1, head_dim=24, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        {},
+    ),
+    "gemma2-softcap-window": (
+        _llama_like(
+            "Gemma2",
+            num_key_value_heads=2,
+            head_dim=16,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            sliding_window=8,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+        ),
+        {"tie": True},
+    ),
+    "gemma3": (
+        _llama_like(
+            "Gemma3Text",
+            "Gemma3ForCausalLM",
+            num_key_value_heads=2,
+            head_dim=16,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+            },
+        ),
+        {"tie": True},
+    ),
     "olmo2": (_llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
-    "olmo2-tied-bias": (_llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1,
-                                    attention_bias=True), {"tie": True}),
+    "olmo2-tied-bias": (
+        _llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, attention_bias=True),
+        {"tie": True},
+    ),
 }
 
 
@@ -140,7 +186,9 @@ def test_the_plan_names_the_residual_map_and_why(tmp_path):
     CASES["qwen2-tied"][0](tie=True).save_pretrained(tied)
     CASES["qwen2"][0]().save_pretrained(untied)
     _neox().save_pretrained(ln)
-    out = {p.name: cli("expand", p, "--width", 96, "-o", tmp_path / f"{p.name}.safetensors") for p in (tied, untied, ln)}
+    out = {
+        p.name: cli("expand", p, "--width", 96, "-o", tmp_path / f"{p.name}.safetensors") for p in (tied, untied, ln)
+    }
     assert all(r.exit_code == 0 for r in out.values())
     assert "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation" in out["tied"].stderr
     assert "RMSNorm commutes with any rotation" in out["untied"].stderr
@@ -151,11 +199,14 @@ def test_the_plan_names_the_residual_map_and_why(tmp_path):
 def test_hub_gpt2_layout_without_prefix_and_head(tmp_path):
     """GPT-2 as stored on the Hub: keys without "transformer.", no lm_head.weight."""
     from safetensors.torch import save_file
+
     torch.manual_seed(0)
     model = perturbed(_gpt2()).eval()
     folder = tmp_path / "hub"
     model.save_pretrained(folder)
-    sd = {k.removeprefix("transformer."): v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"}
+    sd = {
+        k.removeprefix("transformer."): v.contiguous() for k, v in model.state_dict().items() if k != "lm_head.weight"
+    }
     sd.update({f"h.{i}.attn.bias": torch.tril(torch.ones(1, 1, 64, 64)) for i in range(2)})  # old mask buffers
     save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
     assert "h.0.attn.c_attn.weight" in sd and "transformer.wte.weight" not in sd
@@ -203,13 +254,26 @@ def test_unknown_hf_keys_survive_grow_and_fold(tmp_path):
     assert cfg["hidden_size"] == 96 and cfg["num_attention_heads"] == 6 and cfg["head_dim"] == 16
 
 
-@pytest.mark.parametrize("rope", [{"rope_scaling": {"type": "linear", "factor": 2.0}},
-                                  {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}}])
+@pytest.mark.parametrize(
+    "rope",
+    [
+        {"rope_scaling": {"type": "linear", "factor": 2.0}},
+        {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}},
+    ],
+)
 def test_rope_scaling_is_named_when_refused(rope, tmp_path):
     from growtool.config import ModelConfig
     from growtool.errors import GrowError
-    hf = {"model_type": "llama", "hidden_size": 64, "num_attention_heads": 4, "num_hidden_layers": 1,
-          "intermediate_size": 128, "vocab_size": 32, **rope}
+
+    hf = {
+        "model_type": "llama",
+        "hidden_size": 64,
+        "num_attention_heads": 4,
+        "num_hidden_layers": 1,
+        "intermediate_size": 128,
+        "vocab_size": 32,
+        **rope,
+    }
     with pytest.raises(GrowError, match="rope scaling '(linear|yarn)' is not supported"):
         ModelConfig.from_hf(hf)
 
@@ -238,6 +302,7 @@ def test_embedding_scale_compensation_uses_the_dtype_rounded_factor():
     9.8125, not 9.798; the grown embedding takes sqrt(64) / 9.8125 there, the exact ratio in float32."""
     from growtool import growth, recipes
     from growtool.config import ModelConfig
+
     cfg = ModelConfig("gemma", 32, 64, 1, 4, 4, 16, 128, context=16, tie=True)
     plans = {dt: growth.build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
     assert growth.embed_factor(plans[torch.bfloat16]) == 8.0 / 9.8125

@@ -24,7 +24,17 @@ from safetensors.torch import save_file
 from growtool import checkpoint, growth, recipes
 from growtool.families import ARCHS
 
-from helpers_hardening import cli, listing, make_config, random_tensors, raw_safetensors, read_raw, run, sha256, write_ckpt
+from helpers_hardening import (
+    cli,
+    listing,
+    make_config,
+    random_tensors,
+    raw_safetensors,
+    read_raw,
+    run,
+    sha256,
+    write_ckpt,
+)
 
 
 @dataclass
@@ -60,6 +70,7 @@ def edit_config(src: Path, dst: Path, **changes) -> Path:
         c = json.loads(h["__metadata__"]["config"])
         c.update(changes)
         h["__metadata__"]["config"] = json.dumps(c)
+
     return edit_header(src, dst, fn)
 
 
@@ -76,6 +87,7 @@ def saved_with(tmp, tensors: dict, cfg=None, name="bad.safetensors") -> Path:
 
 
 # ---- the file itself ------------------------------------------------------------------------
+
 
 @case
 def truncated_file(tmp, mp):
@@ -122,6 +134,7 @@ def tensor_offsets_overlap(tmp, mp):
     def fn(h):
         names = [n for n in h if n != "__metadata__" and h[n]["shape"] == [32]]  # two same-size tensors
         h[names[1]]["data_offsets"] = list(h[names[0]]["data_offsets"])
+
     bad = edit_header(base(tmp), tmp / "overlap.safetensors", fn)
     return Case(expand(bad, tmp), ["overlap", "overlap.safetensors"], [bad])
 
@@ -131,13 +144,16 @@ def tensor_offsets_out_of_range(tmp, mp):
     def fn(h):
         e = h["model.norm.weight"]
         e["data_offsets"] = [e["data_offsets"][0] + 10**6, e["data_offsets"][1] + 10**6]
+
     bad = edit_header(base(tmp), tmp / "range.safetensors", fn)
     return Case(expand(bad, tmp), ["model.norm.weight", "outside", "range.safetensors"], [bad])
 
 
 @case
 def tensor_offsets_not_integers(tmp, mp):
-    bad = edit_header(base(tmp), tmp / "offs.safetensors", lambda h: h["model.norm.weight"].update(data_offsets="0-128"))
+    bad = edit_header(
+        base(tmp), tmp / "offs.safetensors", lambda h: h["model.norm.weight"].update(data_offsets="0-128")
+    )
     return Case(expand(bad, tmp), ["bad data offsets", "offs.safetensors"], [bad])
 
 
@@ -208,6 +224,7 @@ def sharded_tensor_in_two_shards(tmp, mp):
 
 # ---- the tensors ----------------------------------------------------------------------------
 
+
 def _with_value(tmp, value, name):
     t = random_tensors(make_config())
     t["model.layers.1.mlp.down_proj.weight"][3, 5] = value
@@ -262,6 +279,7 @@ def mixed_dtypes(tmp, mp):
 
 # ---- the config -----------------------------------------------------------------------------
 
+
 @case
 def config_and_tensor_shapes_disagree(tmp, mp):
     bad = edit_config(base(tmp), tmp / "cfg.safetensors", vocab_size=80)
@@ -303,31 +321,45 @@ def vocab_mismatch_in_verify(tmp, mp):
 
 # ---- the growth request ---------------------------------------------------------------------
 
+
 @case
 def target_width_not_larger(tmp, mp):
     a = base(tmp)
-    return Case(["expand", a, "--width", 32, "-q", "-o", tmp / "o.safetensors"],
-                ["not larger than the source width 32", "a.safetensors"], [a])
+    return Case(
+        ["expand", a, "--width", 32, "-q", "-o", tmp / "o.safetensors"],
+        ["not larger than the source width 32", "a.safetensors"],
+        [a],
+    )
 
 
 @case
 def target_width_not_multiple_of_head_dim(tmp, mp):
     a = base(tmp, family="gpt2")  # llama-like families pick heads for any width; GPT-2's heads fill it
-    return Case(["expand", a, "--width", 44, "-q", "-o", tmp / "o.safetensors"],
-                ["not a multiple of head_dim 8", "a.safetensors"], [a])
+    return Case(
+        ["expand", a, "--width", 44, "-q", "-o", tmp / "o.safetensors"],
+        ["not a multiple of head_dim 8", "a.safetensors"],
+        [a],
+    )
 
 
 @case
 def target_heads_break_kv_groups(tmp, mp):
     a = base(tmp, kv_heads=1)
-    return Case(["expand", a, "--width", 48, "--heads", 6, "-q", "-o", tmp / "o.safetensors"],
-                ["not a multiple of the 4 query heads per kv head", "a.safetensors"], [a])
+    return Case(
+        ["expand", a, "--width", 48, "--heads", 6, "-q", "-o", tmp / "o.safetensors"],
+        ["not a multiple of the 4 query heads per kv head", "a.safetensors"],
+        [a],
+    )
 
 
 @case
 def lossy_option_refused(tmp, mp):
     a = base(tmp, family="gpt2")
-    return Case(expand(a, tmp, "--set", "rotation.eps=0.9"), ["refused", "layernorm cannot absorb", "--allow-lossy", "a.safetensors"], [a])
+    return Case(
+        expand(a, tmp, "--set", "rotation.eps=0.9"),
+        ["refused", "layernorm cannot absorb", "--allow-lossy", "a.safetensors"],
+        [a],
+    )
 
 
 @case
@@ -339,10 +371,15 @@ def source_gates_open(tmp, mp):
     t[ARCHS["llama"].gate_name(0)].fill_(0.5)
     g = tmp / "g.safetensors"
     checkpoint.save_tensors(str(g), plan.cfg, [], t)
-    return Case(["expand", g, "--width", 64, "-q", "-o", tmp / "o.safetensors"], ["gates are open", "fold", "g.safetensors"], [g])
+    return Case(
+        ["expand", g, "--width", 64, "-q", "-o", tmp / "o.safetensors"],
+        ["gates are open", "fold", "g.safetensors"],
+        [g],
+    )
 
 
 # ---- the recipe -----------------------------------------------------------------------------
+
 
 def _recipe(tmp, text, name="r.yaml"):
     p = tmp / name
@@ -400,6 +437,7 @@ def set_without_equals(tmp, mp):
 
 # ---- options and destinations ---------------------------------------------------------------
 
+
 @case
 def fold_alpha_out_of_range(tmp, mp):
     a = base(tmp)
@@ -421,8 +459,9 @@ def shards_needed_but_output_is_a_file(tmp, mp):
 @case
 def output_folder_missing(tmp, mp):
     a = base(tmp)
-    return Case(["expand", a, "--width", 48, "-q", "-o", tmp / "nowhere" / "o.safetensors"],
-                ["does not exist", "nowhere"], [a])
+    return Case(
+        ["expand", a, "--width", 48, "-q", "-o", tmp / "nowhere" / "o.safetensors"], ["does not exist", "nowhere"], [a]
+    )
 
 
 @case
@@ -434,22 +473,29 @@ def output_parent_is_a_file(tmp, mp):
 @case
 def output_is_the_input(tmp, mp):
     a = base(tmp)
-    return Case(["expand", a, "--width", 48, "-q", "-o", a, "--force"], ["would overwrite the input", "a.safetensors"], [a])
+    return Case(
+        ["expand", a, "--width", 48, "-q", "-o", a, "--force"], ["would overwrite the input", "a.safetensors"], [a]
+    )
 
 
 @case
 def output_is_a_file_of_the_input_folder(tmp, mp):
     m = tmp / "m"
     write_ckpt(m, make_config())
-    return Case(["expand", m, "--width", 48, "-q", "-o", m / "model.safetensors", "--force"],
-                ["would overwrite the input", "model.safetensors"], [m])
+    return Case(
+        ["expand", m, "--width", 48, "-q", "-o", m / "model.safetensors", "--force"],
+        ["would overwrite the input", "model.safetensors"],
+        [m],
+    )
 
 
 @case
 def output_is_the_folder_holding_the_input(tmp, mp):
     (tmp / "m").mkdir()
     a = base(tmp / "m")
-    return Case(["fold", a, "--alpha", 0, "-o", tmp / "m", "--force"], ["would overwrite the input", "a.safetensors"], [a])
+    return Case(
+        ["fold", a, "--alpha", 0, "-o", tmp / "m", "--force"], ["would overwrite the input", "a.safetensors"], [a]
+    )
 
 
 @case
@@ -462,13 +508,18 @@ def output_exists_without_force(tmp, mp):
 
 @case
 def standard_input_empty(tmp, mp):
-    return Case(["expand", "-", "--width", 48, "-q", "-o", tmp / "o.safetensors"], ["standard input is empty"], input=b"")
+    return Case(
+        ["expand", "-", "--width", 48, "-q", "-o", tmp / "o.safetensors"], ["standard input is empty"], input=b""
+    )
 
 
 @case
 def standard_input_not_safetensors(tmp, mp):
-    return Case(["expand", "-", "--width", 48, "-q", "-o", tmp / "o.safetensors"], ["<stdin>", "not a safetensors file"],
-                input=b"GIF89a" + b"\x01" * 64)
+    return Case(
+        ["expand", "-", "--width", 48, "-q", "-o", tmp / "o.safetensors"],
+        ["<stdin>", "not a safetensors file"],
+        input=b"GIF89a" + b"\x01" * 64,
+    )
 
 
 @case
@@ -505,6 +556,7 @@ def unreadable_file(tmp, mp):
             if str(f) == str(a):
                 raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(f))
             return real(f, *args, **kw)
+
         mp.setattr(builtins, "open", deny)
     return Case(expand(a, tmp), ["permission denied", "a.safetensors"], [a])
 

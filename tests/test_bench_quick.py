@@ -13,8 +13,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def run_bench(name: str, out: Path) -> Path:
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--out", str(out)],
-                       capture_output=True, text=True, timeout=600)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     assert name in p.stdout or "wrote" in p.stdout  # the table went to stdout
     return out / name
@@ -63,7 +67,8 @@ def test_throughput_quick(tmp_path):
     assert res["threads"] >= 1
     rows = res["rows"]
     assert {(r["family"], r["impl"]) for r in rows} == {
-        (f, i) for f in ("llama", "gpt2") for i in ("growtool.train", "growtool loop", "transformers loop")}
+        (f, i) for f in ("llama", "gpt2") for i in ("growtool.train", "growtool loop", "transformers loop")
+    }
     for r in rows:
         assert positive(r["tok_s"], r["step_ms"], r["vs_transformers"])
         assert abs(r["tok_s"] * r["step_ms"] / 1000 - sz["batch"] * sz["seq"]) < 1e-6 * sz["batch"] * sz["seq"]

@@ -13,8 +13,12 @@ def test_bench_recipes_quick(tmp_path):
     text = tmp_path / "corpus.txt"
     lines = [f"line {i}: the quick brown fox {i % 7} jumps over the lazy dog {i % 11}.\n" for i in range(800)]
     text.write_text("".join(lines))
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "recipes.py"), str(text), "--quick", "--out", str(tmp_path)],
-                       capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "recipes.py"), str(text), "--quick", "--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-2000:]
     d = tmp_path / "recipes"
     for f in ("results.csv", "runs.csv", "results.json", "curves.png"):
@@ -31,5 +35,7 @@ def test_bench_recipes_quick(tmp_path):
     assert 0.0 < by["srio_lo"]["eps_mean"] < 1.0 and by["srio"]["eps_mean"] == (32 / 48) ** 0.5
     # the scratch model gets the same FLOPs as base + growth phase
     s = res["settings"]
-    assert abs(s["scratch_tokens"] * s["params_wide"] - s["phase_tokens"] * (s["params_small"] + s["params_wide"])) \
+    assert (
+        abs(s["scratch_tokens"] * s["params_wide"] - s["phase_tokens"] * (s["params_small"] + s["params_wide"]))
         <= s["params_wide"]
+    )

@@ -16,12 +16,23 @@ def test_small_init_quick(tmp_path):
     text = "\n".join(" ".join(r.choice(words) for _ in range(r.randint(4, 12))) + "." for _ in range(600))
     data = tmp_path / "text.txt"
     data.write_text(text)
-    p = subprocess.run([sys.executable, str(ROOT / "bench" / "small_init.py"), "--quick", "--out", str(tmp_path),
-                        "--data", str(data)], capture_output=True, text=True, timeout=300)
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "small_init.py"), "--quick", "--out", str(tmp_path), "--data", str(data)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert p.returncode == 0, p.stderr[-3000:]
     d = tmp_path / "small_init"
-    for f in ("results.csv", "results.json", "summary.csv", "condensation.csv", "condensation.png",
-              "token_compare.csv", "token_compare.png"):
+    for f in (
+        "results.csv",
+        "results.json",
+        "summary.csv",
+        "condensation.csv",
+        "condensation.png",
+        "token_compare.csv",
+        "token_compare.png",
+    ):
         assert (d / f).is_file() and (d / f).stat().st_size > 0, f
     res = json.loads((d / "results.json").read_text())
     runs = res["runs"]

@@ -16,8 +16,19 @@ V = 32
 
 
 def tiny(seed=0, family="llama"):
-    cfg = ModelConfig(family=family, vocab_size=V, width=16, layers=1, heads=2, kv_heads=2, head_dim=8,
-                      ffn=32, context=32, norm_eps=1e-5, tie=False)
+    cfg = ModelConfig(
+        family=family,
+        vocab_size=V,
+        width=16,
+        layers=1,
+        heads=2,
+        kv_heads=2,
+        head_dim=8,
+        ffn=32,
+        context=32,
+        norm_eps=1e-5,
+        tie=False,
+    )
     return init_model(cfg, gamma=0.5, seed=seed)
 
 
@@ -127,7 +138,11 @@ def test_bad_input_is_a_grow_error():
         token_stats(a, a, torch.zeros(3, 1, dtype=torch.long))
     with pytest.raises(GrowError):
         compare_models(a, a, random_windows(n=1, t=4), bins=5)  # 3 tokens, 5 bins
-    other = init_model(ModelConfig(family="llama", vocab_size=V + 1, width=16, layers=1, heads=2, kv_heads=2,
-                                   head_dim=8, ffn=32, context=32), seed=0)
+    other = init_model(
+        ModelConfig(
+            family="llama", vocab_size=V + 1, width=16, layers=1, heads=2, kv_heads=2, head_dim=8, ffn=32, context=32
+        ),
+        seed=0,
+    )
     with pytest.raises(GrowError):
         token_stats(a, other, random_windows())

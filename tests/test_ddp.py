@@ -19,20 +19,57 @@ ARGS = dict(steps=12, batch=8, seq=16, eval_every=4, eval_batches=2, lr=3e-3, se
 
 def test_torchrun_two_processes_match_one(tmp_path):
     text = tmp_path / "d.txt"
-    text.write_text(" ".join(f"the {w} sees {v} number {i % 7}." for i, (w, v) in
-                             enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))))
-    cfg = ModelConfig(family="gpt2", vocab_size=256, width=32, layers=1, heads=4, kv_heads=4, head_dim=8, ffn=64,
-                      context=16, norm_eps=1e-5, tie=True, attn_gate=True)
-    ck = checkpoint.load(checkpoint.save_tensors(str(tmp_path / "a.safetensors"), cfg, [],
-                                                 init_model(cfg, gamma=0.5, seed=0).tensors()))
+    text.write_text(
+        " ".join(
+            f"the {w} sees {v} number {i % 7}."
+            for i, (w, v) in enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))
+        )
+    )
+    cfg = ModelConfig(
+        family="gpt2",
+        vocab_size=256,
+        width=32,
+        layers=1,
+        heads=4,
+        kv_heads=4,
+        head_dim=8,
+        ffn=64,
+        context=16,
+        norm_eps=1e-5,
+        tie=True,
+        attn_gate=True,
+    )
+    ck = checkpoint.load(
+        checkpoint.save_tensors(str(tmp_path / "a.safetensors"), cfg, [], init_model(cfg, gamma=0.5, seed=0).tensors())
+    )
     plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    grown = checkpoint.save_tensors(str(tmp_path / "g.safetensors"), plan.cfg, [],
-                                    {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+    grown = checkpoint.save_tensors(
+        str(tmp_path / "g.safetensors"),
+        plan.cfg,
+        [],
+        {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
+    )
 
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
-           "-m", "growtool.cli", "train", grown, "--data", str(text), "--out", str(tmp_path / "ddp"), "--device", "cpu",
-           "-q"] + [x for k, v in ARGS.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    cmd = [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        "-m",
+        "growtool.cli",
+        "train",
+        grown,
+        "--data",
+        str(text),
+        "--out",
+        str(tmp_path / "ddp"),
+        "--device",
+        "cpu",
+        "-q",
+    ] + [x for k, v in ARGS.items() for x in (f"--{k.replace('_', '-')}", str(v))]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines() == [str(tmp_path / "ddp" / "final.safetensors")]  # rank 0 only

@@ -22,7 +22,14 @@ def test_demo_quick(tmp_path):
     assert r.exit_code == 0, r.stderr[-3000:]
     s = json.loads((tmp_path / "demo" / "summary.json").read_text())
     stages = s["stages"]
-    assert s["ok"] and [x["stage"].split()[0] for x in stages] == ["init", "train", "expand", "train", "expand", "train"]
+    assert s["ok"] and [x["stage"].split()[0] for x in stages] == [
+        "init",
+        "train",
+        "expand",
+        "train",
+        "expand",
+        "train",
+    ]
     widths = [x["width"] for x in stages]
     assert widths[0] < widths[2] < widths[4] and widths[2:4] == [widths[2]] * 2
     for i, x in enumerate(stages):

@@ -39,8 +39,9 @@ def bpe(text: str, vocab: int = 400, scheme: str = "bytelevel") -> Tokenizer:
         tok.pre_tokenizer = pre_tokenizers.Metaspace(prepend_scheme="first")
         tok.decoder = decoders.Metaspace(prepend_scheme="first")
         alphabet = sorted(set(text.replace(" ", "\u2581")))
-    tok.train_from_iterator([text], trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"],
-                                                        initial_alphabet=alphabet))
+    tok.train_from_iterator(
+        [text], trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<|endoftext|>"], initial_alphabet=alphabet)
+    )
     return tok
 
 
@@ -53,9 +54,19 @@ def world(tmp_path_factory):
     (d / "text.txt").write_text(text)
     fast = transformers.PreTrainedTokenizerFast(tokenizer_object=bpe(text), eos_token="<|endoftext|>")
     eos = fast.convert_tokens_to_ids("<|endoftext|>")
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, vocab_size=len(fast), max_position_embeddings=64,
-                                   rms_norm_eps=1e-5, bos_token_id=eos, eos_token_id=eos, pad_token_id=eos)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=len(fast),
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        bos_token_id=eos,
+        eos_token_id=eos,
+        pad_token_id=eos,
+    )
     torch.manual_seed(0)
     model = perturbed(transformers.LlamaForCausalLM(cfg)).eval()
     src = d / "src"
@@ -66,18 +77,18 @@ def world(tmp_path_factory):
     assert r.exit_code == 0, r.stderr
     r = cli("fold", grown, "--alpha", 0, "-o", folded)
     assert r.exit_code == 0, r.stderr
-    return {"dir": d, "text": d / "text.txt", "src": src, "grown": grown, "folded": folded, "tok": fast,
-            "model": model}
+    return {"dir": d, "text": d / "text.txt", "src": src, "grown": grown, "folded": folded, "tok": fast, "model": model}
 
 
 def greedy(model, tok, prompt: str, n: int = 12) -> list[int]:
     ids = tok(prompt, return_tensors="pt").input_ids
     with torch.no_grad():
         out = model.generate(ids, max_new_tokens=n, min_new_tokens=n, do_sample=False, pad_token_id=tok.eos_token_id)
-    return out[0, ids.shape[1]:].tolist()
+    return out[0, ids.shape[1] :].tolist()
 
 
 # ---- folders carry the tokenizer ----------------------------------------------------------------
+
 
 def test_expand_and_fold_folders_carry_tokenizer_files_and_a_card(world):
     for out in (world["grown"], world["folded"]):
@@ -146,10 +157,12 @@ def test_attaching_a_tokenizer_larger_than_the_vocabulary_is_refused(world, tmp_
 
 # ---- train picks the model's tokenizer --------------------------------------------------------
 
+
 def test_train_uses_the_folders_tokenizer_without_flags(world, tmp_path):
     run = tmp_path / "run"
-    r = cli("train", world["folded"], "--data", world["text"], "--steps", 2, "--batch", 4, "--seq", 32,
-            "--out", run, "-q")
+    r = cli(
+        "train", world["folded"], "--data", world["text"], "--steps", 2, "--batch", 4, "--seq", 32, "--out", run, "-q"
+    )
     assert r.exit_code == 0, r.stderr
     cache = list((run / "cache").glob("tokens-*.uint16"))
     whole = world["tok"](world["text"].read_text(), add_special_tokens=False).input_ids
@@ -164,8 +177,9 @@ def test_train_uses_the_folders_tokenizer_without_flags(world, tmp_path):
 
 
 def test_byte_tokenizer_on_a_non_byte_model_is_refused(world, tmp_path):
-    r = cli("train", world["src"], "--data", world["text"], "--tokenizer", "byte", "--steps", 2,
-            "--out", tmp_path / "r")
+    r = cli(
+        "train", world["src"], "--data", world["text"], "--tokenizer", "byte", "--steps", 2, "--out", tmp_path / "r"
+    )
     assert r.exit_code == 2 and "byte tokenizer (256 ids) does not match" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "r").exists()
 
@@ -180,13 +194,24 @@ def test_a_model_without_a_tokenizer_is_refused_not_fed_bytes(world, tmp_path):
 
 
 def test_a_tokenizer_larger_than_the_models_vocabulary_is_refused(world, tmp_path):
-    r = cli("train", FIXTURES["llama-gqa"], "--data", world["text"], "--tokenizer", world["src"],
-            "--steps", 2, "--out", tmp_path / "r")
+    r = cli(
+        "train",
+        FIXTURES["llama-gqa"],
+        "--data",
+        world["text"],
+        "--tokenizer",
+        world["src"],
+        "--steps",
+        2,
+        "--out",
+        tmp_path / "r",
+    )
     assert r.exit_code == 2 and "more than" in r.stderr and "vocabulary of 256" in r.stderr
     assert not (tmp_path / "r").exists()
 
 
 # ---- tokenisation equals whole-text encoding ------------------------------------------------
+
 
 class NoWholeText:
     """A tokenizer that fails if asked to encode the whole text in one call (the fallback)."""
@@ -226,6 +251,7 @@ def test_data_file_tokens_equal_whole_text_encoding(tmp_path):
 
 # ---- sample ------------------------------------------------------------------------------------
 
+
 def test_sample_prints_the_greedy_continuation(world):
     r = cli("sample", world["src"], "--prompt", "the cat sees", "--max-tokens", 12)
     assert r.exit_code == 0, r.stderr
@@ -246,18 +272,22 @@ def test_sample_with_temperature_repeats_per_seed(world):
     assert len(others | {a.stdout}) > 1  # sampling, not argmax
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["--alpha", 0.5], "no growth gates"),
-    (["--max-tokens", 0], "--max-tokens must be positive"),
-    (["--temperature", -1], "--temperature must be at least 0"),
-    (["--tokenizer", "byte"], "byte tokenizer"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--alpha", 0.5], "no growth gates"),
+        (["--max-tokens", 0], "--max-tokens must be positive"),
+        (["--temperature", -1], "--temperature must be at least 0"),
+        (["--tokenizer", "byte"], "byte tokenizer"),
+    ],
+)
 def test_sample_bad_input_is_one_line(world, args, msg):
     r = cli("sample", world["src"], "--prompt", "the", *args)
     assert r.exit_code == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1 and r.stdout == ""
 
 
 # ---- verify --generate --------------------------------------------------------------------------
+
 
 def test_verify_generate_passes_for_an_exact_growth(world):
     r = cli("verify", world["src"], world["grown"], "--generate", 12, "--data", world["text"], "--samples", 4, "--json")

@@ -103,7 +103,9 @@ def test_lossy_option_is_refused_with_its_reason(tmp_path):
 
 def test_allow_lossy_grows_and_reports_the_measured_loss(tmp_path):
     out = tmp_path / "x.safetensors"
-    r = cli("expand", FIXTURES["gpt2-tied"], "--width", 96, "--set", "rotation.eps=0.9", "--allow-lossy", "-o", out, "-q")
+    r = cli(
+        "expand", FIXTURES["gpt2-tied"], "--width", 96, "--set", "rotation.eps=0.9", "--allow-lossy", "-o", out, "-q"
+    )
     assert r.exit_code == 0, r.stderr
     assert "measured loss of function" in r.stderr and "KL" in r.stderr
     code, res = verify_json(FIXTURES["gpt2-tied"], out)
@@ -134,13 +136,16 @@ def test_recipe_file_and_set_overrides(tmp_path):
     assert verify_json(FIXTURES["llama-gqa"], out)[0] == 0
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--width", 48], "not larger"),
-    (["--width", 96, "--heads", 5], "--heads 4 or 6"),  # 5 query heads would split a KV group
-    (["--width", 96, "--recipe", "nope"], "unknown recipe"),
-    (["--width", 96, "--set", "rotation.angle=1"], "unknown recipe key"),
-    (["--width", 96, "--set", "ffn.new_units=magic"], "ffn.new_units"),
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--width", 48], "not larger"),
+        (["--width", 96, "--heads", 5], "--heads 4 or 6"),  # 5 query heads would split a KV group
+        (["--width", 96, "--recipe", "nope"], "unknown recipe"),
+        (["--width", 96, "--set", "rotation.angle=1"], "unknown recipe key"),
+        (["--width", 96, "--set", "ffn.new_units=magic"], "ffn.new_units"),
+    ],
+)
 def test_bad_expand_arguments_exit_2_without_output(args, words, tmp_path):
     out = tmp_path / "o.safetensors"
     r = cli("expand", FIXTURES["llama-gqa"], *args, "-o", out)
@@ -157,6 +162,7 @@ def test_bad_input_files_exit_2(tmp_path):
     assert r.exit_code == 2 and "not a safetensors file" in r.stderr
     cfgless = tmp_path / "x.safetensors"
     from safetensors.torch import save_file
+
     save_file({"a": torch.zeros(2)}, str(cfgless))
     r = cli("inspect", cfgless)
     assert r.exit_code == 2 and "no model config" in r.stderr
@@ -167,6 +173,7 @@ def test_unknown_family_is_refused(tmp_path):
     d.mkdir()
     (d / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 64}))
     from safetensors.torch import save_file
+
     save_file({"a": torch.zeros(2)}, str(d / "model.safetensors"))
     r = cli("expand", d, "--width", 96)
     assert r.exit_code == 2 and "unknown family" in r.stderr
@@ -190,6 +197,7 @@ def test_inspect_reports_family_shapes_gates_and_lineage(tmp_path):
 def test_grown_model_is_a_bigger_trainable_model():
     """Gate open, the grown model is an ordinary width-D model: parameters scale as planned."""
     from growtool import growth
+
     ck = checkpoint.load(FIXTURES["llama-gqa"])
     plan = growth.build_plan(ck.config, recipes.load("srio"), 96)
     tensors = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}

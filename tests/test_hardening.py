@@ -48,6 +48,7 @@ def assert_same_tensors(a, b):
 
 # ---- streaming ------------------------------------------------------------------------------
 
+
 def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
     """Count live tensors at every write: at most one source tensor and no earlier output."""
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3, attn_gate=True))
@@ -75,6 +76,7 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
 
 
 # ---- sharded output and input -----------------------------------------------------------------
+
 
 def shard_files(folder: Path) -> list[Path]:
     files = sorted(p for p in folder.iterdir() if SHARD.fullmatch(p.name))
@@ -111,7 +113,8 @@ def check_hf_folder(folder: Path, like: Path, limit: int, same_source: bool = Tr
     assert set(seen) == set(ref_header)
     # config.json is the metadata's config, as a remote-code folder where the model has gates
     assert json.loads((folder / "config.json").read_text()) == hf_remote.folder_config(
-        ModelConfig.from_hf(json.loads(ref_meta["config"])))
+        ModelConfig.from_hf(json.loads(ref_meta["config"]))
+    )
     assert_same_tensors(folder, like)
 
 
@@ -134,10 +137,18 @@ def test_sharded_expand_and_fold_write_hf_folders(tmp_path):
     assert 1 < len(shard_files(sharded)) < before
     assert cli("expand", src, "--width", 48, "-q", "-o", sharded, "--shard-size", "1GB", "--force").exit_code == 0
     code = sorted(hf_remote.folder_files(checkpoint.load(single).config))  # a gated model: remote code
-    assert code and sorted(p.name for p in sharded.iterdir()) == sorted(["README.md", "config.json", "model.safetensors", *code])  # card: growtool.card
+    assert code and sorted(p.name for p in sharded.iterdir()) == sorted(
+        ["README.md", "config.json", "model.safetensors", *code]
+    )  # card: growtool.card
     assert_same_tensors(sharded, single)
     # nothing else in the folder: no temporary or set-aside leftovers
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.safetensors", "f", "f.safetensors", "sharded", "single.safetensors"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "a.safetensors",
+        "f",
+        "f.safetensors",
+        "sharded",
+        "single.safetensors",
+    ]
 
 
 def test_failure_in_the_middle_of_a_sharded_write_leaves_nothing(tmp_path):
@@ -166,8 +177,9 @@ def test_shard_size_without_output_writes_a_folder_beside_the_input(tmp_path):
     assert r.stdout.strip() == str(tmp_path / "a-d48") and len(shard_files(tmp_path / "a-d48")) > 1
 
 
-@pytest.mark.parametrize("size,expect", [("500MB", 500 * 10**6), ("2GB", 2 * 10**9), ("1.5GiB", 3 * 2**29),
-                                         ("123", 123), ("64 kb", 64_000)])
+@pytest.mark.parametrize(
+    "size,expect", [("500MB", 500 * 10**6), ("2GB", 2 * 10**9), ("1.5GiB", 3 * 2**29), ("123", 123), ("64 kb", 64_000)]
+)
 def test_parse_size(size, expect):
     assert checkpoint.parse_size(size) == expect
 
@@ -240,15 +252,24 @@ def test_dtype_option_converts_and_float32_output_of_bf16_source_is_exact(tmp_pa
 
 # ---- determinism ----------------------------------------------------------------------------
 
+
 def test_same_input_recipe_seed_give_identical_bytes(tmp_path):
     """Two processes (1 and 2 threads) and an in-process run write the same bytes; another seed
     writes other bytes (so the comparison can fail)."""
-    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=256, heads=8, kv_heads=4, layers=2, vocab=512,
-                                                             ffn=1024, context=64, attn_gate=True))
+    src = write_ckpt(
+        tmp_path / "a.safetensors",
+        make_config(width=256, heads=8, kv_heads=4, layers=2, vocab=512, ffn=1024, context=64, attn_gate=True),
+    )
     outs = [tmp_path / f"t{k}.safetensors" for k in (1, 2)]
-    procs = [subprocess.Popen([GROWTOOL, "expand", str(src), "--width", "384", "--seed", "7", "-q", "-o", str(out)],
-                              env={**os.environ, "OMP_NUM_THREADS": str(k)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-             for k, out in zip((1, 2), outs)]
+    procs = [
+        subprocess.Popen(
+            [GROWTOOL, "expand", str(src), "--width", "384", "--seed", "7", "-q", "-o", str(out)],
+            env={**os.environ, "OMP_NUM_THREADS": str(k)},
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        for k, out in zip((1, 2), outs)
+    ]
     for p in procs:
         assert p.wait(timeout=120) == 0, p.stderr.read().decode()
     for seed in (7, 8):
@@ -259,6 +280,7 @@ def test_same_input_recipe_seed_give_identical_bytes(tmp_path):
 
 
 # ---- atomic writes under SIGKILL ------------------------------------------------------------
+
 
 def kill_while_writing(args: list, folder: Path, dest_name: str, timeout: float = 60.0) -> list[int]:
     """Start ``growtool args``; once its temporary file in ``folder`` exists and is growing, SIGKILL it.
@@ -342,9 +364,11 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     small, big = tmp_path / "small.safetensors", tmp_path / "big.safetensors"
     write_ckpt(small, make_config(layers=2, **kw))
     write_ckpt(big, make_config(layers=8, **kw))
-    runs = [f"expand|{small}|--width|512|-q|-o|{tmp_path / 's.safetensors'}",
-            f"expand|{big}|--width|512|-q|-o|{tmp_path / 'b.safetensors'}",
-            f"fold|{tmp_path / 'b.safetensors'}|--alpha|1|-o|{tmp_path / 'f.safetensors'}"]
+    runs = [
+        f"expand|{small}|--width|512|-q|-o|{tmp_path / 's.safetensors'}",
+        f"expand|{big}|--width|512|-q|-o|{tmp_path / 'b.safetensors'}",
+        f"fold|{tmp_path / 'b.safetensors'}|--alpha|1|-o|{tmp_path / 'f.safetensors'}",
+    ]
     p = subprocess.run([sys.executable, "-c", CHILD, *runs], capture_output=True, text=True, timeout=300)
     res = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert res["codes"] == [0, 0, 0], p.stderr

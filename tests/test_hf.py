@@ -15,15 +15,31 @@ V = 128
 
 
 def gpt2(tie=True):
-    cfg = transformers.GPT2Config(n_embd=64, n_layer=2, n_head=4, vocab_size=V, n_positions=64,
-                                  bos_token_id=0, eos_token_id=0, tie_word_embeddings=tie)
+    cfg = transformers.GPT2Config(
+        n_embd=64,
+        n_layer=2,
+        n_head=4,
+        vocab_size=V,
+        n_positions=64,
+        bos_token_id=0,
+        eos_token_id=0,
+        tie_word_embeddings=tie,
+    )
     return transformers.GPT2LMHeadModel(cfg)
 
 
 def llama(tie=False):
-    cfg = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, vocab_size=V, max_position_embeddings=64,
-                                   rms_norm_eps=1e-5, tie_word_embeddings=tie)
+    cfg = transformers.LlamaConfig(
+        hidden_size=64,
+        intermediate_size=160,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        vocab_size=V,
+        max_position_embeddings=64,
+        rms_norm_eps=1e-5,
+        tie_word_embeddings=tie,
+    )
     return transformers.LlamaForCausalLM(cfg)
 
 

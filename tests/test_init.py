@@ -20,8 +20,20 @@ EMBEDS = ("wte.weight", "wpe.weight", "embed_tokens.weight")
 
 
 def make_cfg(family, tie=False):
-    return ModelConfig(family=family, vocab_size=256, width=64, layers=2, heads=4, kv_heads=4 if family == "gpt2" else 2,
-                       head_dim=16, ffn=256, context=128, norm_eps=1e-12, tie=tie, attn_gate=True)
+    return ModelConfig(
+        family=family,
+        vocab_size=256,
+        width=64,
+        layers=2,
+        heads=4,
+        kv_heads=4 if family == "gpt2" else 2,
+        head_dim=16,
+        ffn=256,
+        context=128,
+        norm_eps=1e-12,
+        tie=tie,
+        attn_gate=True,
+    )
 
 
 def fan_in(name, t, family):
@@ -46,7 +58,7 @@ def test_every_tensor_follows_the_rule(family, gamma):
     kinds = set()
     for name, t in tensors.items():
         if name.endswith(EMBEDS):
-            check_std(t, cfg.width ** -gamma, name)
+            check_std(t, cfg.width**-gamma, name)
             kinds.add("embedding")
         elif t.dim() == 2:
             check_std(t, fan_in(name, t, family) ** -gamma, name)
@@ -76,10 +88,10 @@ def test_the_two_gammas_differ_by_sqrt_fan_in():
 def test_embedding_gamma_is_a_separate_knob():
     cfg = make_cfg("gpt2", tie=True)
     t = init_model(cfg, gamma=1.0, embed_gamma=0.5, seed=2).tensors()
-    check_std(t["transformer.wte.weight"], 64 ** -0.5, "wte")
-    check_std(t["transformer.wpe.weight"], 64 ** -0.5, "wpe")
-    check_std(t["transformer.h.0.mlp.c_fc.weight"], 64 ** -1.0, "c_fc")
-    check_std(t["transformer.h.0.mlp.c_proj.weight"], 256 ** -1.0, "c_proj")
+    check_std(t["transformer.wte.weight"], 64**-0.5, "wte")
+    check_std(t["transformer.wpe.weight"], 64**-0.5, "wpe")
+    check_std(t["transformer.h.0.mlp.c_fc.weight"], 64**-1.0, "c_fc")
+    check_std(t["transformer.h.0.mlp.c_proj.weight"], 256**-1.0, "c_proj")
 
 
 def test_seed_makes_it_reproducible():
@@ -99,28 +111,52 @@ def test_cli_init_defaults_and_loadable(tmp_path):
     assert cfg.norm_eps == 1e-12 and cfg.attn_gate and cfg.tie and not cfg.gated
     assert ck.lineage[0]["op"] == "init" and ck.lineage[0]["gamma"] == 1.0
     t = ck.tensors()  # the default gamma is 1 in the weights, not only in the metadata
-    check_std(t["model.layers.0.mlp.gate_proj.weight"], 64 ** -1.0, "gate_proj")
-    check_std(t["model.layers.0.mlp.down_proj.weight"], 256 ** -1.0, "down_proj")
-    check_std(t["model.embed_tokens.weight"], 64 ** -1.0, "embed")
+    check_std(t["model.layers.0.mlp.gate_proj.weight"], 64**-1.0, "gate_proj")
+    check_std(t["model.layers.0.mlp.down_proj.weight"], 256**-1.0, "down_proj")
+    check_std(t["model.embed_tokens.weight"], 64**-1.0, "embed")
     logits = ck.model()(torch.randint(256, (2, 16)))
     assert logits.shape == (2, 16, 256) and torch.isfinite(logits).all()
 
 
 def test_cli_init_options(tmp_path):
     out = tmp_path / "g.safetensors"
-    r = cli("init", "--family", "gpt2", "--width", 32, "--layers", 1, "--heads", 2, "--gamma", 0.5,
-            "--norm-eps", 1e-5, "--no-attn-gate", "--no-tie", "--vocab", 300, "--context", 64, "-o", out)
+    r = cli(
+        "init",
+        "--family",
+        "gpt2",
+        "--width",
+        32,
+        "--layers",
+        1,
+        "--heads",
+        2,
+        "--gamma",
+        0.5,
+        "--norm-eps",
+        1e-5,
+        "--no-attn-gate",
+        "--no-tie",
+        "--vocab",
+        300,
+        "--context",
+        64,
+        "-o",
+        out,
+    )
     assert r.exit_code == 0, r.stderr
     ck = checkpoint.load(out)
     cfg = ck.config
     assert (cfg.norm_eps, cfg.attn_gate, cfg.tie, cfg.vocab_size, cfg.context) == (1e-5, False, False, 300, 64)
-    check_std(ck.get("transformer.h.0.mlp.c_fc.weight"), 32 ** -0.5, "c_fc")
+    check_std(ck.get("transformer.h.0.mlp.c_fc.weight"), 32**-0.5, "c_fc")
 
 
-@pytest.mark.parametrize("args, msg", [
-    (["--width", 30, "--heads", 4], "do not divide"),
-    (["--width", 32, "--heads", 4, "--gamma", 0], "--gamma"),
-])
+@pytest.mark.parametrize(
+    "args, msg",
+    [
+        (["--width", 30, "--heads", 4], "do not divide"),
+        (["--width", 32, "--heads", 4, "--gamma", 0], "--gamma"),
+    ],
+)
 def test_cli_init_bad_input_exits_2(tmp_path, args, msg):
     out = tmp_path / "x.safetensors"
     r = cli("init", "--family", "llama", "--layers", 1, *args, "-o", out)

@@ -19,13 +19,38 @@ D = 36  # 24 -> 36: a non-integer ratio (1.5x), heads 4 -> 6, KV groups 2 -> 3
 
 
 def llama(tie=False, **kw):
-    return ModelConfig(family="llama", vocab_size=48, width=24, layers=2, heads=4, kv_heads=2, head_dim=6,
-                       ffn=48, context=32, norm_eps=1e-6, tie=tie, attn_gate=True, **kw)
+    return ModelConfig(
+        family="llama",
+        vocab_size=48,
+        width=24,
+        layers=2,
+        heads=4,
+        kv_heads=2,
+        head_dim=6,
+        ffn=48,
+        context=32,
+        norm_eps=1e-6,
+        tie=tie,
+        attn_gate=True,
+        **kw,
+    )
 
 
 def gpt2():
-    return ModelConfig(family="gpt2", vocab_size=48, width=24, layers=2, heads=4, kv_heads=4, head_dim=6,
-                       ffn=48, context=32, norm_eps=1e-5, tie=True, attn_gate=True)
+    return ModelConfig(
+        family="gpt2",
+        vocab_size=48,
+        width=24,
+        layers=2,
+        heads=4,
+        kv_heads=4,
+        head_dim=6,
+        ffn=48,
+        context=32,
+        norm_eps=1e-5,
+        tie=True,
+        attn_gate=True,
+    )
 
 
 def source(cfg, seed=1):
@@ -46,11 +71,13 @@ def grown_loss(cfg, tensors, eps, xy, alpha=1.0):
 
 # ---- SRIO-LO -------------------------------------------------------------------------------
 
+
 def test_tensor_eps_grows_the_same_tensors_as_float_eps():
     cfg = llama()
     T = source(cfg)
     plan = growth.build_plan(cfg, recipes.load("srio", {"rotation": {"eps": 0.6}}), D, seed=0)
     import dataclasses
+
     tplan = dataclasses.replace(plan, eps=torch.tensor(0.6, requires_grad=True))
     for n, _, _ in plan.outputs():
         a, b = growth.grow_tensor(n, plan, T.__getitem__), growth.grow_tensor(n, tplan, T.__getitem__)
@@ -110,6 +137,7 @@ def test_srio_lo_refuses_a_closed_gate():
 
 # ---- LiGO ----------------------------------------------------------------------------------
 
+
 def static_expansion(cfg, T, seed):
     """The static growth LiGO starts from, built with ops.expand_axis from the plan's expansions."""
     r = recipes.load("srio", {"gate": False, "rotation": {"eps": 1.0}})
@@ -120,8 +148,13 @@ def static_expansion(cfg, T, seed):
         layer = plan.specs[name][1]
         if spec.units:
             sizes = [n * b for n, b in (unit_count(cfg, k) for k in spec.units)]
-            t = torch.cat([ops.expand_axis(seg, spec.unit_axis, plan.units[layer][k], unit_count(cfg, k)[1])
-                           for k, seg in zip(spec.units, t.split(sizes, spec.unit_axis))], spec.unit_axis)
+            t = torch.cat(
+                [
+                    ops.expand_axis(seg, spec.unit_axis, plan.units[layer][k], unit_count(cfg, k)[1])
+                    for k, seg in zip(spec.units, t.split(sizes, spec.unit_axis))
+                ],
+                spec.unit_axis,
+            )
         if spec.res_axis is not None:
             t = ops.expand_axis(t, spec.res_axis, plan.res["attn"])
         elif spec.role in ("norm_gain", "norm_bias"):

@@ -33,8 +33,14 @@ def nanogpt_state(bias: bool, seed: int = 0) -> dict:
         sd[p + "mlp.c_fc.weight"], sd[p + "mlp.c_proj.weight"] = r(4 * d, d, s=0.15), r(d, 4 * d, s=0.1)
         sd[p + "attn.bias"] = torch.tril(torch.ones(32, 32)).view(1, 1, 32, 32)  # the causal-mask buffer
         if bias:
-            for n, k in (("ln_1", d), ("ln_2", d), ("attn.c_attn", 3 * d), ("attn.c_proj", d), ("mlp.c_fc", 4 * d),
-                         ("mlp.c_proj", d)):
+            for n, k in (
+                ("ln_1", d),
+                ("ln_2", d),
+                ("attn.c_attn", 3 * d),
+                ("attn.c_proj", d),
+                ("mlp.c_fc", 4 * d),
+                ("mlp.c_proj", d),
+            ):
                 sd[p + n + ".bias"] = r(k, s=0.1)
     sd["transformer.ln_f.weight"] = 1 + r(d, s=0.2)
     if bias:
@@ -70,8 +76,17 @@ def nanogpt_forward(sd: dict, idx: torch.Tensor) -> torch.Tensor:
 
 def save_ckpt(path, bias: bool):
     sd = nanogpt_state(bias)
-    torch.save({"model": sd, "model_args": {**ARGS, "bias": bias}, "iter_num": 1234, "best_val_loss": 1.5,
-                "optimizer": {"state": {}, "param_groups": []}, "config": {"dataset": "shakespeare_char"}}, path)
+    torch.save(
+        {
+            "model": sd,
+            "model_args": {**ARGS, "bias": bias},
+            "iter_num": 1234,
+            "best_val_loss": 1.5,
+            "optimizer": {"state": {}, "param_groups": []},
+            "config": {"dataset": "shakespeare_char"},
+        },
+        path,
+    )
     return sd
 
 

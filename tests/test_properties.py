@@ -32,10 +32,22 @@ def growth_cases(draw):
     heads, width = kv * per_kv, kv * per_kv * head_dim
     bias = draw(st.booleans())
     cfg = ModelConfig(
-        family=family, vocab_size=draw(st.integers(16, 48)), width=width, layers=draw(st.integers(1, 2)),
-        heads=heads, kv_heads=kv, head_dim=head_dim, ffn=draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
-        context=16, tie=draw(st.booleans()), attn_gate=draw(st.booleans()), qkv_bias=bias, o_bias=bias,
-        mlp_bias=draw(st.booleans()), norm_eps=draw(st.sampled_from([1e-5, 1e-12])))
+        family=family,
+        vocab_size=draw(st.integers(16, 48)),
+        width=width,
+        layers=draw(st.integers(1, 2)),
+        heads=heads,
+        kv_heads=kv,
+        head_dim=head_dim,
+        ffn=draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
+        context=16,
+        tie=draw(st.booleans()),
+        attn_gate=draw(st.booleans()),
+        qkv_bias=bias,
+        o_bias=bias,
+        mlp_bias=draw(st.booleans()),
+        norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
+    )
     recipe = draw(st.sampled_from(["srio", "copy"] + (["nrio"] if f.norm == "rmsnorm" else [])))
     return cfg, new_kv * per_kv * head_dim, recipe, draw(st.integers(0, 2**16))
 

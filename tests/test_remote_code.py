@@ -27,8 +27,10 @@ def logits(model, alpha=None):
     return out.logits if hasattr(out, "logits") else out
 
 
-@pytest.mark.parametrize("family, extra", [("llama", []), ("gpt2", []), ("qwen3", ["--kv-heads", 2]),
-                                           ("gpt_neox", ["--no-tie"]), ("phi3", ["--no-tie"])])
+@pytest.mark.parametrize(
+    "family, extra",
+    [("llama", []), ("gpt2", []), ("qwen3", ["--kv-heads", 2]), ("gpt_neox", ["--no-tie"]), ("phi3", ["--no-tie"])],
+)
 def test_gated_attention_folder_round_trips_with_equal_logits(family, extra, tmp_path):
     folder = tmp_path / "m"
     r = cli("init", "--family", family, "--width", 64, "--layers", 2, "--heads", 4, *extra, "-o", folder)
@@ -40,14 +42,21 @@ def test_gated_attention_folder_round_trips_with_equal_logits(family, extra, tmp
     back = load_remote(folder)
     assert torch.allclose(logits(back), logits(ours), atol=1e-6, rtol=0)
     # without trust_remote_code it is refused, never loaded as a stock class minus g_proj
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError, match="trust_remote_code"):
         transformers.AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=False)
 
 
 def test_grown_gated_folder_loads_with_gates_and_the_source_function(tmp_path):
     torch.manual_seed(0)
-    cfg = transformers.Qwen2Config(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
-                                   num_key_value_heads=2, intermediate_size=128, tie_word_embeddings=True)
+    cfg = transformers.Qwen2Config(
+        vocab_size=256,
+        hidden_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        intermediate_size=128,
+        tie_word_embeddings=True,
+    )
     src_model = perturbed(transformers.Qwen2ForCausalLM(cfg)).eval()
     src_model.save_pretrained(tmp_path / "src")
     r = cli("expand", tmp_path / "src", "--width", 96, "-q")  # a folder in, a folder out
@@ -66,7 +75,9 @@ def test_every_folder_output_is_stock_only_without_gates(tmp_path):
     """init, expand and fold: a folder claims a stock class exactly when the model has no gates."""
     for gate in ("--attn-gate", "--no-attn-gate"):
         out = tmp_path / f"init{gate}"
-        assert cli("init", "--family", "llama", "--width", 32, "--layers", 1, "--heads", 2, gate, "-o", out).exit_code == 0
+        assert (
+            cli("init", "--family", "llama", "--width", 32, "--layers", 1, "--heads", 2, gate, "-o", out).exit_code == 0
+        )
         grown, plain = tmp_path / f"g{gate}", tmp_path / f"p{gate}"
         assert cli("expand", out, "--width", 48, "-q", "-o", grown).exit_code == 0
         assert cli("fold", grown, "--alpha", 1, "-o", plain).exit_code == 0

@@ -13,7 +13,6 @@ from growtool import checkpoint, data, growth, recipes
 from growtool.config import ModelConfig
 from growtool.errors import GrowError
 from growtool.init import init_model
-from growtool.model import LM
 from growtool.train import evaluate, gate_at, lr_at, train
 
 from conftest import cli
@@ -43,8 +42,20 @@ def make_text(n_sentences: int, seed: int = 0) -> str:
 
 
 def tiny_cfg(**kw):
-    base = dict(family="llama", vocab_size=256, width=32, layers=1, heads=4, kv_heads=4, head_dim=8, ffn=128,
-                context=SEQ, norm_eps=1e-12, tie=False, attn_gate=True)
+    base = dict(
+        family="llama",
+        vocab_size=256,
+        width=32,
+        layers=1,
+        heads=4,
+        kv_heads=4,
+        head_dim=8,
+        ffn=128,
+        context=SEQ,
+        norm_eps=1e-12,
+        tie=False,
+        attn_gate=True,
+    )
     return ModelConfig(**{**base, **kw})
 
 
@@ -54,13 +65,18 @@ def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("train")
     text = d / "toy.txt"
     text.write_text(make_text(1500))
-    base = checkpoint.save_tensors(str(d / "base.safetensors"), tiny_cfg(), [], init_model(tiny_cfg(), seed=0).tensors())
+    base = checkpoint.save_tensors(
+        str(d / "base.safetensors"), tiny_cfg(), [], init_model(tiny_cfg(), seed=0).tensors()
+    )
     src = train(base, [text], d / "src", steps=80, lr=1e-2, eval_every=20, **KW)
     ck = checkpoint.load(src["final"])
     plan = growth.build_plan(ck.config, recipes.load("srio"), 48)
-    grown = checkpoint.save_tensors(str(d / "grown.safetensors"), plan.cfg,
-                                    ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
-                                    {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+    grown = checkpoint.save_tensors(
+        str(d / "grown.safetensors"),
+        plan.cfg,
+        ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
+        {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
+    )
     return {"dir": d, "text": text, "base": base, "src": src, "grown": grown}
 
 
@@ -176,6 +192,7 @@ def test_batches_are_a_function_of_seed_and_step_and_ranks_split_them():
 
 def test_hf_tokenizer_and_token_cache(tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers
+
     text = tmp_path / "t.txt"
     text.write_text(make_text(600, seed=1))
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
@@ -185,8 +202,23 @@ def test_hf_tokenizer_and_token_cache(tmp_path):
     vocab = tok.get_vocab_size()
     cfg = tiny_cfg(vocab_size=vocab)
     base = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg).tensors())
-    r = cli("train", base, "--data", text, "--tokenizer", tmp_path / "tokenizer.json", "--steps", 3,
-            "--batch", 4, "--seq", 16, "--out", tmp_path / "run", "-q")
+    r = cli(
+        "train",
+        base,
+        "--data",
+        text,
+        "--tokenizer",
+        tmp_path / "tokenizer.json",
+        "--steps",
+        3,
+        "--batch",
+        4,
+        "--seq",
+        16,
+        "--out",
+        tmp_path / "run",
+        "-q",
+    )
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() == str(tmp_path / "run" / "final.safetensors")
     cache = list((tmp_path / "run" / "cache").glob("tokens-*.uint16"))
@@ -204,15 +236,18 @@ def test_hf_tokenizer_and_token_cache(tmp_path):
     assert again[0].read_bytes() == cache[0].read_bytes()
 
 
-@pytest.mark.parametrize("case, msg", [
-    ("missing", "no such data file"),
-    ("empty", "data is empty"),
-    ("short", "shorter than one training sequence"),
-    ("both", "not both"),
-    ("seq", "exceeds the model's context"),
-    ("tokenizer", "no such file"),
-    ("every", "--eval-every must be positive"),
-])
+@pytest.mark.parametrize(
+    "case, msg",
+    [
+        ("missing", "no such data file"),
+        ("empty", "data is empty"),
+        ("short", "shorter than one training sequence"),
+        ("both", "not both"),
+        ("seq", "exceeds the model's context"),
+        ("tokenizer", "no such file"),
+        ("every", "--eval-every must be positive"),
+    ],
+)
 def test_bad_input_exits_2_without_output(world, tmp_path, case, msg):
     f = tmp_path / "d.txt"
     args = ["--steps", 5]
@@ -224,8 +259,12 @@ def test_bad_input_exits_2_without_output(world, tmp_path, case, msg):
         f.write_text("the cat sees the dog.")
     else:
         f.write_text(make_text(300))
-        args = {"both": ["--steps", 5, "--tokens", 100], "seq": ["--seq", 64],
-                "tokenizer": ["--tokenizer", tmp_path / "tok.json"], "every": ["--eval-every", 0]}[case]
+        args = {
+            "both": ["--steps", 5, "--tokens", 100],
+            "seq": ["--seq", 64],
+            "tokenizer": ["--tokenizer", tmp_path / "tok.json"],
+            "every": ["--eval-every", 0],
+        }[case]
     r = cli("train", world["base"], "--data", f, *args, "--out", tmp_path / "run")
     assert r.exit_code == 2, r.output
     assert msg in r.stderr and len(r.stderr.strip().splitlines()) == 1 and "Traceback" not in r.stderr
