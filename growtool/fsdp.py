@@ -4,7 +4,7 @@ about data, schedules or metrics.
 
 What holds:
 
-* ``prepare_model``: with ``--fsdp`` under torchrun (more than one process), ``fully_shard`` wraps
+* ``place``: with ``--fsdp`` under torchrun (more than one process), ``fully_shard`` wraps
   every block, then the root (embeddings, final norm, head). Each rank then holds 1/world of every
   parameter and of its gradient, and, since the optimiser is built on the sharded parameters, of
   both AdamW moments. The growth gates are 1-element parameters, sharded like the rest (one rank
@@ -58,28 +58,33 @@ def checkpoint_blocks(model) -> None:
 
 
 def shard(model, dev: torch.device) -> None:
-    """FSDP2: every block, then the root; bf16 compute with fp32 gradient reduction on CUDA."""
+    """FSDP2: every block, then the root, over all ranks; bf16 compute with fp32 gradient reduction on
+    CUDA. fully_shard moves each module to ``dev`` as it shards it, so the device never holds more than
+    one block in full (the model is built whole in CPU memory first)."""
     import torch.distributed.fsdp as fsdp2
+    from torch.distributed.device_mesh import init_device_mesh
 
     if not hasattr(fsdp2, "fully_shard"):
         raise GrowError(
             f"--fsdp needs torch >= 2.6 (torch.distributed.fsdp.fully_shard); this is torch {torch.__version__}"
         )
-    MixedPrecisionPolicy, fully_shard = fsdp2.MixedPrecisionPolicy, fsdp2.fully_shard
-    kw = {}
+    kw = {"mesh": init_device_mesh(dev.type, (dist.get_world_size(),))}
     if dev.type == "cuda":
-        kw["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        kw["mp_policy"] = fsdp2.MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
     for block in model.blocks:
-        fully_shard(block, **kw)
-    fully_shard(model, **kw)
+        fsdp2.fully_shard(block, **kw)
+    fsdp2.fully_shard(model, **kw)
 
 
-def prepare_model(model, dev: torch.device, world: int, fsdp: bool, activation_checkpointing: bool) -> None:
-    """Activation checkpointing and FSDP2 sharding as asked (in place; before the optimiser is built)."""
+def place(model, dev: torch.device, world: int, fsdp: bool, activation_checkpointing: bool) -> None:
+    """Put ``model`` on ``dev``: whole, or FSDP2-sharded (--fsdp, several processes); with activation
+    checkpointing if asked. In place, before the optimiser is built on its parameters."""
     if activation_checkpointing:
         checkpoint_blocks(model)  # before fully_shard, so FSDP's hooks wrap the recomputed forward
     if fsdp and world > 1:
         shard(model, dev)
+    else:
+        model.to(dev)
 
 
 def full_tensors(model) -> dict[str, torch.Tensor]:

@@ -312,8 +312,8 @@ def restore(run: Run, resume: bool) -> None:
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
-    model.to(run.dev).train()
-    fsdp.prepare_model(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)
+    model.train()
+    fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
     if state is not None and state.get("sharded"):
         fsdp.load_state(model, run.opt, run.out / state["sharded"])
