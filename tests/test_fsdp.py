@@ -15,6 +15,7 @@ import torch.distributed.checkpoint as dcp
 
 from growtool import checkpoint, growth, recipes
 from growtool.config import ModelConfig
+from growtool.errors import GrowError
 from growtool.init import init_model
 from growtool.train import STATE, train
 
@@ -53,6 +54,8 @@ def same_losses(a, b, steps):
             if k in x:
                 assert abs(x[k] - y[k]) <= TOL, (x["step"], k, x[k], y[k])
         assert x.get("gate") == y.get("gate")
+        if "grad_norm" in x:  # Adam would hide a wrongly scaled gradient from the losses; the norm shows it
+            assert x["grad_norm"] == pytest.approx(y["grad_norm"], rel=1e-4), (x["step"], "grad_norm")
 
 
 @pytest.fixture(scope="module")
@@ -129,3 +132,17 @@ def test_fsdp_state_resumes_on_two_ranks_then_one(grown_run):
     r = one_process(grown_run["grown"], grown_run["text"], out, fsdp=True, resume=True)  # one rank, no torchrun
     assert r["steps"] == 20
     same_losses(metrics(out / "metrics.jsonl"), grown_run["ref"], range(21))
+
+
+def test_micro_batches_and_recomputation_keep_the_losses(grown_run, tmp_path):
+    """One process: --grad-accum 4 and --activation-checkpointing change memory, not the run."""
+    r = one_process(
+        grown_run["grown"], grown_run["text"], tmp_path / "accum", grad_accum=4, activation_checkpointing=True
+    )
+    same_losses(metrics(r["metrics"]), grown_run["ref"], range(21))
+
+
+def test_grad_accum_must_divide_each_share(grown_run, tmp_path):
+    with pytest.raises(GrowError, match="--grad-accum 3 does not divide each process's 8 sequences"):
+        one_process(grown_run["grown"], grown_run["text"], tmp_path / "bad", grad_accum=3)
+    assert not (tmp_path / "bad").exists()
