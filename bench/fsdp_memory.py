@@ -10,7 +10,9 @@ own pieces (prepare, restore, parallel, one_step, save_state). Each rank reports
   the peak while loading the checkpoint (and sharding it), the peak during the training steps,
   the RSS after them (between steps), the peak while writing the resumable state, and the kernel's
   high-water mark for the whole process (ru_maxrss). Phase peaks are sampled every 2 ms from
-  /proc/self/statm; ``*_above_start`` subtract the start (torch's own libraries, the data).
+  /proc/self/statm; ``*_above_start`` subtract the start (torch's own libraries, the data). Freed
+  heap memory is handed back to the OS (malloc_trim) after loading and after the steps, so one
+  phase's garbage is not counted in the next (glibc keeps freed blocks of a few MB otherwise).
 
     python bench/fsdp_memory.py            # full (~400 MB model); bench/results/fsdp_memory/
     python bench/fsdp_memory.py --quick    # a small model, seconds
@@ -37,6 +39,16 @@ SIZES = {
     "quick": dict(width=64, grow_to=96, layers=2, heads=4, grow_heads=6, ffn=128, grow_ffn=192, seq=32),
 }
 STEPS, BATCH = 3, 4  # global batch: 2 sequences per rank
+
+
+def trim() -> None:
+    """Hand freed heap memory back to the OS (glibc keeps freed blocks under its mmap threshold)."""
+    import ctypes
+
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):
+        pass
 
 
 def rss() -> int:
@@ -100,6 +112,7 @@ def worker(mode: str, ckpt: str, text: str, out: str, result: str) -> None:
     sampler.enter("load")
     T.restore(run, False)
     module, _ = T.parallel(run)
+    trim()  # what loading freed (the whole model before sharding) must not count as training memory
     sampler.enter("train")
     params = [p for p in run.model.parameters() if p.requires_grad]
     run.val = run.ds.val_batches(1)
@@ -107,7 +120,8 @@ def worker(mode: str, ckpt: str, text: str, out: str, result: str) -> None:
     for step in range(STEPS):
         T.one_step(run, module, params, step)
     step_s = (time.perf_counter() - t0) / STEPS
-    after = rss()  # between steps: parameters, optimizer state, what the allocator kept
+    trim()
+    after = rss()  # between steps: parameters, optimizer state (and DDP's gradient buckets)
     sampler.enter("save")
     Path(out).mkdir(exist_ok=True)
     T.save_state(run, STEPS)
@@ -158,10 +172,12 @@ def make_checkpoint(work: Path, sz: dict) -> str:
         tie=False,
         attn_gate=False,
     )
-    src = checkpoint.load(checkpoint.save_tensors(str(work / "src.safetensors"), cfg, [], init_model(cfg).tensors()))
+    src = checkpoint.load(
+        checkpoint.save_tensors(str(work / "src.safetensors"), cfg, [], init_model(cfg).tensors(), force=True)
+    )
     plan = growth.build_plan(cfg, recipes.load("srio"), sz["grow_to"], ffn=sz["grow_ffn"], heads=sz["grow_heads"])
     tensors = {n: growth.grow_tensor(n, plan, src.get) for n, _, _ in plan.outputs()}
-    return checkpoint.save_tensors(str(work / "grown.safetensors"), plan.cfg, [], tensors)
+    return checkpoint.save_tensors(str(work / "grown.safetensors"), plan.cfg, [], tensors, force=True)
 
 
 def main():

@@ -163,3 +163,42 @@ def test_bad_ramps_are_refused_in_one_line(tmp_path):
     _, grown = grown_folder(tmp_path, tie=True)
     with pytest.raises(GrowError, match="include_num_input_tokens_seen"):
         GateRampCallback(10).on_train_begin(args, state, None, model=load_remote(grown))
+
+
+class StopAt(transformers.TrainerCallback):
+    def __init__(self, step):
+        self.step = step
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == self.step:
+            control.should_training_stop = True
+
+
+def test_resumed_trainer_continues_the_ramp(tmp_path):
+    _, grown = grown_folder(tmp_path, tie=True)
+    per_step = BATCH * SEQ
+
+    def trainer(callbacks):
+        args = transformers.TrainingArguments(
+            output_dir=str(tmp_path / "ckpts"),
+            max_steps=STEPS,
+            per_device_train_batch_size=BATCH,
+            save_strategy="steps",
+            save_steps=6,
+            report_to="none",
+            use_cpu=True,
+            disable_tqdm=True,
+        )
+        ramp = GateRampCallback(RAMP_STEPS * per_step, tokens_per_step=per_step)
+        return transformers.Trainer(
+            model=load_remote(grown), args=args, train_dataset=Windows(), callbacks=[ramp, *callbacks]
+        )
+
+    trainer([StopAt(6)]).train()
+    with safe_open(str(tmp_path / "ckpts" / "checkpoint-6" / "model.safetensors"), "pt") as f:
+        assert float(f.get_tensor("model.layers.0.growth_gate")) == pytest.approx(0.6)
+    seen = Recorder()
+    t = trainer([seen])
+    t.train(resume_from_checkpoint=str(tmp_path / "ckpts" / "checkpoint-6"))
+    assert seen.gates == [[pytest.approx(min(1.0, s / RAMP_STEPS), abs=1e-7)] for s in range(6, STEPS)]
+    assert [float(g) for g in t.model.growth_gates()] == [1.0, 1.0]
