@@ -61,31 +61,36 @@ class Streamed:
         self.ck, self.cfg, self.dtype, self.progress = ck, ck.config, dtype, progress
         self.arch = arch_of(ck.config)
 
-    def _load(self, module: nn.Module, prefix: str) -> nn.Module:
+    def _load(self, make, prefix: str) -> nn.Module:
+        """``make()`` built without memory (meta device), then given the checkpoint's tensors
+        themselves (``assign``): one copy of each weight, no random initialisation."""
+        with torch.device("meta"):
+            module = make()
         sd = {}
         for k in module.state_dict():
             t = self.ck.get(prefix + k)
             sd[k] = t.to(self.dtype)
             if self.progress:
                 self.progress(prefix + k, t.numel() * t.element_size())
-        module.load_state_dict(sd)
-        return module.to(self.dtype).eval()
+            del t
+        module.load_state_dict(sd, assign=True)
+        return module.eval()
 
     def _blocks(self):
         for i in range(self.cfg.layers):
-            yield self._load(Block(self.cfg, i), self.arch.block.format(i=i))
+            yield self._load(lambda i=i: Block(self.cfg, i), self.arch.block.format(i=i))
 
     def get_submodule(self, path: str) -> nn.Module:
         a, cfg = self.arch, self.cfg
         if path == a.blocks_path:
             return self._blocks()
         if path == a.modules["final_norm"]:
-            return self._load(make_norm(cfg, cfg.width), path + ".")
+            return self._load(lambda: make_norm(cfg, cfg.width), path + ".")
         if path == a.modules["head"]:
-            head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
-            return self._load(head, (a.modules["embed"] if cfg.tie else path) + ".")
+            head = (a.modules["embed"] if cfg.tie else path) + "."
+            return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
         rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
-        return self._load(nn.Embedding(rows, cfg.width), path + ".")
+        return self._load(lambda: nn.Embedding(rows, cfg.width), path + ".")
 
 
 @torch.no_grad()
@@ -104,17 +109,19 @@ def reads(ck) -> tuple[int, int]:
 
 
 def figures(a: torch.Tensor, b: torch.Tensor, alpha: float, batch: int = 8) -> Comparison:
-    """The comparison of logits ``b`` against reference ``a`` ([N, T, V]), in chunks of ``batch``
-    sequences (the logit scale is the mean of the chunks' standard deviations)."""
+    """The comparison of logits ``b`` against reference ``a`` ([N, T, V]): the logit scale is the
+    mean of the standard deviations of chunks of ``batch`` sequences; the rest is computed one
+    sequence at a time (small temporaries for large vocabularies)."""
     mx, kl, agree, n, scale = 0.0, 0.0, 0, 0, []
     for i in range(0, len(a), batch):
-        ai, bi = a[i : i + batch].float(), b[i : i + batch].float()
+        scale.append(logit_scale(a[i : i + batch]))
+    for ai, bi in zip(a, b):
+        ai, bi = ai.float(), bi.float()
         mx = max(mx, float((ai - bi).abs().max()))
         la, lb = F.log_softmax(ai, -1), F.log_softmax(bi, -1)
-        kl += float((la.exp() * (la - lb)).sum(-1).sum())
+        kl += float((la.exp() * (la - lb)).sum())
         agree += int((ai.argmax(-1) == bi.argmax(-1)).sum())
-        n += ai.shape[0] * ai.shape[1]
-        scale.append(logit_scale(ai))
+        n += ai.shape[0]
     s = sum(scale) / len(scale)
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
 
