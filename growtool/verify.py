@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .families import arch_of
-from .model import LM, Block, logit_scale, make_norm, run
+from .model import LM, Block, head_logits, hidden, logit_scale, make_norm
 
 
 @dataclass
@@ -94,34 +94,63 @@ class Streamed:
 
 
 @torch.no_grad()
+def streamed_hidden(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progress=None) -> torch.Tensor:
+    """Final-norm outputs of checkpoint ``ck`` on every row of ``x``, one block in memory at a time."""
+    gate = (0.0 if alpha is None else alpha) if ck.config.gated else None
+    return hidden(Streamed(ck, dtype, progress), x, gate)
+
+
+class StreamedHead:
+    """A checkpoint's head (tied: its embedding), loaded once: ``head(h) -> float32 logits``."""
+
+    def __init__(self, ck, dtype=torch.float32, progress=None):
+        self.model = Streamed(ck, dtype, progress)
+        self.head = self.model.get_submodule(arch_of(ck.config).modules["head"])
+
+    @torch.no_grad()
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return head_logits(self.model, h, self.head).float()
+
+
+@torch.no_grad()
 def streamed_logits(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progress=None) -> torch.Tensor:
     """Logits (float32) of checkpoint ``ck`` on every row of ``x``, one block in memory at a time."""
-    gate = (0.0 if alpha is None else alpha) if ck.config.gated else None
-    return run(Streamed(ck, dtype, progress), x, gate).float()
+    h = streamed_hidden(ck, x, alpha, dtype, progress)
+    return StreamedHead(ck, dtype, progress)(h)
 
 
-def reads(ck) -> tuple[int, int]:
-    """(tensors, bytes) one ``streamed_logits`` pass reads (a tied head reads the embedding again)."""
-    emb = arch_of(ck.config).embed
-    extra = [emb] if ck.config.tie else []
-    names = list(ck.entries) + extra
-    return len(names), sum(ck.get_nbytes(n) for n in names)
+def reads(ck) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((tensors, bytes) of one ``streamed_hidden`` pass, (tensors, bytes) of loading the head):
+    a pass reads everything but an untied head; the head is one tensor (tied: the embedding)."""
+    a = arch_of(ck.config)
+    head = a.embed if ck.config.tie else a.modules["head"] + ".weight"
+    body = [n for n in ck.entries if ck.config.tie or n != head]
+    return (len(body), sum(ck.get_nbytes(n) for n in body)), (1, ck.get_nbytes(head))
 
 
-def figures(a: torch.Tensor, b: torch.Tensor, alpha: float, batch: int = 8) -> Comparison:
-    """The comparison of logits ``b`` against reference ``a`` ([N, T, V]): the logit scale is the
-    mean of the standard deviations of chunks of ``batch`` sequences; the rest is computed one
-    sequence at a time (small temporaries for large vocabularies)."""
+@torch.no_grad()
+def figures(a, b, alpha: float, batch: int = 8, head_a=None, head_b=None) -> Comparison:
+    """The comparison of ``b`` against reference ``a``: logits [N, T, V], or final-norm outputs
+    [N, T, width] with ``head_a`` / ``head_b`` mapping them to logits one sequence at a time (the
+    logits of all inputs are never held). The logit scale is the mean of the standard deviations
+    of chunks of ``batch`` sequences of ``a``'s logits."""
     mx, kl, agree, n, scale = 0.0, 0.0, 0, 0, []
-    for i in range(0, len(a), batch):
-        scale.append(logit_scale(a[i : i + batch]))
-    for ai, bi in zip(a, b):
-        ai, bi = ai.float(), bi.float()
+    s1 = s2 = 0.0
+    m = 0
+    for j, (ai, bi) in enumerate(zip(a, b)):
+        ai = (head_a(ai[None])[0] if head_a else ai).float()
+        bi = (head_b(bi[None])[0] if head_b else bi).float()
         mx = max(mx, float((ai - bi).abs().max()))
         la, lb = F.log_softmax(ai, -1), F.log_softmax(bi, -1)
         kl += float((la.exp() * (la - lb)).sum())
         agree += int((ai.argmax(-1) == bi.argmax(-1)).sum())
         n += ai.shape[0]
+        ad = ai.double()
+        s1, s2, m = s1 + float(ad.sum()), s2 + float((ad * ad).sum()), m + ad.numel()
+        if (j + 1) % batch == 0 or j + 1 == len(a):  # the chunk's std (unbiased, as torch.std)
+            scale.append(max(((s2 - s1 * s1 / m) / max(m - 1, 1)) ** 0.5, 1e-6))
+            s1 = s2 = 0.0
+            m = 0
     s = sum(scale) / len(scale)
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
 
@@ -129,13 +158,16 @@ def figures(a: torch.Tensor, b: torch.Tensor, alpha: float, batch: int = 8) -> C
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference: torch.Tensor | None = None, progress=None) -> float:
+def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference=None, head=None, progress=None) -> float:
     """The source's own max |dlogit| / logit scale between running in ``dtype`` and in float32:
-    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32)."""
+    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32). ``reference`` and
+    ``head``: the float32 final-norm outputs and head, when the caller has them already."""
     if dtype not in LOW_PRECISION:
         return 0.0
-    ref = streamed_logits(src_ck, x, progress=progress) if reference is None else reference
-    return figures(ref, streamed_logits(src_ck, x, dtype=dtype, progress=progress), 0.0).rel
+    head = head or StreamedHead(src_ck, progress=progress)
+    ref = streamed_hidden(src_ck, x, 0.0, progress=progress) if reference is None else reference
+    low = streamed_hidden(src_ck, x, 0.0, dtype=dtype, progress=progress)
+    return figures(ref, low, 0.0, head_a=head, head_b=StreamedHead(src_ck, dtype, progress)).rel
 
 
 @torch.no_grad()
