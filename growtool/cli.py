@@ -231,6 +231,22 @@ def bounded(low=None, high=None, low_open=False):
     return check
 
 
+# options that expand and fold share
+SHARD_SIZE = click.option(
+    "--shard-size",
+    default=None,
+    metavar="SIZE",
+    help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)",
+)
+ATTACH_TOKENIZER = click.option(
+    "--tokenizer",
+    "tokenizer_path",
+    default=None,
+    metavar="PATH",
+    help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own",
+)
+
+
 # ---- init ---------------------------------------------------------------------------------
 
 
@@ -394,22 +410,11 @@ def show_plan(plan, quiet: bool) -> None:
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
-@click.option(
-    "--shard-size",
-    default=None,
-    metavar="SIZE",
-    help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)",
-)
+@SHARD_SIZE
 @click.option("--force", is_flag=True, help="replace an existing output")
 @click.option("--dry-run", is_flag=True, help="show the plan and whether it is exact; read no tensors, write nothing")
 @click.option("--plan-json", "plan_json_", is_flag=True, help="print the plan as JSON on stdout (before the path)")
-@click.option(
-    "--tokenizer",
-    "tokenizer_path",
-    default=None,
-    metavar="PATH",
-    help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own",
-)
+@ATTACH_TOKENIZER
 @click.option("--quiet", "-q", is_flag=True, help="no plan table, no progress bar")
 def expand(
     ckpt,
@@ -657,21 +662,10 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 )
 @click.option("-o", "--out", required=True, help="output (.safetensors, folder, or -)")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
-@click.option(
-    "--shard-size",
-    default=None,
-    metavar="SIZE",
-    help="write an HF folder of shards of at most SIZE (500MB, 2GB, bytes)",
-)
+@SHARD_SIZE
 @click.option("--force", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-@click.option(
-    "--tokenizer",
-    "tokenizer_path",
-    default=None,
-    metavar="PATH",
-    help="attach this tokenizer (a tokenizer.json, or a folder of tokenizer files), not the input's own",
-)
+@ATTACH_TOKENIZER
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
