@@ -9,7 +9,8 @@ For float32 and bfloat16 (same parameter count) it
   4. repeats 1-3 (3; 1 with --quick) alternately and reports medians: ratio = expand / copy (target <= 1.5) and
      peak RSS against 3 x the largest output tensor + 0.5 GB (the memory target);
   5. runs the same expansion in-process with timers around each step (source hash for the lineage,
-     reading, growing, writing + fsync) to show where the time goes.
+     reading, growing, writing + fsync) to show where the time goes; there the steps run one after
+     another (``growtool expand`` itself produces the next tensor while writing the current one).
 
 ``--quick`` uses a ~120 MB checkpoint. ``--profile`` also writes a cProfile of the in-process run.
 """
@@ -149,8 +150,13 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
         return y
 
     t0 = time.perf_counter()
-    with one_thread():  # as growtool expand does
-        checkpoint.save(str(out), plan.cfg, lineage, plan.outputs(), produce, force=True)
+    prefetch = checkpoint.prefetch  # the steps one after another (expand overlaps grow and write)
+    checkpoint.prefetch = lambda names, fn: prefetch(names, fn, ahead=0)
+    try:
+        with one_thread():  # as growtool expand does
+            checkpoint.save(str(out), plan.cfg, lineage, plan.outputs(), produce, force=True)
+    finally:
+        checkpoint.prefetch = prefetch
     t_save = time.perf_counter() - t0
     t["write_fsync"] = t_save - t["read"] - t["nan_check"] - t["grow"]
     t["total"] = time.perf_counter() - t_all
