@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, data, growth
+from . import checkpoint, data, growth, stages
 from .checkpoint import atomic_file
 from .errors import GrowError
 from .families import expected_shapes
@@ -62,12 +62,23 @@ def lr_at(step: int, s: dict) -> float:
     return lr * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def gate_at(step: int, s: dict) -> float | None:
-    """Growth-gate value in force after ``step`` updates (None for a plain model)."""
+def gate_at(step: int, s: dict, start: int = 0) -> float | None:
+    """Growth-gate value in force after ``step`` updates of a ramp that began at step ``start``
+    (None for a plain model)."""
     g = s["gate_warmup_tokens"]
     if g is None:
         return None
-    return 1.0 if g <= 0 else min(1.0, step * s["batch"] * s["seq"] / g)
+    return 1.0 if g <= 0 else min(1.0, (step - start) * s["batch"] * s["seq"] / g)
+
+
+def run_gate_for(cfg, s: dict, growths: list, step: int) -> float | None:
+    """The gate in force after ``step`` updates for a model of ``cfg`` whose run grew at ``growths``
+    (the ramp restarts at each growth; None for a plain model)."""
+    return gate_at(step, s, stages.last_growth(growths, step)) if cfg.gated else None
+
+
+def run_gate(run: Run, step: int) -> float | None:
+    return run_gate_for(run.model.cfg, run.s, run.growths, step)
 
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -159,6 +170,10 @@ def plot(records: list[dict], path: Path, title: str) -> None:
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title, fontsize=9)
+    for prev, r in zip(tr, tr[1:]):  # growth points (stages.py): the width changes between two steps
+        if prev.get("width") != r.get("width"):
+            ax.axvline(prev["tokens"], color="tab:red", lw=0.8, ls=":")
+            ax.annotate(f"d{r['width']}", (prev["tokens"], 1.0), xycoords=("data", "axes fraction"), fontsize=7)
     ax.legend(loc="upper right")
     if any(r.get("gate") is not None for r in tr):
         ax2 = ax.twinx()
@@ -234,6 +249,7 @@ class Run:
     val: list = field(default_factory=list)  # validation batches
     records: list = field(default_factory=list)
     tok: data.Tokenizer | None = None
+    growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
 
     @property
     def lead(self) -> bool:
@@ -279,7 +295,13 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     )
     ds = data.Dataset(tokens, seq, opts.batch, src=", ".join(map(str, files)))
     identity = {"data_sha256": [data.file_sha256(f) for f in files], "source_sha256": ck.sha256()}
-    s = opts.resolve(ds.n_train, cfg.context, cfg.gated, tok.key, identity)
+    gated = (
+        cfg.gated
+        or bool(opts.grow_at)
+        or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
+    )
+    s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
+    stages.check_schedule(s, cfg.width)
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
 
@@ -300,6 +322,7 @@ def restore(run: Run, resume: bool) -> None:
         model = last.model()
         run.lineage = last.lineage[:-1]
         run.start = state["step"]
+        run.growths = list(state.get("growths", []))
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
@@ -354,7 +377,15 @@ def save_state(run: Run, step: int) -> None:
     )
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
     save_bytes(
-        run.out / STATE, {"step": step, "data_step": step, "settings": s, "optimizer": run.opt.state_dict(), "rng": rng}
+        run.out / STATE,
+        {
+            "step": step,
+            "data_step": step,
+            "settings": s,
+            "optimizer": run.opt.state_dict(),
+            "rng": rng,
+            "growths": run.growths,
+        },
     )
 
 
@@ -362,7 +393,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     """Update ``step`` (0-based); returns its metrics record (validation and matrices when due)."""
     s, model, dev = run.s, run.model, run.dev
     t0 = time.time()
-    g, lr_now = gate_at(step, s), lr_at(step, s)
+    g, lr_now = run_gate(run, step), lr_at(step, s)
     if g is not None:
         model.set_gates(g)
     for group in run.opt.param_groups:
@@ -392,7 +423,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     if not math.isfinite(rec["loss"]):
         raise GrowError(f"training diverged: loss is {rec['loss']} at step {step} (lower --lr?)")
     if step % s["eval_every"] == 0 or step == s["steps"]:
-        g_eval = gate_at(step, s)
+        g_eval = run_gate(run, step)
         if g_eval is not None:
             model.set_gates(g_eval)
         rec["val_loss"] = evaluate(model, run.val, dev)
@@ -419,26 +450,30 @@ def loop(run: Run, module, progress: bool) -> int:
             fh.flush()
 
     if run.start == 0:
-        g = gate_at(0, s)
+        g = run_gate(run, 0)
         run.model.set_gates(g or 0.0)
-        log(
-            {
-                "step": 0,
-                "tokens": 0,
-                "gate": g,
-                "val_loss": evaluate(run.model, run.val, run.dev),
-                "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model)),
-            }
-        )
+        rec0 = {
+            "step": 0,
+            "tokens": 0,
+            "gate": g,
+            "val_loss": evaluate(run.model, run.val, run.dev),
+            "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model)),
+        }
+        log(stages.annotate(run, rec0, None))
     bar = Progress(progress and run.lead, s["steps"], run.start)
     step, stop_at = run.start, run.opts.stop_at
     end = s["steps"] if stop_at is None else min(s["steps"], max(run.start, int(stop_at)))
     params = [p for p in run.model.parameters() if p.requires_grad]
     try:
         while step < end:
+            width = stages.due(run, step)
+            if width is not None:  # a scheduled growth before this update (stages.py)
+                stages.grow_run(run, step, width)
+                module, _ = parallel(run)
+                params = [p for p in run.model.parameters() if p.requires_grad]
             rec = one_step(run, module, params, step)
             step = rec["step"]
-            log(rec)
+            log(stages.annotate(run, rec, run.records[-1] if run.records else None))
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
                 save_state(run, step)
@@ -463,11 +498,11 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         "seconds": seconds,
         "final": None,
         "metrics": str(run.out / "metrics.jsonl"),
-        "gate": gate_at(step, s),
+        "gate": run_gate(run, step),
         "settings": s,
     }
     if step == s["steps"] and run.lead:
-        gate = gate_at(step, s)
+        gate = run_gate(run, step)
         cfg_f, tensors = folded(run.model, gate if gate is not None else 1.0)
         entry = {
             "op": "train",
