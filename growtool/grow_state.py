@@ -97,7 +97,7 @@ def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
         parts = []
         for kind, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis)):
             e, block = plan.units[c.layer][kind], unit_count(plan.src, kind)[1]
-            split = plan.split[c.layer].get(kind)
+            split = _split(plan, c.layer, kind, e)
             if split is None:  # gated new units (or zeros): gradient 0 at gate 0
                 seg = ops.expand_axis(seg, spec.unit_axis, _zero_exp(e), block)
             else:  # Net2Net split: copies take the source's moments; readers see 1/(1+c) of the gradient
@@ -113,6 +113,16 @@ def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
             return ops.rotate_(t, plan.src.width, plan.eps, spec.res_axis)
         return rotate_sq_(t, plan.src.width, plan.eps, spec.res_axis)
     raise AssertionError(f"no moment rule for step {type(step).__name__}")  # pragma: no cover
+
+
+def _split(plan, layer: int, kind: str, e: ops.Expansion):
+    """Net2Net split factors of a unit kind's copies, or None (new units gated or zero). A KV group
+    copied with its query heads sees its heads' factor (heads of a group share it), fused qkv rows
+    and per-head query gates the query heads' factor."""
+    q = plan.split[layer].get("q")
+    if q is None:
+        return plan.split[layer].get(kind)
+    return ops.split_factors(e) if kind == "kv" else q if kind in ("q", "qkv", "qgate") else plan.split[layer].get(kind)
 
 
 def grow_moment(name: str, plan: growth.Plan, get, moment: torch.Tensor, second: bool) -> torch.Tensor:

@@ -61,6 +61,17 @@ def resolve_grow_at(items, steps: int) -> list[list[int]]:
     return out
 
 
+def precheck(grow_at, recipe: str, width: int) -> None:
+    """What can be checked before the data is read: widths above the model's and rising, the recipe."""
+    prev = width
+    for _, w in parse_grow_at(grow_at):
+        if w <= prev:
+            raise GrowError(f"--grow-at: width {w} is not larger than the model's width {prev} before it")
+        prev = w
+    if grow_at:
+        recipes.load(recipe)
+
+
 def check_schedule(s: dict, width: int) -> None:
     """Refuse a schedule that cannot run: a width not above the previous one, or a gate ramp longer
     than a stage (a model grows again only once its gates are fully open)."""

@@ -30,6 +30,7 @@ import io
 import json
 import math
 import os
+import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -289,6 +290,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
+    stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width)
+    existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     tokens = data.load_tokens(
         files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, opts.batch), write_cache=rank == 0
@@ -301,7 +304,12 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
     )
     s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
-    stages.check_schedule(s, cfg.width)
+    try:
+        stages.check_schedule(s, cfg.width)
+    except GrowError:
+        if not existed and rank == 0:  # only the token cache was written: leave nothing behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
 
