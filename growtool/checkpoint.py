@@ -158,6 +158,11 @@ class Checkpoint:
     def main_dtype(self) -> torch.dtype:
         return self.dtype(next(iter(self.entries)))
 
+    def get_nbytes(self, name: str) -> int:
+        """Bytes of one tensor's data (from the header)."""
+        dt, shape = self.entries[name]
+        return _nbytes(shape, DTYPES[dt])
+
     def nbytes(self) -> int:
         """Bytes of tensor data (from the header: nothing is read)."""
         return sum(_nbytes(shape, DTYPES[dt]) for dt, shape in self.entries.values())
@@ -416,11 +421,12 @@ def write_stream(
     """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
     ``progress(name, nbytes)`` after each.
 
-    Only one produced tensor is alive at a time (it is released before the next is produced).
+    Producing and writing overlap: a worker thread produces tensor k+1 while tensor k is written
+    (torch and file writes release the GIL). At most two produced tensors are alive at a time; the
+    bytes are the same as producing them one after another.
     """
     fh.write(_header_bytes(specs, meta))
-    for name, shape, dt in specs:
-        t = produce(name)
+    for (name, shape, dt), t in zip(specs, prefetch([n for n, _, _ in specs], produce)):
         if tuple(t.shape) != tuple(shape) or t.dtype != dt:
             raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
         b = _tensor_bytes(t)
@@ -428,6 +434,44 @@ def write_stream(
         del t
         if progress:
             progress(name, b.nbytes)
+
+
+def prefetch(names: list[str], produce: Callable[[str], torch.Tensor], ahead: int = 1):
+    """Yield ``produce(name)`` for each name in order, computing up to ``ahead`` results ahead in
+    one worker thread. An error in ``produce`` is raised here; leaving the loop early stops the worker."""
+    import queue
+    import threading
+
+    if ahead < 1 or len(names) < 2:
+        yield from (produce(n) for n in names)
+        return
+    slots, results, stop = threading.Semaphore(ahead + 1), queue.Queue(), threading.Event()
+
+    def work():
+        try:
+            for n in names:
+                while not slots.acquire(timeout=0.1):
+                    if stop.is_set():
+                        return
+                if stop.is_set():
+                    return
+                results.put((True, produce(n)))
+        except BaseException as e:  # handed to the consumer, raised in its thread
+            results.put((False, e))
+
+    worker = threading.Thread(target=work, name="growtool-produce", daemon=True)
+    worker.start()
+    try:
+        for _ in names:
+            ok, item = results.get()
+            if not ok:
+                raise item
+            yield item
+            del item
+            slots.release()
+    finally:
+        stop.set()
+        worker.join(timeout=5)
 
 
 def _fsync_dir(path: Path) -> None:

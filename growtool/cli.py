@@ -560,8 +560,11 @@ def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, 
     help="prompt for --generate (repeatable; default: from --data, else random ids)",
 )
 def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts):
-    """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not)."""
-    from .verify import compare, random_batches, text_batches
+    """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not).
+
+    Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
+    limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
+    from .verify import LOW_PRECISION, figures, floor, random_batches, reads, streamed_logits, text_batches
 
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
@@ -572,26 +575,34 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
         raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
     if a.config.family != b.config.family:
         raise GrowError(f"families differ: {a.config.family} vs {b.config.family}")
-    with Bar("read", len(a.entries) + len(b.entries), a.nbytes() + b.nbytes(), quiet) as bar:
-        ma, mb = a.model(progress=bar), b.model(progress=bar)
     ctx = min(a.config.context, b.config.context)
     sets = {"random": random_batches(a.config.vocab_size, ctx, samples, seed)}
     if data:
         if not Path(data).is_file():
             raise GrowError(f"{data}: no such file")
         sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
-    jobs = []
-    for label, batches in sets.items():
-        jobs.append((label, batches, alpha))
-        if alpha != 1.0 and b.config.gated:
-            jobs.append((label + " (info)", batches, 1.0))
-    with Bar("compare", sum(len(x) for _, x, _ in jobs), quiet=quiet, unit="sequences") as bar:
-        rows = [(label, compare(ma, mb, x, al, progress=bar)) for label, x, al in jobs]
-    ok = all(c.rel <= tol for label, c in rows if "(info)" not in label)
+    alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
+    low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
+    a_passes, b_passes = len(sets) * (2 if low else 1), len(sets) * len(alphas)  # each pass reads a checkpoint once
+    rows, floors = [], []
+    (ia, ba), (ib, bb) = reads(a), reads(b)
+    items, nbytes = ia * a_passes + ib * b_passes, ba * a_passes + bb * b_passes
+    with Bar("verify", items, nbytes, quiet) as bar:
+        for label, x in sets.items():
+            ref = streamed_logits(a, x, 0.0, progress=bar)
+            for al in alphas:
+                got = streamed_logits(b, x, al, progress=bar)
+                rows.append((label if al == alpha else label + " (info)", figures(ref, got, al)))
+            if low:
+                floors.append(floor(a, x, low, reference=ref, progress=bar))
+    fl = max(floors, default=0.0)
+    limit = max(tol, fl)
+    ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
     gen = None
     if gen_tokens is not None:
         from .sample import compare_generations, verify_prompts
 
+        ma, mb = a.model(), b.model()
         gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), gen_tokens, alpha)
     passed = ok and (gen is None or gen.ok)
     if as_json:
@@ -600,6 +611,9 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
                 {
                     "pass": passed,
                     "tol": tol,
+                    "floor": fl,
+                    "limit": limit,
+                    "dtype": str(low).replace("torch.", "") if low else "float32",
                     "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
                     **({"generate": gen.as_dict()} if gen else {}),
                 }
@@ -626,10 +640,15 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
             f"greedy continuations at gate {alpha:g}: {gen.identical}/{gen.prompts} identical "
             f"over {gen.tokens} tokens{where}"
         )
+    if low:
+        err.print(
+            f"{str(low).replace('torch.', '')} floor: the source run in {str(low).replace('torch.', '')} is "
+            f"{fl:.3g} x logit scale from itself in float32; limit max(tol, floor) = {limit:.3g}"
+        )
     err.print(
-        f"[green]PASS[/]: max |dlogit| within {tol:g} x logit scale at gate {alpha:g}"
+        f"[green]PASS[/]: max |dlogit| within {limit:g} x logit scale at gate {alpha:g}"
         if ok
-        else f"[red]FAIL[/]: max |dlogit| exceeds {tol:g} x logit scale at gate {alpha:g}"
+        else f"[red]FAIL[/]: max |dlogit| exceeds {limit:g} x logit scale at gate {alpha:g}"
     )
     if gen is not None and not gen.ok:
         err.print(f"[red]FAIL[/]: greedy continuations differ at gate {alpha:g}")

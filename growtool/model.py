@@ -84,6 +84,7 @@ def rope_tables(cfg: ModelConfig, T: int, device, theta: float | None = None) ->
 def apply_rope(x, cos, sin):
     """Rotate the first cos.shape[-1] dims of each head (partial rotary keeps the rest)."""
     rot = cos.shape[-1]
+    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # float32 tables, applied in x's dtype (as transformers)
     xr, xp = x[..., :rot], x[..., rot:]
     x1, x2 = xr.chunk(2, dim=-1)
     xr = xr * cos + torch.cat([-x2, x1], dim=-1) * sin

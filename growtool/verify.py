@@ -1,13 +1,27 @@
-"""Compare two models' logits: the measurement behind ``growtool verify`` and the tests."""
+"""Compare two models' logits: the measurement behind ``growtool verify`` and the tests.
+
+Two ways to get logits: a whole ``LM`` in memory (``compare``), or ``streamed_logits``, which reads
+a checkpoint one block at a time and runs every input through that block before the next: peak
+memory is one block, the embedding and head, and the activations, whatever the model's size.
+
+Low precision (``floor``): an exactly grown bf16/fp16 checkpoint differs from its source by the
+rounding of the grown weights on output, which no exact map avoids. The floor is the source's own
+distance between running in its storage dtype and in float32, on the same inputs; ``verify``
+passes when the grown model's error is within max(tol, floor). An exact growth stays well below it
+(0.25-0.55 of it measured on Gemma/OLMo-2/Llama, tests/test_architectures.py); a lossy recipe
+(nrio on GPT-2: ~40% of the logit scale) stays far above it.
+"""
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
 
 import torch
+import torch.nn as nn
 import torch.nn.functional as F
 
-from .model import LM, logit_scale
+from .families import arch_of
+from .model import LM, Block, logit_scale, make_norm, run
 
 
 @dataclass
@@ -37,6 +51,84 @@ def text_batches(path: str, vocab: int, context: int, samples: int, seq: int = 6
         return data.view(1, -1)
     starts = torch.linspace(0, len(data) - seq, samples).long()
     return torch.stack([data[s : s + seq] for s in starts])
+
+
+class Streamed:
+    """A checkpoint as ``model.run`` sees a model, built piece by piece on demand: the blocks are
+    read, loaded and dropped one at a time (in ``dtype``)."""
+
+    def __init__(self, ck, dtype=torch.float32, progress=None):
+        self.ck, self.cfg, self.dtype, self.progress = ck, ck.config, dtype, progress
+        self.arch = arch_of(ck.config)
+
+    def _load(self, module: nn.Module, prefix: str) -> nn.Module:
+        sd = {}
+        for k in module.state_dict():
+            t = self.ck.get(prefix + k)
+            sd[k] = t.to(self.dtype)
+            if self.progress:
+                self.progress(prefix + k, t.numel() * t.element_size())
+        module.load_state_dict(sd)
+        return module.to(self.dtype).eval()
+
+    def _blocks(self):
+        for i in range(self.cfg.layers):
+            yield self._load(Block(self.cfg, i), self.arch.block.format(i=i))
+
+    def get_submodule(self, path: str) -> nn.Module:
+        a, cfg = self.arch, self.cfg
+        if path == a.blocks_path:
+            return self._blocks()
+        if path == a.modules["final_norm"]:
+            return self._load(make_norm(cfg, cfg.width), path + ".")
+        if path == a.modules["head"]:
+            head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
+            return self._load(head, (a.modules["embed"] if cfg.tie else path) + ".")
+        rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
+        return self._load(nn.Embedding(rows, cfg.width), path + ".")
+
+
+@torch.no_grad()
+def streamed_logits(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progress=None) -> torch.Tensor:
+    """Logits (float32) of checkpoint ``ck`` on every row of ``x``, one block in memory at a time."""
+    gate = (0.0 if alpha is None else alpha) if ck.config.gated else None
+    return run(Streamed(ck, dtype, progress), x, gate).float()
+
+
+def reads(ck) -> tuple[int, int]:
+    """(tensors, bytes) one ``streamed_logits`` pass reads (a tied head reads the embedding again)."""
+    emb = arch_of(ck.config).embed
+    extra = [emb] if ck.config.tie else []
+    names = list(ck.entries) + extra
+    return len(names), sum(ck.get_nbytes(n) for n in names)
+
+
+def figures(a: torch.Tensor, b: torch.Tensor, alpha: float, batch: int = 8) -> Comparison:
+    """The comparison of logits ``b`` against reference ``a`` ([N, T, V]), in chunks of ``batch``
+    sequences (the logit scale is the mean of the chunks' standard deviations)."""
+    mx, kl, agree, n, scale = 0.0, 0.0, 0, 0, []
+    for i in range(0, len(a), batch):
+        ai, bi = a[i : i + batch].float(), b[i : i + batch].float()
+        mx = max(mx, float((ai - bi).abs().max()))
+        la, lb = F.log_softmax(ai, -1), F.log_softmax(bi, -1)
+        kl += float((la.exp() * (la - lb)).sum(-1).sum())
+        agree += int((ai.argmax(-1) == bi.argmax(-1)).sum())
+        n += ai.shape[0] * ai.shape[1]
+        scale.append(logit_scale(ai))
+    s = sum(scale) / len(scale)
+    return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
+
+
+LOW_PRECISION = (torch.bfloat16, torch.float16)
+
+
+def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference: torch.Tensor | None = None, progress=None) -> float:
+    """The source's own max |dlogit| / logit scale between running in ``dtype`` and in float32:
+    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32)."""
+    if dtype not in LOW_PRECISION:
+        return 0.0
+    ref = streamed_logits(src_ck, x, progress=progress) if reference is None else reference
+    return figures(ref, streamed_logits(src_ck, x, dtype=dtype, progress=progress), 0.0).rel
 
 
 @torch.no_grad()

@@ -134,9 +134,8 @@ def test_progress_bars_of_fold_and_verify(tmp_path, monkeypatch):
     assert r.exit_code == 0 and not bar(r.stderr)  # CliRunner's stderr is no terminal
     monkeypatch.setattr(cli_mod, "stderr_is_terminal", lambda: True)
     monkeypatch.setattr(cli_mod, "PROGRESS_DELAY", 0.0)
-    n = len(checkpoint.load(src).names()) + len(checkpoint.load(g).names())
-    r = cli("verify", src, g, "--samples", 4)
-    assert r.exit_code == 0 and f"{n}/{n} tensors" in r.stderr and "8/8 sequences" in r.stderr
+    r = cli("verify", src, g, "--samples", 4)  # streamed: the source once, the grown at gates 0 and 1
+    assert r.exit_code == 0 and re.search(r"verify .* (\d+)/\1 tensors", r.stderr)
     r = cli("fold", g, "--alpha", 1, "-o", f)
     k = len(checkpoint.load(f).names())
     assert r.exit_code == 0 and f"{k}/{k} tensors" in r.stderr

@@ -50,7 +50,8 @@ def assert_same_tensors(a, b):
 
 
 def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
-    """Count live tensors at every write: at most one source tensor and no earlier output."""
+    """Count live tensors at every write: no earlier output, and source tensors only for the one
+    tensor produced ahead while this one is written (a norm gain folded into a reader is a second)."""
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3, attn_gate=True))
     reads, outs, worst = [], [], {"src": 0, "out": 0}
     real_read, real_bytes = checkpoint.read_tensor, checkpoint._tensor_bytes
@@ -72,7 +73,7 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
     assert cli("fold", tmp_path / "b.safetensors", "--alpha", 1, "-o", tmp_path / "c.safetensors").exit_code == 0
     n_tensors = len(checkpoint.load(src).names()) + len(checkpoint.load(tmp_path / "b.safetensors").names())
     assert len(outs) == n_tensors and len(reads) >= n_tensors  # every tensor went through the hooks
-    assert worst["src"] <= 1 and worst["out"] == 0
+    assert worst["src"] <= 2 and worst["out"] == 0
 
 
 # ---- sharded output and input -----------------------------------------------------------------
@@ -380,4 +381,4 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     allowance = 32 * 2**20
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance
-    assert p_big - p_small < 2 * largest  # the model's size does not show in the peak
+    assert p_big - p_small < 3 * largest, res  # the model's size (25x largest) does not show in the peak
