@@ -436,6 +436,11 @@ def expand(
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
+        if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path:
+            raise GrowError(
+                f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype "
+                "and --tokenizer do not apply"
+            )
         return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet)
     out = out or default_out(ckpt, width, folder=shard_size is not None)
     if plan_json_ and out == "-" and not dry_run:

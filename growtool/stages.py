@@ -208,6 +208,11 @@ def expand_run(
     if not last.lineage or last.lineage[-1].get("step") != step:
         raise GrowError(f"{src}: {MODEL} and {STATE} are from different steps")
     s = dict(state["settings"])
+    if step >= s["steps"]:
+        raise GrowError(
+            f"{src}: the run is finished (step {step} of {s['steps']}): nothing left to train after a growth; "
+            "grow its final.safetensors with expand and train that"
+        )
     growths = list(state.get("growths", []))
     model = last.model()
     for n, p in model.named_parameters():

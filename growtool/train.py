@@ -4,10 +4,13 @@ What holds:
 
 * Optimiser: AdamW; weight decay on matrices (dim >= 2) only, never on norm gains, biases or the
   growth gates (the gates are not trained at all: the schedule sets them every step).
-* Learning rate: linear warm-up over ``warmup`` steps (every run re-warms, grown or not), then
-  cosine decay to ``lr * min_lr_ratio`` at the last step. Gradients are clipped to norm ``clip``.
+* Learning rate: linear warm-up over ``warmup`` steps (every run warms up once), then cosine decay
+  to ``lr * min_lr_ratio`` at the last step. Gradients are clipped to norm ``clip``. Growths inside a
+  run (``grow_at``, or a run folder grown by ``stages.expand_run``) keep the schedule and carry the
+  AdamW moments (``grow_state``): no reset, no re-warm.
 * Grown checkpoints (growth gates present, all at 0): before update ``s`` every gate is set to
-  min(1, s * batch * seq / gate_warmup_tokens), a linear ramp 0 -> 1. Evaluation after ``s``
+  min(1, (s - s_g) * batch * seq / gate_warmup_tokens), a linear ramp 0 -> 1 from the step s_g of
+  the run's last growth (0 for a grown checkpoint). Evaluation after ``s``
   updates uses the gate of step ``s``, so the first evaluation (step 0, gate 0) measures the
   source model's function. The final checkpoint has the gates folded away at the value they
   reached (1 unless the run was shorter than the ramp): a plain checkpoint.
@@ -16,7 +19,8 @@ What holds:
   uninterrupted run's (bitwise on CPU).
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
   unfolded) + ``last.pt`` (optimiser, RNG, step, settings) every ``save_every`` steps;
-  ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s;
+  ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s,
+  stage, width, flops (cumulative; stages.annotate);
   val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``);
   at the end ``final.safetensors`` (plain) and ``loss.png``. Token caches go to ``out/cache``.
 * Distributed: under torchrun (WORLD_SIZE > 1) each rank computes its slice of the same global

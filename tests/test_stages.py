@@ -131,4 +131,10 @@ def test_expand_run_folder_bad_input(world, tmp_path):
     assert r.exit_code == 2 and "give -o NEW_RUN_DIR" in r.stderr, r.stderr
     r = cli("expand", run, "--width", 16, "-o", tmp_path / "g")
     assert r.exit_code == 2 and "not larger" in r.stderr and not (tmp_path / "g").exists(), r.stderr
+    r = cli("expand", run, "--width", 48, "-o", tmp_path / "g", "--dry-run")
+    assert r.exit_code == 2 and "do not apply" in r.stderr, r.stderr
+    done = tmp_path / "done"
+    assert cli("train", world["base"], "--data", world["text"], "--steps", 2, "--out", done, "-q").exit_code == 0
+    r = cli("expand", done, "--width", 48, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and "the run is finished" in r.stderr, r.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
