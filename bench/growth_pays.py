@@ -8,6 +8,8 @@ with ``growtool.train`` (the library behind ``growtool train``):
     carry_<recipe>  one command: ``train BASE --tokens 2T --grow-at 0.5:1.5d --grow-recipe <recipe>``
                     (one LR schedule, AdamW moments grown with the model, gates ramp over 10% of the run)
                     for the recipes in ``--recipes`` (srio, nrio, copy)
+    reset_opt_srio  as carry_srio with ``--grow-optimizer reset``: a fresh AdamW at the growth, the same
+                    LR schedule (no re-warm): isolates carrying the moments
     reset_srio      today's two-command workflow: ``train BASE --tokens T``; ``expand final --width 1.5d``;
                     ``train GROWN --tokens T`` (fresh optimizer, LR re-warm, its own cosine schedule)
     scratch         the 1.5d model from init, as many tokens as give the FLOPs of carry (2T tokens, half
@@ -31,6 +33,7 @@ results.json, curves.png.
 
 from __future__ import annotations
 
+import json
 import math
 import shutil
 import statistics
@@ -88,6 +91,17 @@ def options(p):
     for k, v in FULL.items():
         p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
     p.add_argument("--work", default=None, help="folder for checkpoints and runs (default: a temp dir, removed)")
+    p.add_argument(
+        "--variants",
+        default=None,
+        help="1.5x variants to run (default: carry_<recipes>, reset_opt_srio, reset_srio, scratch)",
+    )
+    p.add_argument(
+        "--add-to",
+        default=None,
+        metavar="RESULTS_JSON",
+        help="keep that run's runs and settings, run only the jobs it lacks, aggregate all together",
+    )
 
 
 # ---- jobs (worker processes) ------------------------------------------------------------------
@@ -169,7 +183,10 @@ def job(P, family, variant, seed):
     base = _init(P, family, d, seed, run / f"{variant}-base.safetensors")
     out = str(run / variant)
     extra = {}
-    if variant.startswith("carry_"):
+    if variant == "reset_opt_srio":
+        s, recs = _train(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_optimizer="reset")
+        curve = _curve(recs)
+    elif variant.startswith("carry_"):
         s, recs = _train(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_recipe=variant[len("carry_") :])
         curve = _curve(recs)
     elif variant == "reset_srio":
@@ -206,7 +223,7 @@ def job(P, family, variant, seed):
         curve = _curve(recs)
     else:
         raise ValueError(variant)
-    if variant.startswith("carry_") or variant in ("multi", "one_2x"):
+    if variant.startswith("carry_") or variant in ("multi", "one_2x", "reset_opt_srio"):
         grow_steps = [r["step"] for a, r in zip(recs, recs[1:]) if a.get("width") != r.get("width")]
         extra["bump"] = max(recs[st]["loss"] - recs[st - 1]["loss"] for st in grow_steps) if grow_steps else None
     shutil.rmtree(run / variant, ignore_errors=True)
@@ -285,7 +302,8 @@ def aggregate(runs):
     return rows
 
 
-ORDER = ["carry_srio", "carry_nrio", "carry_copy", "reset_srio", "scratch", "multi", "one_2x", "scratch_2x"]
+ORDER = ["carry_srio", "carry_nrio", "carry_copy", "reset_opt_srio", "reset_srio", "scratch"]
+ORDER += ["multi", "one_2x", "scratch_2x"]
 
 
 def _order(v):
@@ -300,8 +318,8 @@ def plot(runs, path, title):
 
     fams = sorted({r["family"] for r in runs})
     fig, axes = plt.subplots(1, len(fams) + 1, figsize=(6 * (len(fams) + 1), 4.5), squeeze=False)
-    panels = [(f, lambda v: v in ORDER[:5], ax) for f, ax in zip(fams, axes[0])]
-    panels.append((P_MULTI[0] if P_MULTI else fams[0], lambda v: v in ORDER[5:], axes[0][-1]))
+    panels = [(f, lambda v: v in ORDER[:6], ax) for f, ax in zip(fams, axes[0])]
+    panels.append((P_MULTI[0] if P_MULTI else fams[0], lambda v: v in ORDER[6:], axes[0][-1]))
     for family, keep, ax in panels:
         variants = sorted({r["variant"] for r in runs if r["family"] == family and keep(r["variant"])}, key=_order)
         for v in variants:
@@ -315,7 +333,7 @@ def plot(runs, path, title):
         ax.set_xlabel("training TFLOPs (6 x params x tokens, base phase included)")
         ax.set_ylabel("validation loss (nats/byte), mean over seeds")
         ax.set_title(
-            f"{family}: " + ("2x width" if variants and variants[0] in ORDER[5:] else "1.5x width"), fontsize=9
+            f"{family}: " + ("2x width" if variants and variants[0] in ORDER[6:] else "1.5x width"), fontsize=9
         )
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
@@ -330,6 +348,9 @@ P_MULTI: list = []
 def main():
     args = parse_args("growth_pays", __doc__.splitlines()[0], options)
     P = dict(QUICK if args.quick else FULL)
+    old = json.loads(Path(args.add_to).read_text()) if args.add_to else None
+    if old:
+        P.update({k: v for k, v in old["settings"].items() if k in FULL})
     for k in FULL:
         if getattr(args, k) is not None:
             P[k] = getattr(args, k)
@@ -339,11 +360,15 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     P.update(data=str(Path(args.data).resolve()), work=str(work.resolve()))
     families = [f for f in P["families"].split(",") if f]
-    variants = [f"carry_{r}" for r in P["recipes"].split(",") if r] + ["reset_srio", "scratch"]
+    variants = [f"carry_{r}" for r in P["recipes"].split(",") if r] + ["reset_opt_srio", "reset_srio", "scratch"]
+    variants = args.variants.split(",") if args.variants else variants
     jobs = [(f, v, s) for s in range(P["seeds"]) for f in families for v in variants]
     if P["multi_family"]:
         P_MULTI.append(P["multi_family"])
         jobs += [(P["multi_family"], v, s) for s in range(P["seeds"]) for v in ("multi", "one_2x", "scratch_2x")]
+    prior = old["runs"] if old else []
+    have = {(r["family"], r["variant"], r["seed"]) for r in prior}
+    jobs = [j for j in jobs if j not in have]
     jobs.sort(key=lambda j: -_cost(P, *j))  # longest first: two workers finish together
     print(
         f"growth_pays: d{P['width']} -> d{P['grow_to']} ({', '.join(families)}) and d{P['width']} -> "
@@ -351,7 +376,7 @@ def main():
         f"seeds {P['seeds']}, {len(jobs)} runs on {P['jobs']} worker(s)",
         flush=True,
     )
-    t_start, runs = time.time(), []
+    t_start, runs = time.time(), list(prior)
     ctx = get_context("spawn")
     with ProcessPoolExecutor(max_workers=P["jobs"], mp_context=ctx) as pool:
         pending = {pool.submit(job, P, *j): j for j in jobs}
@@ -366,7 +391,7 @@ def main():
                     f"({r['seconds']:.0f} s)",
                     flush=True,
                 )
-    wall = time.time() - t_start
+    wall = time.time() - t_start + (old["wall_seconds"] if old else 0.0)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
     rows = aggregate(runs)
@@ -378,7 +403,7 @@ def main():
         d / "results.json",
         {
             "settings": {**{k: v for k, v in P.items() if k != "work"}, "params": params, "quick": args.quick},
-            "machine": machine(),
+            "machine": [*(old["machine"] if old else []), machine()],
             "wall_seconds": wall,
             "rows": rows,
             "runs": runs,

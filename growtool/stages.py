@@ -166,7 +166,8 @@ def grow_run(run, step: int, width: int) -> None:
     run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"]}]
     run.model = new.to(run.dev)
     run.opt = make_optimizer(run.model, run.s)
-    run.opt.load_state_dict(state)
+    if run.s.get("grow_optimizer", "carry") == "carry":
+        run.opt.load_state_dict(state)
 
 
 def annotate(run, rec: dict, prev: dict | None) -> dict:

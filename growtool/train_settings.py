@@ -98,6 +98,12 @@ class Settings:
         multiple=True,
     )
     grow_recipe: str = setting("srio", "recipe for --grow-at growths (a shipped name or a YAML file)")
+    grow_optimizer: str = setting(
+        "carry",
+        "AdamW state at a --grow-at growth: carry (moments grown with the model) or reset (fresh AdamW; "
+        "the LR schedule continues either way)",
+        choices=("carry", "reset"),
+    )
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )

@@ -26,10 +26,20 @@ def test_bench_growth_pays_quick(tmp_path):
         assert (d / f).is_file() and (d / f).stat().st_size > 0, f
     rows = list(csv.DictReader(open(d / "results.csv")))
     assert [(r["family"], r["variant"]) for r in rows] == [
-        ("gpt2", v) for v in ("carry_srio", "carry_nrio", "carry_copy", "reset_srio", "scratch")
+        ("gpt2", v) for v in ("carry_srio", "carry_nrio", "carry_copy", "reset_opt_srio", "reset_srio", "scratch")
     ] + [
         ("llama", v)
-        for v in ("carry_srio", "carry_nrio", "carry_copy", "reset_srio", "scratch", "multi", "one_2x", "scratch_2x")
+        for v in (
+            "carry_srio",
+            "carry_nrio",
+            "carry_copy",
+            "reset_opt_srio",
+            "reset_srio",
+            "scratch",
+            "multi",
+            "one_2x",
+            "scratch_2x",
+        )
     ]
     res = json.loads((d / "results.json").read_text())
     runs = {(r["family"], r["variant"]): r for r in res["runs"]}
@@ -38,7 +48,8 @@ def test_bench_growth_pays_quick(tmp_path):
     for fam in ("llama", "gpt2"):
         want = 6 * P["tokens"] * (n[fam]["32"] + n[fam]["48"])
         assert abs(runs[(fam, "carry_srio")]["flops"] - want) / want < 1e-3
-        assert abs(runs[(fam, "scratch")]["flops"] - want) / want < 0.02
+        step = 6 * n[fam]["48"] * P["batch"] * P["seq"]  # scratch's tokens are rounded up to whole steps
+        assert 0 <= runs[(fam, "scratch")]["flops"] - want < step
         assert abs(runs[(fam, "reset_srio")]["flops"] - want) / want < 1e-3
     multi = runs[("llama", "multi")]
     want = 6 * P["tokens"] * (n["llama"]["32"] + n["llama"]["48"] + n["llama"]["64"])

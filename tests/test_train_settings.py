@@ -39,6 +39,7 @@ ALT = dict(
     tokenizer="{tokenizer}",
     grow_at=("0.5:64",),
     grow_recipe="nrio",
+    grow_optimizer="reset",
 )
 
 
