@@ -403,7 +403,7 @@ def main():
         d / "results.json",
         {
             "settings": {**{k: v for k, v in P.items() if k != "work"}, "params": params, "quick": args.quick},
-            "machine": [*(old["machine"] if old else []), machine()],
+            "machine": [*_as_list(old["machine"] if old else []), machine()],
             "wall_seconds": wall,
             "rows": rows,
             "runs": runs,
@@ -422,6 +422,10 @@ def main():
         )
     )
     print(f"wrote {d}/results.csv, runs.csv, results.json, curves.png")
+
+
+def _as_list(m):
+    return m if isinstance(m, list) else [m]
 
 
 def _cost(P, family, variant, seed):
