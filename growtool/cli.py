@@ -569,7 +569,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
     limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
-    from .verify import LOW_PRECISION, figures, floor, random_batches, reads, streamed_logits, text_batches
+    from .verify import LOW_PRECISION, StreamedHead, figures, random_batches, reads, streamed_hidden, text_batches
 
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
@@ -589,17 +589,27 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
     low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
     a_passes, b_passes = len(sets) * (2 if low else 1), len(sets) * len(alphas)  # each pass reads a checkpoint once
+    ((ia, ba), (ha, hba)), ((ib, bb), (hb, hbb)) = reads(a), reads(b)
+    items = ia * a_passes + ib * b_passes + ha * (2 if low else 1) + hb
+    nbytes = ba * a_passes + bb * b_passes + hba * (2 if low else 1) + hbb
     rows, floors = [], []
-    (ia, ba), (ib, bb) = reads(a), reads(b)
-    items, nbytes = ia * a_passes + ib * b_passes, ba * a_passes + bb * b_passes
-    with Bar("verify", items, nbytes, quiet) as bar:
+    with Bar("verify", items, nbytes, quiet) as bar:  # final-norm outputs first, then the heads, once
+        hidden = {}
         for label, x in sets.items():
-            ref = streamed_logits(a, x, 0.0, progress=bar)
-            for al in alphas:
-                got = streamed_logits(b, x, al, progress=bar)
-                rows.append((label if al == alpha else label + " (info)", figures(ref, got, al)))
+            hidden[label] = (
+                streamed_hidden(a, x, 0.0, progress=bar),
+                {al: streamed_hidden(b, x, al, progress=bar) for al in alphas},
+            )
             if low:
-                floors.append(floor(a, x, low, reference=ref, progress=bar))
+                hidden[label] += (streamed_hidden(a, x, 0.0, dtype=low, progress=bar),)
+        head_a, head_b = StreamedHead(a, progress=bar), StreamedHead(b, progress=bar)
+        head_low = StreamedHead(a, low, progress=bar) if low else None
+        for label, (ref, got, *lows) in hidden.items():
+            for al in alphas:
+                c = figures(ref, got[al], al, head_a=head_a, head_b=head_b)
+                rows.append((label if al == alpha else label + " (info)", c))
+            if low:
+                floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
     fl = max(floors, default=0.0)
     limit = max(tol, fl)
     ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)

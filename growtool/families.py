@@ -69,10 +69,6 @@ class Arch:
     aliases: dict = field(default_factory=dict)  # stored-name prefix rewrites, canonical -> as stored
     refuse: dict = field(default_factory=dict)  # HF key -> reason, refused when truthy
 
-    def path(self, slot: str, i: int | None = None) -> str:
-        p = self.modules[slot]
-        return self.block.format(i=i) + p if i is not None else p
-
     @property
     def embed(self) -> str:
         return self.modules["embed"] + ".weight"

@@ -304,6 +304,11 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
 
 def run(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
     """Logits of a model built by ``build`` for token ids ``idx`` [B, T]."""
+    return head_logits(model, hidden(model, idx, alpha))
+
+
+def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
+    """The final-norm output of a model built by ``build`` ([B, T, width]): all but the head."""
     cfg, a = model.cfg, arch_of(model.cfg)
     T = idx.shape[1]
     if T > cfg.context:
@@ -322,8 +327,13 @@ def run(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
                 ropes[theta] = rope_tables(cfg, T, idx.device, theta)
             rope = ropes[theta]
         x = b(x, rope, alpha)
-    x = model.get_submodule(a.modules["final_norm"])(x)
-    logits = model.get_submodule(a.modules["head"])(x)
+    return model.get_submodule(a.modules["final_norm"])(x)
+
+
+def head_logits(model: nn.Module, x: torch.Tensor, head: nn.Module | None = None) -> torch.Tensor:
+    """The head (and the final soft-cap) applied to final-norm outputs ``x``."""
+    cfg = model.cfg
+    logits = (head or model.get_submodule(arch_of(cfg).modules["head"]))(x)
     if cfg.final_softcap:
         logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
     return logits
@@ -338,4 +348,4 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-__all__ = ["LM", "Block", "ModelConfig", "logit_scale", "count_params", "build", "run"]
+__all__ = ["LM", "Block", "ModelConfig", "logit_scale", "count_params", "build", "run", "hidden", "head_logits"]

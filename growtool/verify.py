@@ -21,7 +21,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .families import arch_of
-from .model import LM, Block, logit_scale, make_norm, run
+from .model import LM, Block, head_logits, hidden, logit_scale, make_norm
 
 
 @dataclass
@@ -61,60 +61,96 @@ class Streamed:
         self.ck, self.cfg, self.dtype, self.progress = ck, ck.config, dtype, progress
         self.arch = arch_of(ck.config)
 
-    def _load(self, module: nn.Module, prefix: str) -> nn.Module:
+    def _load(self, make, prefix: str) -> nn.Module:
+        """``make()`` built without memory (meta device), then given the checkpoint's tensors
+        themselves (``assign``): one copy of each weight, no random initialisation."""
+        with torch.device("meta"):
+            module = make()
         sd = {}
         for k in module.state_dict():
             t = self.ck.get(prefix + k)
             sd[k] = t.to(self.dtype)
             if self.progress:
                 self.progress(prefix + k, t.numel() * t.element_size())
-        module.load_state_dict(sd)
-        return module.to(self.dtype).eval()
+            del t
+        module.load_state_dict(sd, assign=True)
+        return module.eval()
 
     def _blocks(self):
         for i in range(self.cfg.layers):
-            yield self._load(Block(self.cfg, i), self.arch.block.format(i=i))
+            yield self._load(lambda i=i: Block(self.cfg, i), self.arch.block.format(i=i))
 
     def get_submodule(self, path: str) -> nn.Module:
         a, cfg = self.arch, self.cfg
         if path == a.blocks_path:
             return self._blocks()
         if path == a.modules["final_norm"]:
-            return self._load(make_norm(cfg, cfg.width), path + ".")
+            return self._load(lambda: make_norm(cfg, cfg.width), path + ".")
         if path == a.modules["head"]:
-            head = nn.Linear(cfg.width, cfg.vocab_size, bias=False)
-            return self._load(head, (a.modules["embed"] if cfg.tie else path) + ".")
+            head = (a.modules["embed"] if cfg.tie else path) + "."
+            return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
         rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
-        return self._load(nn.Embedding(rows, cfg.width), path + ".")
+        return self._load(lambda: nn.Embedding(rows, cfg.width), path + ".")
+
+
+@torch.no_grad()
+def streamed_hidden(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progress=None) -> torch.Tensor:
+    """Final-norm outputs of checkpoint ``ck`` on every row of ``x``, one block in memory at a time."""
+    gate = (0.0 if alpha is None else alpha) if ck.config.gated else None
+    return hidden(Streamed(ck, dtype, progress), x, gate)
+
+
+class StreamedHead:
+    """A checkpoint's head (tied: its embedding), loaded once: ``head(h) -> float32 logits``."""
+
+    def __init__(self, ck, dtype=torch.float32, progress=None):
+        self.model = Streamed(ck, dtype, progress)
+        self.head = self.model.get_submodule(arch_of(ck.config).modules["head"])
+
+    @torch.no_grad()
+    def __call__(self, h: torch.Tensor) -> torch.Tensor:
+        return head_logits(self.model, h, self.head).float()
 
 
 @torch.no_grad()
 def streamed_logits(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progress=None) -> torch.Tensor:
     """Logits (float32) of checkpoint ``ck`` on every row of ``x``, one block in memory at a time."""
-    gate = (0.0 if alpha is None else alpha) if ck.config.gated else None
-    return run(Streamed(ck, dtype, progress), x, gate).float()
+    h = streamed_hidden(ck, x, alpha, dtype, progress)
+    return StreamedHead(ck, dtype, progress)(h)
 
 
-def reads(ck) -> tuple[int, int]:
-    """(tensors, bytes) one ``streamed_logits`` pass reads (a tied head reads the embedding again)."""
-    emb = arch_of(ck.config).embed
-    extra = [emb] if ck.config.tie else []
-    names = list(ck.entries) + extra
-    return len(names), sum(ck.get_nbytes(n) for n in names)
+def reads(ck) -> tuple[tuple[int, int], tuple[int, int]]:
+    """((tensors, bytes) of one ``streamed_hidden`` pass, (tensors, bytes) of loading the head):
+    a pass reads everything but an untied head; the head is one tensor (tied: the embedding)."""
+    a = arch_of(ck.config)
+    head = a.embed if ck.config.tie else a.modules["head"] + ".weight"
+    body = [n for n in ck.entries if ck.config.tie or n != head]
+    return (len(body), sum(ck.get_nbytes(n) for n in body)), (1, ck.get_nbytes(head))
 
 
-def figures(a: torch.Tensor, b: torch.Tensor, alpha: float, batch: int = 8) -> Comparison:
-    """The comparison of logits ``b`` against reference ``a`` ([N, T, V]), in chunks of ``batch``
-    sequences (the logit scale is the mean of the chunks' standard deviations)."""
+@torch.no_grad()
+def figures(a, b, alpha: float, batch: int = 8, head_a=None, head_b=None) -> Comparison:
+    """The comparison of ``b`` against reference ``a``: logits [N, T, V], or final-norm outputs
+    [N, T, width] with ``head_a`` / ``head_b`` mapping them to logits one sequence at a time (the
+    logits of all inputs are never held). The logit scale is the mean of the standard deviations
+    of chunks of ``batch`` sequences of ``a``'s logits."""
     mx, kl, agree, n, scale = 0.0, 0.0, 0, 0, []
-    for i in range(0, len(a), batch):
-        ai, bi = a[i : i + batch].float(), b[i : i + batch].float()
+    s1 = s2 = 0.0
+    m = 0
+    for j, (ai, bi) in enumerate(zip(a, b)):
+        ai = (head_a(ai[None])[0] if head_a else ai).float()
+        bi = (head_b(bi[None])[0] if head_b else bi).float()
         mx = max(mx, float((ai - bi).abs().max()))
         la, lb = F.log_softmax(ai, -1), F.log_softmax(bi, -1)
-        kl += float((la.exp() * (la - lb)).sum(-1).sum())
+        kl += float((la.exp() * (la - lb)).sum())
         agree += int((ai.argmax(-1) == bi.argmax(-1)).sum())
-        n += ai.shape[0] * ai.shape[1]
-        scale.append(logit_scale(ai))
+        n += ai.shape[0]
+        ad = ai.double()
+        s1, s2, m = s1 + float(ad.sum()), s2 + float((ad * ad).sum()), m + ad.numel()
+        if (j + 1) % batch == 0 or j + 1 == len(a):  # the chunk's std (unbiased, as torch.std)
+            scale.append(max(((s2 - s1 * s1 / m) / max(m - 1, 1)) ** 0.5, 1e-6))
+            s1 = s2 = 0.0
+            m = 0
     s = sum(scale) / len(scale)
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
 
@@ -122,13 +158,16 @@ def figures(a: torch.Tensor, b: torch.Tensor, alpha: float, batch: int = 8) -> C
 LOW_PRECISION = (torch.bfloat16, torch.float16)
 
 
-def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference: torch.Tensor | None = None, progress=None) -> float:
+def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference=None, head=None, progress=None) -> float:
     """The source's own max |dlogit| / logit scale between running in ``dtype`` and in float32:
-    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32)."""
+    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32). ``reference`` and
+    ``head``: the float32 final-norm outputs and head, when the caller has them already."""
     if dtype not in LOW_PRECISION:
         return 0.0
-    ref = streamed_logits(src_ck, x, progress=progress) if reference is None else reference
-    return figures(ref, streamed_logits(src_ck, x, dtype=dtype, progress=progress), 0.0).rel
+    head = head or StreamedHead(src_ck, progress=progress)
+    ref = streamed_hidden(src_ck, x, 0.0, progress=progress) if reference is None else reference
+    low = streamed_hidden(src_ck, x, 0.0, dtype=dtype, progress=progress)
+    return figures(ref, low, 0.0, head_a=head, head_b=StreamedHead(src_ck, dtype, progress)).rel
 
 
 @torch.no_grad()

@@ -86,3 +86,12 @@ def test_throughput_quick(tmp_path):
         # the timed models compute the same function: ours vs transformers, gated at 0.5 vs folded at 0.5
         assert detail[(fam, True)]["max_logit_diff_vs_hf"] < 1e-4
         assert detail[(fam, False)]["max_logit_diff_gated_vs_folded"] < 1e-4
+
+
+def test_verify_memory_quick(tmp_path):
+    d = run_bench("verify_memory", tmp_path)
+    row = json.loads((d / "verify_memory.json").read_text())["row"]
+    assert row["pass"] and positive(row["verify_s"], row["verify_peak_rss_MB"])
+    assert row["streamed_max_dlogit"] == row["whole_max_dlogit"] or math.isclose(
+        row["streamed_max_dlogit"], row["whole_max_dlogit"], rel_tol=1e-4
+    )
