@@ -50,7 +50,7 @@ from .families import expected_shapes
 from .metrics import matrix_metrics
 from .model import LM
 from .tokenizer import Carry, write_files
-from .train_settings import Settings, resume_keys
+from .train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 
@@ -323,10 +323,10 @@ def restore(run: Run, resume: bool) -> None:
     if resume:
         state = torch.load(run.out / STATE, map_location="cpu", weights_only=True)
         for k in resume_keys():
-            if state["settings"].get(k) != run.s[k]:
+            if saved_setting(state["settings"], k) != run.s[k]:
                 raise GrowError(
                     f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
-                    f"{state['settings'].get(k)!r} (resume with the same command line)"
+                    f"{saved_setting(state['settings'], k)!r} (resume with the same command line)"
                 )
         last = checkpoint.load(run.out / MODEL)
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:

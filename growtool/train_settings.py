@@ -158,6 +158,15 @@ def default_gate_tokens(steps: int, per_step: int) -> int:
     return max(1, round(0.1 * steps * per_step))
 
 
+# settings added after runs were already being saved: what a saved run without them meant
+ABSENT = {"grow_at": [], "grow_recipe": "srio", "grow_optimizer": "carry"}
+
+
+def saved_setting(saved: dict, name: str):
+    """A saved run's value of setting ``name`` (runs saved before the setting existed: ABSENT)."""
+    return saved[name] if name in saved else ABSENT.get(name)
+
+
 def option(name: str) -> str:
     return "--" + name.replace("_", "-")
 

@@ -138,3 +138,15 @@ def test_expand_run_folder_bad_input(world, tmp_path):
     r = cli("expand", done, "--width", 48, "-o", tmp_path / "g")
     assert r.exit_code == 2 and "the run is finished" in r.stderr, r.stderr
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
+
+
+def test_runs_saved_before_the_growth_settings_still_resume(world, tmp_path):
+    kw = dict(KW, steps=6)
+    train(world["base"], [world["text"]], tmp_path / "run", stop_at=3, **kw)
+    state = torch.load(tmp_path / "run" / STATE, weights_only=True)
+    for k in ("grow_at", "grow_recipe", "grow_optimizer"):
+        del state["settings"][k]
+    del state["growths"]
+    torch.save(state, tmp_path / "run" / STATE)
+    r = train(world["base"], [world["text"]], tmp_path / "run", resume=True, **kw)
+    assert r["steps"] == 6 and r["final"]
