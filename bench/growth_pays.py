@@ -317,9 +317,11 @@ def plot(runs, path, title):
     import matplotlib.pyplot as plt
 
     fams = sorted({r["family"] for r in runs})
-    fig, axes = plt.subplots(1, len(fams) + 1, figsize=(6 * (len(fams) + 1), 4.5), squeeze=False)
+    n = len(fams) + bool(P_MULTI)
+    fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.5), squeeze=False)
     panels = [(f, lambda v: v in ORDER[:6], ax) for f, ax in zip(fams, axes[0])]
-    panels.append((P_MULTI[0] if P_MULTI else fams[0], lambda v: v in ORDER[6:], axes[0][-1]))
+    if P_MULTI:
+        panels.append((P_MULTI[0], lambda v: v in ORDER[6:], axes[0][-1]))
     for family, keep, ax in panels:
         variants = sorted({r["variant"] for r in runs if r["family"] == family and keep(r["variant"])}, key=_order)
         for v in variants:
