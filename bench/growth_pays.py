@@ -201,7 +201,7 @@ def job(P, family, variant, seed):
             lambda n: growth.grow_tensor(n, plan, src.get),
             force=True,
         )
-        # the grown phase continues the base phase's data order (steps T/(B*S) onwards of the same seed)
+        # the grown phase draws its own data order (seed + 1000), as bench/recipes.py does
         s, recs = _train(P, grown, out, T, seed + 1000)
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]  # first grown update's loss minus the base's last
