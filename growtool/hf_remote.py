@@ -32,7 +32,10 @@ MODELING = '''"""growtool's forward pass as a transformers model (written by gro
 
 The architecture, gated attention and growth gates follow the config's ``growtool`` section;
 model.py, config.py, families.py and errors.py beside this file are growtool's own, unchanged.
-``forward(input_ids, labels=None, alpha=None)``: ``alpha`` overrides the growth gates.
+``forward(input_ids, labels=None, alpha=None)``: ``alpha`` overrides the growth gates. The growth
+gates load frozen (requires_grad False): a schedule sets them (growtool.hf_callback.GateRampCallback),
+never an optimizer. With ``num_items_in_batch`` (the Trainer's gradient accumulation) the loss is
+the sum over tokens divided by it, as transformers' own causal-LM loss.
 """
 import torch
 import torch.nn.functional as F
@@ -57,6 +60,15 @@ class GrowtoolForCausalLM(PreTrainedModel, GenerationMixin):
         a = arch_of(cfg)
         self._tied_weights_keys = {a.modules["head"] + ".weight": a.embed} if cfg.tie else {}
         self.post_init()
+        for gate in self.growth_gates():
+            gate.requires_grad_(False)
+
+    @classmethod
+    def from_pretrained(cls, *args, **kwargs):
+        model = super().from_pretrained(*args, **kwargs)
+        for gate in model.growth_gates():  # loading makes fresh parameters, trainable: freeze the gates again
+            gate.requires_grad_(False)
+        return model
 
     def _init_weights(self, module):
         pass  # every weight comes from the checkpoint
@@ -73,13 +85,18 @@ class GrowtoolForCausalLM(PreTrainedModel, GenerationMixin):
             return []
         return [b.growth_gate for b in self.get_submodule(arch_of(self.cfg).blocks_path)]
 
-    def forward(self, input_ids=None, attention_mask=None, labels=None, alpha=None, **kwargs):
+    def forward(self, input_ids=None, attention_mask=None, labels=None, alpha=None, num_items_in_batch=None, **kwargs):
         if attention_mask is not None and not bool(attention_mask.all()):
             raise ValueError("growtool models take unpadded batches (attention_mask must be all ones)")
         logits = run(self, input_ids, alpha)
         loss = None
         if labels is not None:
-            loss = F.cross_entropy(logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten(), ignore_index=-100)
+            pred, target = logits[:, :-1].float().flatten(0, 1), labels[:, 1:].flatten()
+            if num_items_in_batch is None:
+                loss = F.cross_entropy(pred, target, ignore_index=-100)
+            else:
+                loss = F.cross_entropy(pred, target, ignore_index=-100, reduction="sum")
+                loss = loss / torch.as_tensor(num_items_in_batch, device=loss.device)
         return CausalLMOutputWithPast(loss=loss, logits=logits)
 
     def prepare_inputs_for_generation(self, input_ids, **kwargs):

@@ -61,8 +61,11 @@ def resolve_grow_at(items, steps: int) -> list[list[int]]:
     return out
 
 
-def precheck(grow_at, recipe: str, width: int) -> None:
-    """What can be checked before the data is read: widths above the model's and rising, the recipe."""
+def precheck(grow_at, recipe: str, width: int, fsdp: bool = False) -> None:
+    """What can be checked before the data is read: widths above the model's and rising, the recipe;
+    not with --fsdp (growing a sharded model and optimizer is not built)."""
+    if grow_at and fsdp:
+        raise GrowError("--grow-at does not work with --fsdp yet (a sharded model and optimizer cannot grow)")
     prev = width
     for _, w in parse_grow_at(grow_at):
         if w <= prev:
@@ -164,7 +167,10 @@ def grow_run(run, step: int, width: int) -> None:
     partial = {"op": "train", "step": step, "tokens": step * B * T, "complete": False, "stage": stage - 1}
     run.lineage = run.lineage + [partial, {**entry, "step": step}]
     run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"]}]
-    run.model = new.to(run.dev)
+    from . import fsdp
+
+    fsdp.place(new, run.dev, run.world, False, run.opts.activation_checkpointing)
+    run.model = new
     run.opt = make_optimizer(run.model, run.s)
     if run.s.get("grow_optimizer", "carry") == "carry":
         run.opt.load_state_dict(state)
@@ -204,6 +210,8 @@ def expand_run(
     if out.resolve() == src.resolve():
         raise GrowError(f"{out}: is the source run folder")
     state = torch.load(src / STATE, map_location="cpu", weights_only=True)
+    if "optimizer" not in state:
+        raise GrowError(f"{src}: its optimizer state is sharded (an --fsdp run): growing it is not built")
     last = checkpoint.load(src / MODEL)
     step = state["step"]
     if not last.lineage or last.lineage[-1].get("step") != step:

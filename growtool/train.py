@@ -25,7 +25,9 @@ What holds:
   at the end ``final.safetensors`` (plain) and ``loss.png``. Token caches go to ``out/cache``.
 * Distributed: under torchrun (WORLD_SIZE > 1) each rank computes its slice of the same global
   batch of ``batch`` sequences; DistributedDataParallel averages the gradients (gloo on CPU, NCCL
-  on CUDA). Evaluation runs on every rank on the same batches.
+  on CUDA). Evaluation runs on every rank on the same batches. With ``fsdp`` the model is sharded
+  with FSDP2 instead and the resumable state goes, sharded, into ``last-<step>.dcp`` (growtool.fsdp),
+  loadable on any number of ranks; ``grad_accum`` splits each rank's slice into micro-batches.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, data, growth, stages
+from . import checkpoint, data, fsdp, growth, stages
 from .checkpoint import atomic_file
 from .errors import GrowError
 from .families import expected_shapes
@@ -132,12 +134,15 @@ def evaluate(model: LM, batches, device: torch.device) -> float:
 
 
 def cpu_tensors(model: LM) -> dict[str, torch.Tensor]:
+    """The checkpoint's tensors in float32 on CPU. FSDP-sharded: every rank must call; rank 0 gets them."""
+    if fsdp.is_sharded(model):
+        return fsdp.full_tensors(model)
     return {n: t.detach().float().cpu().clone() for n, t in model.tensors().items()}
 
 
-def folded(model: LM, gate: float) -> tuple:
+def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:
     """(plain config, tensors) of a gated model with its gates baked in at ``gate``."""
-    cfg, t = model.cfg, cpu_tensors(model)
+    cfg, t = model.cfg, cpu_tensors(model) if tensors is None else tensors
     if not cfg.gated:
         return cfg, t
     plain = growth.fold_config(cfg)
@@ -280,6 +285,10 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
     if opts.batch % world:
         raise GrowError(f"--batch {opts.batch} is not divisible by the {world} processes (each takes an equal slice)")
+    if (opts.batch // world) % opts.grad_accum:
+        raise GrowError(
+            f"--grad-accum {opts.grad_accum} does not divide each process's {opts.batch // world} sequences"
+        )
     if cfg.gated and any(v != 0.0 for v in growth.gate_values(ck)):
         raise GrowError(
             f"{ckpt}: its growth gates are already open ({max(growth.gate_values(ck)):g}); "
@@ -294,7 +303,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
-    stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width)
+    stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width, opts.fsdp)
     existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     tokens = data.load_tokens(
@@ -338,10 +347,16 @@ def restore(run: Run, resume: bool) -> None:
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
-    model.to(run.dev).train()
+    model.train()
+    fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
-    if state is not None:
+    if state is not None and state.get("sharded"):
+        fsdp.load_state(model, run.opt, run.out / state["sharded"])
+    elif state is not None and fsdp.is_sharded(model):
+        raise GrowError(f"{run.out}: the saved state is not sharded (a run without --fsdp); resume it without --fsdp")
+    elif state is not None:
         run.opt.load_state_dict(state["optimizer"])
+    if state is not None:
         torch.set_rng_state(state["rng"]["torch"])
         if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
             torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
@@ -349,15 +364,22 @@ def restore(run: Run, resume: bool) -> None:
         torch.manual_seed(run.s["seed"])
 
 
+def start_group(run: Run) -> bool:
+    """Join torchrun's process group (several processes, not yet joined); True when this call did."""
+    if run.world == 1 or dist.is_initialized():
+        return False
+    if run.dev.type == "cuda":
+        torch.cuda.set_device(run.dev)
+    dist.init_process_group("nccl" if run.dev.type == "cuda" else "gloo")
+    return True
+
+
 def parallel(run: Run) -> tuple[torch.nn.Module, bool]:
-    """(the module to call: DDP and / or compiled around the model, whether we started the process group)."""
-    own_group = run.world > 1 and not dist.is_initialized()
-    if own_group:
-        if run.dev.type == "cuda":
-            torch.cuda.set_device(run.dev)
-        dist.init_process_group("nccl" if run.dev.type == "cuda" else "gloo")
+    """(the module to call: DDP and / or compiled around the model, whether we started the process group).
+    An FSDP-sharded model is called as it is (fully_shard wrapped it in place)."""
+    own_group = start_group(run)
     module = run.model
-    if run.world > 1:
+    if run.world > 1 and not fsdp.is_sharded(run.model):
         ids = [run.dev.index] if run.dev.type == "cuda" else None
         module = torch.nn.parallel.DistributedDataParallel(run.model, device_ids=ids)
     if run.opts.compile:
@@ -366,7 +388,12 @@ def parallel(run: Run) -> tuple[torch.nn.Module, bool]:
 
 
 def save_state(run: Run, step: int) -> None:
-    """The resumable pair (rank 0): the unfolded model, and the optimiser, RNG, step and settings."""
+    """The resumable pair (rank 0): the unfolded model, and the optimiser, RNG, step and settings.
+    With --fsdp the model and optimiser also go, sharded, into ``last-<step>.dcp`` (every rank writes
+    its shards; ``last.pt`` names the folder instead of holding the optimiser)."""
+    sharded = run.opts.fsdp
+    tensors = cpu_tensors(run.model) if sharded else None  # a collective gather when sharded
+    folder = fsdp.save_state(run.model, run.opt, run.out, step) if sharded else None
     if not run.lead:
         return
     s, B, T, dev = run.s, run.s["batch"], run.s["seq"], run.dev
@@ -383,22 +410,15 @@ def save_state(run: Run, step: int) -> None:
         str(run.out / MODEL),
         run.model.cfg,
         run.lineage + [entry],
-        cpu_tensors(run.model),
+        tensors if sharded else cpu_tensors(run.model),
         force=True,
         tokenizer=run.tokenizer_record,
     )
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
-    save_bytes(
-        run.out / STATE,
-        {
-            "step": step,
-            "data_step": step,
-            "settings": s,
-            "optimizer": run.opt.state_dict(),
-            "rng": rng,
-            "growths": run.growths,
-        },
-    )
+    optim = {"sharded": folder} if sharded else {"optimizer": run.opt.state_dict()}
+    state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
+    save_bytes(run.out / STATE, state)
+    fsdp.drop_old_states(run.out, folder)
 
 
 def one_step(run: Run, module, params, step: int) -> dict:
@@ -411,13 +431,10 @@ def one_step(run: Run, module, params, step: int) -> dict:
     for group in run.opt.param_groups:
         group["lr"] = lr_now
     x, y = run.ds.train_batch(step, s["seed"], run.rank, run.world)
-    with autocast(dev):
-        _, loss = module(x.to(dev), y.to(dev))
-    loss.backward()
+    loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
     run.opt.step()
     run.opt.zero_grad(set_to_none=True)
-    loss = loss.detach()
     if run.world > 1:
         dist.all_reduce(loss)
         loss /= run.world
@@ -513,9 +530,11 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         "gate": run_gate(run, step),
         "settings": s,
     }
+    last = step == s["steps"]
+    full = cpu_tensors(run.model) if last and (run.lead or fsdp.is_sharded(run.model)) else None  # FSDP: collective
     if step == s["steps"] and run.lead:
         gate = run_gate(run, step)
-        cfg_f, tensors = folded(run.model, gate if gate is not None else 1.0)
+        cfg_f, tensors = folded(run.model, gate if gate is not None else 1.0, full)
         entry = {
             "op": "train",
             "steps": step,
@@ -557,13 +576,14 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     if isinstance(data_files, (str, os.PathLike)):
         data_files = [data_files]
     run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir)
+    own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
     restore(run, resume)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
     if opts.deterministic:
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
         torch.use_deterministic_algorithms(True)
     try:
-        module, own_group = parallel(run)
+        module, _ = parallel(run)
         step = loop(run, module, progress)
     finally:
         torch.use_deterministic_algorithms(was_deterministic)

@@ -85,6 +85,24 @@ class Settings:
     device: str = setting(
         "auto", "where to train", choices=("auto", "cpu", "cuda"), resume="the machine may change between invocations"
     )
+    fsdp: bool = setting(
+        False,
+        "under torchrun: shard parameters, gradients and optimizer state (FSDP2); state saved sharded (DCP)",
+        flag=True,
+        resume="the saved state records its own format; a run may change its sharding and number of ranks",
+    )
+    grad_accum: int = setting(
+        1,
+        "split each process's share of the batch into this many micro-batches (same global batch)",
+        low=1,
+        resume="the same batch in smaller pieces: the update differs only in round-off",
+    )
+    activation_checkpointing: bool = setting(
+        False,
+        "recompute each block's activations in backward (less memory, more compute)",
+        flag=True,
+        resume="an execution detail",
+    )
     compile: bool = setting(False, "torch.compile the model", flag=True, resume="an execution detail")
     deterministic: bool = setting(
         False,

@@ -111,6 +111,7 @@ def test_grow_at_three_stages_end_to_end_and_resume_across_a_growth(world):
         (["--grow-at", "0.5:24"], "not larger than the model's width 32"),
         (["--grow-at", "0.3:48", "--grow-at", "0.35:64"], "shorter than the gate ramp"),
         (["--grow-at", "0.5:48", "--grow-recipe", "nope"], "unknown recipe 'nope'"),
+        (["--grow-at", "0.5:48", "--fsdp"], "--grow-at does not work with --fsdp"),
     ],
 )
 def test_bad_schedules_are_one_line_exit_2_without_output(world, tmp_path, extra, msg):
