@@ -434,9 +434,19 @@ def expand(
     quiet,
     tokenizer_path,
 ):
-    """Grow CKPT to --width; prints the written path on stdout."""
+    """Grow CKPT to --width; prints the written path on stdout.
+
+    CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
+    run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
+    if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
+        if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path:
+            raise GrowError(
+                f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype "
+                "and --tokenizer do not apply"
+            )
+        return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet)
     out = out or default_out(ckpt, width, folder=shard_size is not None)
     if plan_json_ and out == "-" and not dry_run:
         raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
@@ -509,6 +519,23 @@ def expand(
     )
     if path != "-":
         click.echo(path)
+
+
+def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet):
+    """``expand RUN_DIR``: grow a run's resumable state (model + optimizer) into a new run folder."""
+    from .stages import expand_run
+
+    if out in (None, "-"):
+        raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
+    with one_thread():
+        plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force)
+    show_plan(plan, quiet)
+    err.print(
+        f"grew run {src} at step {step}: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width}, AdamW moments "
+        f"grown; continue with: growtool train <its checkpoint> --data ... --out {out} --resume",
+        soft_wrap=True,
+    )
+    click.echo(out)
 
 
 # ---- verify -------------------------------------------------------------------------------
@@ -861,7 +888,13 @@ def settings_options(fn):
             continue
         typ = click.Choice(m["choices"]) if m["choices"] else kind
         fn = click.option(
-            option(f.name), f.name, type=typ, default=f.default, show_default=f.default is not None, help=m["help"]
+            option(f.name),
+            f.name,
+            type=typ,
+            default=f.default,
+            show_default=f.default not in (None, ()),
+            help=m["help"],
+            multiple=m["multiple"],
         )(fn)
     return fn
 

@@ -4,10 +4,13 @@ What holds:
 
 * Optimiser: AdamW; weight decay on matrices (dim >= 2) only, never on norm gains, biases or the
   growth gates (the gates are not trained at all: the schedule sets them every step).
-* Learning rate: linear warm-up over ``warmup`` steps (every run re-warms, grown or not), then
-  cosine decay to ``lr * min_lr_ratio`` at the last step. Gradients are clipped to norm ``clip``.
+* Learning rate: linear warm-up over ``warmup`` steps (every run warms up once), then cosine decay
+  to ``lr * min_lr_ratio`` at the last step. Gradients are clipped to norm ``clip``. Growths inside a
+  run (``grow_at``, or a run folder grown by ``stages.expand_run``) keep the schedule and carry the
+  AdamW moments (``grow_state``): no reset, no re-warm.
 * Grown checkpoints (growth gates present, all at 0): before update ``s`` every gate is set to
-  min(1, s * batch * seq / gate_warmup_tokens), a linear ramp 0 -> 1. Evaluation after ``s``
+  min(1, (s - s_g) * batch * seq / gate_warmup_tokens), a linear ramp 0 -> 1 from the step s_g of
+  the run's last growth (0 for a grown checkpoint). Evaluation after ``s``
   updates uses the gate of step ``s``, so the first evaluation (step 0, gate 0) measures the
   source model's function. The final checkpoint has the gates folded away at the value they
   reached (1 unless the run was shorter than the ramp): a plain checkpoint.
@@ -16,7 +19,8 @@ What holds:
   uninterrupted run's (bitwise on CPU).
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
   unfolded) + ``last.pt`` (optimiser, RNG, step, settings) every ``save_every`` steps;
-  ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s;
+  ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s,
+  stage, width, flops (cumulative; stages.annotate);
   val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``);
   at the end ``final.safetensors`` (plain) and ``loss.png``. Token caches go to ``out/cache``.
 * Distributed: under torchrun (WORLD_SIZE > 1) each rank computes its slice of the same global
@@ -32,6 +36,7 @@ import io
 import json
 import math
 import os
+import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -40,14 +45,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, data, fsdp, growth
+from . import checkpoint, data, fsdp, growth, stages
 from .checkpoint import atomic_file
 from .errors import GrowError
 from .families import expected_shapes
 from .metrics import matrix_metrics
 from .model import LM
 from .tokenizer import Carry, write_files
-from .train_settings import Settings, resume_keys
+from .train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 
@@ -64,12 +69,23 @@ def lr_at(step: int, s: dict) -> float:
     return lr * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def gate_at(step: int, s: dict) -> float | None:
-    """Growth-gate value in force after ``step`` updates (None for a plain model)."""
+def gate_at(step: int, s: dict, start: int = 0) -> float | None:
+    """Growth-gate value in force after ``step`` updates of a ramp that began at step ``start``
+    (None for a plain model)."""
     g = s["gate_warmup_tokens"]
     if g is None:
         return None
-    return 1.0 if g <= 0 else min(1.0, step * s["batch"] * s["seq"] / g)
+    return 1.0 if g <= 0 else min(1.0, (step - start) * s["batch"] * s["seq"] / g)
+
+
+def run_gate_for(cfg, s: dict, growths: list, step: int) -> float | None:
+    """The gate in force after ``step`` updates for a model of ``cfg`` whose run grew at ``growths``
+    (the ramp restarts at each growth; None for a plain model)."""
+    return gate_at(step, s, stages.last_growth(growths, step)) if cfg.gated else None
+
+
+def run_gate(run: Run, step: int) -> float | None:
+    return run_gate_for(run.model.cfg, run.s, run.growths, step)
 
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -164,6 +180,10 @@ def plot(records: list[dict], path: Path, title: str) -> None:
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title, fontsize=9)
+    for prev, r in zip(tr, tr[1:]):  # growth points (stages.py): the width changes between two steps
+        if prev.get("width") != r.get("width"):
+            ax.axvline(prev["tokens"], color="tab:red", lw=0.8, ls=":")
+            ax.annotate(f"d{r['width']}", (prev["tokens"], 1.0), xycoords=("data", "axes fraction"), fontsize=7)
     ax.legend(loc="upper right")
     if any(r.get("gate") is not None for r in tr):
         ax2 = ax.twinx()
@@ -239,6 +259,7 @@ class Run:
     val: list = field(default_factory=list)  # validation batches
     records: list = field(default_factory=list)
     tok: data.Tokenizer | None = None
+    growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
 
     @property
     def lead(self) -> bool:
@@ -282,13 +303,26 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
+    stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width, opts.fsdp)
+    existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     tokens = data.load_tokens(
         files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, opts.batch), write_cache=rank == 0
     )
     ds = data.Dataset(tokens, seq, opts.batch, src=", ".join(map(str, files)))
     identity = {"data_sha256": [data.file_sha256(f) for f in files], "source_sha256": ck.sha256()}
-    s = opts.resolve(ds.n_train, cfg.context, cfg.gated, tok.key, identity)
+    gated = (
+        cfg.gated
+        or bool(opts.grow_at)
+        or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
+    )
+    s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
+    try:
+        stages.check_schedule(s, cfg.width)
+    except GrowError:
+        if not existed and rank == 0:  # only the token cache was written: leave nothing behind
+            shutil.rmtree(out, ignore_errors=True)
+        raise
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
 
@@ -298,10 +332,10 @@ def restore(run: Run, resume: bool) -> None:
     if resume:
         state = torch.load(run.out / STATE, map_location="cpu", weights_only=True)
         for k in resume_keys():
-            if state["settings"].get(k) != run.s[k]:
+            if saved_setting(state["settings"], k) != run.s[k]:
                 raise GrowError(
                     f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
-                    f"{state['settings'].get(k)!r} (resume with the same command line)"
+                    f"{saved_setting(state['settings'], k)!r} (resume with the same command line)"
                 )
         last = checkpoint.load(run.out / MODEL)
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:
@@ -309,6 +343,7 @@ def restore(run: Run, resume: bool) -> None:
         model = last.model()
         run.lineage = last.lineage[:-1]
         run.start = state["step"]
+        run.growths = list(state.get("growths", []))
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
@@ -381,7 +416,8 @@ def save_state(run: Run, step: int) -> None:
     )
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
     optim = {"sharded": folder} if sharded else {"optimizer": run.opt.state_dict()}
-    save_bytes(run.out / STATE, {"step": step, "data_step": step, "settings": s, **optim, "rng": rng})
+    state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
+    save_bytes(run.out / STATE, state)
     fsdp.drop_old_states(run.out, folder)
 
 
@@ -389,7 +425,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     """Update ``step`` (0-based); returns its metrics record (validation and matrices when due)."""
     s, model, dev = run.s, run.model, run.dev
     t0 = time.time()
-    g, lr_now = gate_at(step, s), lr_at(step, s)
+    g, lr_now = run_gate(run, step), lr_at(step, s)
     if g is not None:
         model.set_gates(g)
     for group in run.opt.param_groups:
@@ -416,7 +452,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     if not math.isfinite(rec["loss"]):
         raise GrowError(f"training diverged: loss is {rec['loss']} at step {step} (lower --lr?)")
     if step % s["eval_every"] == 0 or step == s["steps"]:
-        g_eval = gate_at(step, s)
+        g_eval = run_gate(run, step)
         if g_eval is not None:
             model.set_gates(g_eval)
         rec["val_loss"] = evaluate(model, run.val, dev)
@@ -443,26 +479,30 @@ def loop(run: Run, module, progress: bool) -> int:
             fh.flush()
 
     if run.start == 0:
-        g = gate_at(0, s)
+        g = run_gate(run, 0)
         run.model.set_gates(g or 0.0)
-        log(
-            {
-                "step": 0,
-                "tokens": 0,
-                "gate": g,
-                "val_loss": evaluate(run.model, run.val, run.dev),
-                "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model)),
-            }
-        )
+        rec0 = {
+            "step": 0,
+            "tokens": 0,
+            "gate": g,
+            "val_loss": evaluate(run.model, run.val, run.dev),
+            "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model)),
+        }
+        log(stages.annotate(run, rec0, None))
     bar = Progress(progress and run.lead, s["steps"], run.start)
     step, stop_at = run.start, run.opts.stop_at
     end = s["steps"] if stop_at is None else min(s["steps"], max(run.start, int(stop_at)))
     params = [p for p in run.model.parameters() if p.requires_grad]
     try:
         while step < end:
+            width = stages.due(run, step)
+            if width is not None:  # a scheduled growth before this update (stages.py)
+                stages.grow_run(run, step, width)
+                module, _ = parallel(run)
+                params = [p for p in run.model.parameters() if p.requires_grad]
             rec = one_step(run, module, params, step)
             step = rec["step"]
-            log(rec)
+            log(stages.annotate(run, rec, run.records[-1] if run.records else None))
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
                 save_state(run, step)
@@ -487,13 +527,13 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         "seconds": seconds,
         "final": None,
         "metrics": str(run.out / "metrics.jsonl"),
-        "gate": gate_at(step, s),
+        "gate": run_gate(run, step),
         "settings": s,
     }
     last = step == s["steps"]
     full = cpu_tensors(run.model) if last and (run.lead or fsdp.is_sharded(run.model)) else None  # FSDP: collective
     if step == s["steps"] and run.lead:
-        gate = gate_at(step, s)
+        gate = run_gate(run, step)
         cfg_f, tensors = folded(run.model, gate if gate is not None else 1.0, full)
         entry = {
             "op": "train",

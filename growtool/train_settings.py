@@ -30,6 +30,7 @@ def setting(
     saved: bool | None = None,
     choices=None,
     flag=False,
+    multiple=False,
 ):
     """A field of ``Settings``. ``resume``: True (a resumed run must match the saved value) or a string
     saying why it is not compared. ``saved``: kept in the run's saved settings (default: when compared)."""
@@ -45,6 +46,7 @@ def setting(
             "saved": saved,
             "choices": choices,
             "flag": flag,
+            "multiple": multiple,
         },
     )
 
@@ -108,6 +110,18 @@ class Settings:
         flag=True,
         resume="an execution detail",
     )
+    grow_at: tuple[str, ...] = setting(
+        (),
+        "FRACTION:WIDTH: grow to WIDTH after that fraction of the steps, carrying the optimizer (repeatable)",
+        multiple=True,
+    )
+    grow_recipe: str = setting("srio", "recipe for --grow-at growths (a shipped name or a YAML file)")
+    grow_optimizer: str = setting(
+        "carry",
+        "AdamW state at a --grow-at growth: carry (moments grown with the model) or reset (fresh AdamW; "
+        "the LR schedule continues either way)",
+        choices=("carry", "reset"),
+    )
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )
@@ -125,9 +139,14 @@ class Settings:
             if value_type(f.name) is int and (not isinstance(v, int) or isinstance(v, bool)):
                 raise GrowError(f"{option(f.name)} must be an integer, got {v!r}")
             check_range(option(f.name), v, m["low"], m["high"], m["low_open"])
+        from .stages import parse_grow_at
+
+        parse_grow_at(self.grow_at)
 
     def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
         """The run's saved settings: defaults filled in from the data, the model and the run length."""
+        from .stages import resolve_grow_at
+
         seq = self.seq or min(context, 128)
         per_step = self.batch * seq
         steps = self.steps or math.ceil((self.tokens if self.tokens is not None else n_train) / per_step)
@@ -135,9 +154,7 @@ class Settings:
         gate = None
         if gated:
             gate = (
-                self.gate_warmup_tokens
-                if self.gate_warmup_tokens is not None
-                else max(1, round(0.1 * steps * per_step))
+                self.gate_warmup_tokens if self.gate_warmup_tokens is not None else default_gate_tokens(steps, per_step)
             )
         auto = {
             "steps": steps,
@@ -148,9 +165,24 @@ class Settings:
             "eval_every": int(self.eval_every or max(1, round(steps / 20))),
             "metrics_every": int(self.metrics_every or max(1, round(steps / 10))),
             "save_every": int(self.save_every or max(1, round(steps / 10))),
+            "grow_at": resolve_grow_at(self.grow_at, steps),
         }
         saved = [f.name for f in fields(self) if f.metadata["saved"]]
         return {**{k: auto.get(k, getattr(self, k)) for k in saved}, **identity}
+
+
+def default_gate_tokens(steps: int, per_step: int) -> int:
+    """The gate ramp when --gate-warmup-tokens is not given: 10% of the run's tokens."""
+    return max(1, round(0.1 * steps * per_step))
+
+
+# settings added after runs were already being saved: what a saved run without them meant
+ABSENT = {"grow_at": [], "grow_recipe": "srio", "grow_optimizer": "carry"}
+
+
+def saved_setting(saved: dict, name: str):
+    """A saved run's value of setting ``name`` (runs saved before the setting existed: ABSENT)."""
+    return saved[name] if name in saved else ABSENT.get(name)
 
 
 def option(name: str) -> str:

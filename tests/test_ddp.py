@@ -17,7 +17,10 @@ from growtool.train import train
 ARGS = dict(steps=12, batch=8, seq=16, eval_every=4, eval_batches=2, lr=3e-3, seed=1)
 
 
-def test_torchrun_two_processes_match_one(tmp_path):
+@pytest.mark.parametrize("mode", ["grown", "grow_at"])
+def test_torchrun_two_processes_match_one(tmp_path, mode):
+    """``grown``: a grown checkpoint trained; ``grow_at``: the plain source grown inside the run (every
+    rank grows its model and optimizer identically, and DDP is rebuilt around the new model)."""
     text = tmp_path / "d.txt"
     text.write_text(
         " ".join(
@@ -50,6 +53,10 @@ def test_torchrun_two_processes_match_one(tmp_path):
         {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
     )
 
+    extra = {}
+    if mode == "grow_at":
+        grown = str(tmp_path / "a.safetensors")
+        extra = dict(grow_at=("0.5:48",), gate_warmup_tokens=128)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [
         sys.executable,
@@ -70,6 +77,8 @@ def test_torchrun_two_processes_match_one(tmp_path):
         "cpu",
         "-q",
     ] + [x for k, v in ARGS.items() for x in (f"--{k.replace('_', '-')}", str(v))]
+    if extra:
+        cmd += ["--grow-at", "0.5:48", "--gate-warmup-tokens", "128"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     assert p.returncode == 0, p.stderr[-3000:]
     assert p.stdout.strip().splitlines() == [str(tmp_path / "ddp" / "final.safetensors")]  # rank 0 only
@@ -77,7 +86,7 @@ def test_torchrun_two_processes_match_one(tmp_path):
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
-        one = train(grown, [text], tmp_path / "one", device="cpu", progress=False, **ARGS)
+        one = train(grown, [text], tmp_path / "one", device="cpu", progress=False, **ARGS, **extra)
     finally:
         torch.set_num_threads(threads)
     a = [json.loads(line) for line in open(tmp_path / "ddp" / "metrics.jsonl")]
@@ -91,6 +100,9 @@ def test_torchrun_two_processes_match_one(tmp_path):
     ta = checkpoint.load(tmp_path / "ddp" / "final.safetensors").tensors()
     tb = checkpoint.load(one["final"]).tensors()
     assert checkpoint.load(one["final"]).lineage[-1]["world_size"] == 1
+    assert checkpoint.load(tmp_path / "ddp" / "final.safetensors").config.width == 48
+    if mode == "grow_at":
+        assert [r.get("width") for r in a[6:8]] == [32, 48]  # grew before update 6, on both ranks' runs
     assert checkpoint.load(tmp_path / "ddp" / "final.safetensors").lineage[-1]["world_size"] == 2
     # same function (weights too, except the key bias: its gradient is 0 up to round-off, which Adam
     # turns into steps of size lr, and softmax ignores it)

@@ -37,6 +37,9 @@ ALT = dict(
     metrics_every=3,
     seed=1,
     tokenizer="{tokenizer}",
+    grow_at=("0.5:64",),
+    grow_recipe="nrio",
+    grow_optimizer="reset",
 )
 
 

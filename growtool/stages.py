@@ -1,0 +1,257 @@
+"""Growth inside training: a live model and its optimizer grown at a step, a schedule of such
+growths (``growtool train --grow-at FRACTION:WIDTH``), and a run folder grown on disk
+(``growtool expand RUN_DIR --width D -o NEW_RUN_DIR``).
+
+What holds:
+
+* A growth at step s happens before update s (0-based). The model's gates (if it was grown before)
+  must be fully open (1) by then; they fold away, and the plain model grows by the recipe's plan
+  (``growth.build_plan``, seed = the run's seed + the stage number, so a repeat is identical). The
+  AdamW moments grow by ``grow_state``'s rules; step counts, learning-rate schedule and RNG carry
+  on: no optimizer reset and no LR re-warm. The new gates ramp 0 -> 1 over ``gate_warmup_tokens``
+  from step s, so the first update after the growth sees the source's function.
+* A run state records its growths (``growths``: step, width, recipe) in ``last.pt``; a run resumed
+  at a saved step before a scheduled growth redoes that growth identically, so a resumed run's
+  metrics equal an uninterrupted run's.
+* Each metrics record carries ``stage`` (growths so far), ``width`` and ``flops``: cumulative
+  training FLOPs, 6 x parameters x tokens summed over the steps (each step at its own width).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from . import checkpoint, grow_state, growth, recipes
+from .errors import GrowError
+from .families import expected_shapes
+
+# ---- the schedule ----------------------------------------------------------------------------
+
+
+def parse_grow_at(items) -> list[tuple[float, int]]:
+    """``("0.25:96", "0.5:128")`` -> [(0.25, 96), (0.5, 128)]; one clear line for bad input."""
+    out = []
+    for item in items or ():
+        frac, sep, width = str(item).partition(":")
+        try:
+            f, w = float(frac), int(width)
+        except ValueError:
+            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH, e.g. 0.3:96") from None
+        if not sep or not 0 < f < 1 or w < 1:
+            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH with 0 < FRACTION < 1 and WIDTH >= 1")
+        out.append((f, w))
+    if [f for f, _ in out] != sorted({f for f, _ in out}):
+        raise GrowError("--grow-at: fractions must be distinct and in increasing order")
+    if [w for _, w in out] != sorted({w for _, w in out}):
+        raise GrowError("--grow-at: widths must increase from stage to stage")
+    return out
+
+
+def resolve_grow_at(items, steps: int) -> list[list[int]]:
+    """[[step, width], ...]: each fraction of the run rounded to a step in 1 .. steps - 1."""
+    out = [[min(steps - 1, max(1, round(f * steps))), w] for f, w in parse_grow_at(items)]
+    if len({s for s, _ in out}) != len(out):
+        raise GrowError(f"--grow-at: two growths fall on the same step of a {steps}-step run")
+    return out
+
+
+def precheck(grow_at, recipe: str, width: int, fsdp: bool = False) -> None:
+    """What can be checked before the data is read: widths above the model's and rising, the recipe;
+    not with --fsdp (growing a sharded model and optimizer is not built)."""
+    if grow_at and fsdp:
+        raise GrowError("--grow-at does not work with --fsdp yet (a sharded model and optimizer cannot grow)")
+    prev = width
+    for _, w in parse_grow_at(grow_at):
+        if w <= prev:
+            raise GrowError(f"--grow-at: width {w} is not larger than the model's width {prev} before it")
+        prev = w
+    if grow_at:
+        recipes.load(recipe)
+
+
+def check_schedule(s: dict, width: int) -> None:
+    """Refuse a schedule that cannot run: a width not above the previous one, or a gate ramp longer
+    than a stage (a model grows again only once its gates are fully open)."""
+    if s["grow_at"]:
+        recipes.load(s["grow_recipe"])  # a bad name fails before anything is written
+    prev, per_step, g = width, s["batch"] * s["seq"], s["gate_warmup_tokens"]
+    steps = [st for st, _ in s["grow_at"]] + [s["steps"]]
+    for (st, w), nxt in zip(s["grow_at"], steps[1:]):
+        if w <= prev:
+            raise GrowError(f"--grow-at: width {w} is not larger than the model's width {prev} before it")
+        if nxt < s["steps"] and g is not None and (nxt - st) * per_step < g:
+            raise GrowError(
+                f"--grow-at: the stage from step {st} to {nxt} is shorter than the gate ramp "
+                f"({g} tokens = {g / per_step:g} steps); lower --gate-warmup-tokens or space the growths"
+            )
+        prev = w
+
+
+def last_growth(growths: list, step: int) -> int:
+    """Step of the latest growth at or before ``step`` (0: none; the gates then ramp from the start)."""
+    return max((g["step"] for g in growths if g["step"] <= step), default=0)
+
+
+# ---- growing a live model and its optimizer ------------------------------------------------------
+
+
+def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
+    h = hashlib.sha256()
+    for n in sorted(tensors):
+        h.update(n.encode())
+        h.update(tensors[n].detach().float().cpu().contiguous().numpy().tobytes())
+    return h.hexdigest()
+
+
+def grow_model(
+    model,
+    opt_state: dict,
+    gate: float | None,
+    width: int,
+    recipe: dict,
+    seed: int,
+    allow_lossy=False,
+    ffn=None,
+    heads=None,
+):
+    """(plan, grown model (CPU, train mode, gates 0 and frozen), grown AdamW state_dict, lineage entry).
+
+    ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1."""
+    from .model import LM
+
+    cfg = model.cfg
+    src_names = grow_state.param_order(model)
+    t = {n: v.detach().float().cpu().clone() for n, v in model.tensors().items()}
+    if cfg.gated:
+        if gate != 1.0:
+            raise GrowError(
+                f"cannot grow while the growth gates are at {gate:g}: grow once the gate ramp has reached 1"
+            )
+        plain = growth.fold_config(cfg)
+        t = {n: growth.fold_tensor(n, cfg, 1.0, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
+        cfg = plain
+    plan = growth.build_plan(cfg, recipe, width, ffn, heads, seed=seed, allow_lossy=allow_lossy)
+    grown = {n: growth.grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
+    new = LM.from_tensors(plan.cfg, grown)
+    for n, p in new.named_parameters():
+        if n.endswith("growth_gate"):
+            p.requires_grad_(False)
+    new.set_gates(0.0)
+    new.train()
+    state = grow_state.grow_optimizer_state(opt_state, src_names, grow_state.param_order(new), plan, t.__getitem__)
+    return plan, new, state, growth.lineage_entry(plan, tensors_sha256(t))
+
+
+def due(run, step: int) -> int | None:
+    """The width to grow to before update ``step``, if the schedule has a growth there not yet done."""
+    done = {g["step"] for g in run.growths}
+    return next((w for st, w in run.s.get("grow_at") or [] if st == step and st not in done), None)
+
+
+def grow_run(run, step: int, width: int) -> None:
+    """Grow ``run``'s model and optimizer in place before update ``step`` (the schedule's growth)."""
+    from .train import make_optimizer, run_gate
+
+    stage = len(run.growths) + 1
+    r = recipes.load(run.s["grow_recipe"])
+    plan, new, state, entry = grow_model(
+        run.model, run.opt.state_dict(), run_gate(run, step), width, r, seed=run.s["seed"] + stage
+    )
+    B, T = run.s["batch"], run.s["seq"]
+    partial = {"op": "train", "step": step, "tokens": step * B * T, "complete": False, "stage": stage - 1}
+    run.lineage = run.lineage + [partial, {**entry, "step": step}]
+    run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"]}]
+    from . import fsdp
+
+    fsdp.place(new, run.dev, run.world, False, run.opts.activation_checkpointing)
+    run.model = new
+    run.opt = make_optimizer(run.model, run.s)
+    if run.s.get("grow_optimizer", "carry") == "carry":
+        run.opt.load_state_dict(state)
+
+
+def annotate(run, rec: dict, prev: dict | None) -> dict:
+    """Add stage, width and cumulative FLOPs (6 x params x tokens of this step) to a step record."""
+    cfg = run.model.cfg
+    step_tokens = rec["tokens"] - (prev["tokens"] if prev else 0)
+    rec["stage"] = len(run.growths)
+    rec["width"] = cfg.width
+    rec["flops"] = (prev.get("flops", 0.0) if prev else 0.0) + 6.0 * cfg.n_params() * step_tokens
+    return rec
+
+
+# ---- a run folder grown on disk --------------------------------------------------------------------
+
+
+def expand_run(
+    src: Path, out: Path, width: int, recipe: dict, seed: int, ffn=None, heads=None, allow_lossy=False, force=False
+) -> tuple:
+    """Grow the resumable state in run folder ``src`` into a new run folder ``out``:
+    ``last.safetensors`` (the grown model, gates 0), ``last.pt`` (grown AdamW moments, same step,
+    RNG and settings, the growth recorded) and ``metrics.jsonl`` (the source's records up to the step).
+    ``growtool train CKPT --data ... --out OUT --resume`` with the source run's command line then
+    continues it. Returns (plan, step). Written to a temporary folder, then renamed into place."""
+    from .train import MODEL, STATE, read_metrics, run_gate_for
+    from .train_settings import default_gate_tokens
+
+    src, out = Path(src), Path(out)
+    if not (src / STATE).exists() or not (src / MODEL).exists():
+        raise GrowError(f"{src}: not a run folder with a resumable state ({MODEL} + {STATE})")
+    if out.exists() and not force:
+        raise GrowError(f"{out}: exists (pass --force to replace it)")
+    if not out.parent.is_dir():
+        raise GrowError(f"{out}: parent folder {out.parent} does not exist")
+    if out.resolve() == src.resolve():
+        raise GrowError(f"{out}: is the source run folder")
+    state = torch.load(src / STATE, map_location="cpu", weights_only=True)
+    if "optimizer" not in state:
+        raise GrowError(f"{src}: its optimizer state is sharded (an --fsdp run): growing it is not built")
+    last = checkpoint.load(src / MODEL)
+    step = state["step"]
+    if not last.lineage or last.lineage[-1].get("step") != step:
+        raise GrowError(f"{src}: {MODEL} and {STATE} are from different steps")
+    s = dict(state["settings"])
+    if step >= s["steps"]:
+        raise GrowError(
+            f"{src}: the run is finished (step {step} of {s['steps']}): nothing left to train after a growth; "
+            "grow its final.safetensors with expand and train that"
+        )
+    growths = list(state.get("growths", []))
+    model = last.model()
+    for n, p in model.named_parameters():
+        if n.endswith("growth_gate"):
+            p.requires_grad_(False)
+    gate = run_gate_for(model.cfg, s, growths, step)
+    plan, new, opt_state, entry = grow_model(
+        model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads
+    )
+    if s.get("gate_warmup_tokens") is None:
+        s["gate_warmup_tokens"] = default_gate_tokens(s["steps"], s["batch"] * s["seq"])
+    growths.append({"step": step, "width": plan.cfg.width, "recipe": recipe["name"]})
+    new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
+    lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
+    records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
+    try:
+        from .train import save_bytes, write_metrics
+
+        tensors = {n: v.detach().float() for n, v in new.tensors().items()}
+        checkpoint.save_tensors(str(tmp / MODEL), plan.cfg, lineage, tensors, tokenizer=last.tokenizer)
+        save_bytes(tmp / STATE, new_state)
+        write_metrics(tmp / "metrics.jsonl", records)
+        if out.exists():
+            shutil.rmtree(out)
+        os.replace(tmp, out)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return plan, step
+
+
+__all__ = ["parse_grow_at", "resolve_grow_at", "grow_model", "grow_run", "expand_run", "annotate", "due"]

@@ -1,0 +1,173 @@
+"""Growth inside training (growtool.stages): a run folder grown with its optimizer resumes at the source's
+loss and learning rate; `train --grow-at` runs a 3-stage schedule end to end, resumes across a growth
+exactly, logs stage / width / FLOPs, marks the plot and lists every stage in the lineage."""
+
+import shutil
+
+import pytest
+import torch
+from test_train import make_text, tiny_cfg
+
+from growtool import checkpoint
+from growtool.init import init_model
+from growtool.train import STATE, lr_at, read_metrics, train
+
+from conftest import cli
+
+KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    d = tmp_path_factory.mktemp("stages")
+    text = d / "toy.txt"
+    text.write_text(make_text(1500))
+    base = checkpoint.save_tensors(
+        str(d / "base.safetensors"), tiny_cfg(), [], init_model(tiny_cfg(), seed=0).tensors()
+    )
+    return {"dir": d, "text": text, "base": base}
+
+
+def strip(records):
+    return [{k: v for k, v in r.items() if k != "tok_s"} for r in records]
+
+
+def test_grown_run_folder_resumes_at_the_sources_loss_without_rewarm(world):
+    d, text, base = world["dir"], world["text"], world["base"]
+    opts = ["--steps", 20, "--batch", 8, "--seq", 32, "--eval-batches", 2, "--lr", 0.01, "--device", "cpu", "-q"]
+    r = cli("train", base, "--data", text, "--out", d / "src", "--stop-at", 10, *opts)
+    assert r.exit_code == 0, r.stderr
+    shutil.copytree(d / "src", d / "src_on")
+    r = cli("expand", d / "src", "--width", 48, "-o", d / "grown", "-q")
+    assert r.exit_code == 0, r.stderr
+    assert r.stdout.strip() == str(d / "grown")
+    state = torch.load(d / "grown" / STATE, weights_only=True)
+    assert state["step"] == 10 and state["growths"] == [{"step": 10, "width": 48, "recipe": "srio"}]
+    assert all(float(v["step"]) == 10 for v in state["optimizer"]["state"].values())  # Adam's count carried
+    for folder in ("src_on", "grown"):
+        r = cli("train", base, "--data", text, "--out", d / folder, "--resume", *opts)
+        assert r.exit_code == 0, r.stderr
+    on, grown = read_metrics(d / "src_on" / "metrics.jsonl"), read_metrics(d / "grown" / "metrics.jsonl")
+    assert strip(on[:11]) == strip(grown[:11])  # the history up to the growth is the source's
+    first = grown[11]  # update 10: the first after the growth, gates at 0
+    assert first["gate"] == 0.0 and first["width"] == 48 and first["stage"] == 1
+    assert abs(first["loss"] - on[11]["loss"]) < 1e-5 * abs(on[11]["loss"])
+    assert first["lr"] == on[11]["lr"]  # no re-warm: the schedule continues
+    assert [r["lr"] for r in grown[1:]] == [lr_at(s, state["settings"]) for s in range(20)]
+    assert grown[-1]["gate"] == 1.0 and grown[-1]["flops"] > on[-1]["flops"]
+    lineage = checkpoint.load(d / "grown" / "final.safetensors").lineage
+    assert [(e["op"], e.get("step")) for e in lineage] == [("train", 10), ("expand", 10), ("train", None)]
+
+
+def test_grow_at_three_stages_end_to_end_and_resume_across_a_growth(world):
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=30, save_every=3, grow_at=("0.3:48", "0.6:64"), gate_warmup_tokens=512)
+    a = train(base, [text], d / "ms", **kw)
+    b1 = train(base, [text], d / "ms_stopped", stop_at=9, **kw)  # stops right before the first growth
+    assert b1["final"] is None
+    b = train(base, [text], d / "ms_stopped", resume=True, stop_at=20, **kw)  # grows, and stops after the second
+    b = train(base, [text], d / "ms_stopped", resume=True, **kw)
+    ra, rb = read_metrics(d / "ms" / "metrics.jsonl"), read_metrics(d / "ms_stopped" / "metrics.jsonl")
+    assert strip(ra) == strip(rb)
+    assert checkpoint.load(a["final"]).sha256() == checkpoint.load(b["final"]).sha256()
+    widths = {r["step"]: (r["stage"], r["width"]) for r in ra}
+    assert widths[9] == (0, 32) and widths[10] == (1, 48) and widths[18] == (1, 48) and widths[19] == (2, 64)
+    assert [r["gate"] for r in ra if r["step"] in (9, 10, 11, 12, 19, 20, 21)] == [None, 0.0, 0.5, 1.0, 0.0, 0.5, 1.0]
+    assert ra[10]["loss"] < ra[9]["loss"] + 0.05  # no bump at the growth: same function, carried optimizer
+    flops = [r["flops"] for r in ra]
+    assert all(b > a for a, b in zip(flops, flops[1:]))
+    n32, n64 = tiny_cfg().n_params(), checkpoint.load(a["final"]).config.n_params()
+    assert flops[1] == pytest.approx(6 * n32 * 256) and flops[-1] - flops[-2] == pytest.approx(
+        6 * n64 * 256, rel=1e-4
+    )  # (+ the gates)
+    assert [r["lr"] for r in ra[1:]] == [lr_at(s, a["settings"]) for s in range(30)]  # one schedule, no re-warm
+    lineage = checkpoint.load(a["final"]).lineage
+    assert [(e["op"], e.get("step"), e.get("width_to")) for e in lineage] == [
+        ("train", 9, None),
+        ("expand", 9, 48),
+        ("train", 18, None),
+        ("expand", 18, 64),
+        ("train", None, None),
+    ]
+    ck = checkpoint.load(a["final"])
+    assert ck.config.width == 64 and not ck.config.gated and a["val_loss"] < a["first_val_loss"] - 1.0
+    assert (d / "ms" / "loss.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize(
+    "extra,msg",
+    [
+        (["--grow-at", "half:48"], "--grow-at 'half:48': expected FRACTION:WIDTH"),
+        (["--grow-at", "1.5:48"], "0 < FRACTION < 1"),
+        (["--grow-at", "0.5:64", "--grow-at", "0.3:48"], "increasing order"),
+        (["--grow-at", "0.5:24"], "not larger than the model's width 32"),
+        (["--grow-at", "0.3:48", "--grow-at", "0.35:64"], "shorter than the gate ramp"),
+        (["--grow-at", "0.5:48", "--grow-recipe", "nope"], "unknown recipe 'nope'"),
+        (["--grow-at", "0.5:48", "--fsdp"], "--grow-at does not work with --fsdp"),
+    ],
+)
+def test_bad_schedules_are_one_line_exit_2_without_output(world, tmp_path, extra, msg):
+    r = cli("train", world["base"], "--data", world["text"], "--steps", 20, "--out", tmp_path / "run", "-q", *extra)
+    assert r.exit_code == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "run").exists()
+
+
+def test_expand_run_folder_bad_input(world, tmp_path):
+    r = cli("expand", tmp_path, "--width", 48, "-o", tmp_path / "x")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    run = tmp_path / "run"
+    assert (
+        cli("train", world["base"], "--data", world["text"], "--steps", 4, "--stop-at", 2, "--out", run, "-q").exit_code
+        == 0
+    )
+    r = cli("expand", run, "--width", 48)
+    assert r.exit_code == 2 and "give -o NEW_RUN_DIR" in r.stderr, r.stderr
+    r = cli("expand", run, "--width", 16, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and "not larger" in r.stderr and not (tmp_path / "g").exists(), r.stderr
+    r = cli("expand", run, "--width", 48, "-o", tmp_path / "g", "--dry-run")
+    assert r.exit_code == 2 and "do not apply" in r.stderr, r.stderr
+    done = tmp_path / "done"
+    assert cli("train", world["base"], "--data", world["text"], "--steps", 2, "--out", done, "-q").exit_code == 0
+    r = cli("expand", done, "--width", 48, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and "the run is finished" in r.stderr, r.stderr
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left behind
+
+
+def test_runs_saved_before_the_growth_settings_still_resume(world, tmp_path):
+    kw = dict(KW, steps=6)
+    train(world["base"], [world["text"]], tmp_path / "run", stop_at=3, **kw)
+    state = torch.load(tmp_path / "run" / STATE, weights_only=True)
+    for k in ("grow_at", "grow_recipe", "grow_optimizer"):
+        del state["settings"][k]
+    del state["growths"]
+    torch.save(state, tmp_path / "run" / STATE)
+    r = train(world["base"], [world["text"]], tmp_path / "run", resume=True, **kw)
+    assert r["steps"] == 6 and r["final"]
+
+
+def test_gpt2_run_folder_grows_and_resumes_at_the_sources_loss(world, tmp_path):
+    """LayerNorm, tied head: the residual rotated by R(sqrt(d/D)), the embedding mean-filled; the moments
+    follow (rotated m, (R o R) v) and the first update after the growth sees the source's function."""
+    from growtool import recipes
+    from growtool.stages import expand_run
+
+    cfg = tiny_cfg(family="gpt2", kv_heads=4, tie=True, norm_eps=1e-5, attn_gate=False)
+    base = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=1).tensors())
+    kw = dict(KW, steps=12)
+    train(base, [world["text"]], tmp_path / "src", stop_at=6, **kw)
+    shutil.copytree(tmp_path / "src", tmp_path / "on")
+    plan, step = expand_run(tmp_path / "src", tmp_path / "grown", 48, recipes.load("srio"), seed=0)
+    assert step == 6 and plan.eps == pytest.approx((32 / 48) ** 0.5) and plan.exact
+    on = train(base, [world["text"]], tmp_path / "on", resume=True, stop_at=7, **kw)
+    grown = train(base, [world["text"]], tmp_path / "grown", resume=True, stop_at=7, **kw)
+    a, b = read_metrics(tmp_path / "on" / "metrics.jsonl"), read_metrics(tmp_path / "grown" / "metrics.jsonl")
+    assert on["steps"] == grown["steps"] == 7 and b[7]["width"] == 48 and b[7]["gate"] == 0.0
+    assert b[7]["loss"] == pytest.approx(a[7]["loss"], rel=1e-5) and b[7]["lr"] == a[7]["lr"]
