@@ -33,7 +33,7 @@ import torch
 from common import MB, cpu_seconds, fsync_file, machine, parse_args, run_measured, table, write_csv, write_json
 
 from growtool import checkpoint, growth, recipes
-from growtool.cli import one_thread
+from growtool.cli import surgery_threading
 from growtool.config import ModelConfig
 from growtool.families import expected_shapes, tensor_specs
 
@@ -153,7 +153,7 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     prefetch = checkpoint.prefetch  # the steps one after another (expand overlaps grow and write)
     checkpoint.prefetch = lambda names, fn: prefetch(names, fn, ahead=0)
     try:
-        with one_thread():  # as growtool expand does
+        with surgery_threading():  # as growtool expand does
             checkpoint.save(str(out), plan.cfg, lineage, plan.outputs(), produce, force=True)
     finally:
         checkpoint.prefetch = prefetch

@@ -26,13 +26,27 @@ err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
+def surgery_threads() -> int:
+    """Torch threads for tensor surgery: every core (up to 8; the work is memory-bound) on an idle
+    machine, one on a busy one, ``GROWTOOL_THREADS`` to choose. Measured with bench/surgery.py's
+    1 GB checkpoint on an idle 2-core machine: bf16 expand 2.7 s on two threads against 3.7 s on
+    one; on the same cores shared with other jobs, the 120 MB grow took 0.9 s on one thread and
+    11 s on two (OpenMP threads wait for each other whenever another job holds a core)."""
+    if os.environ.get("GROWTOOL_THREADS", "").isdigit():
+        return max(1, int(os.environ["GROWTOOL_THREADS"]))
+    cores = os.cpu_count() or 1
+    try:
+        busy = os.getloadavg()[0]
+    except OSError:
+        busy = 0.0
+    return min(cores, 8) if busy < cores - 0.5 else 1
+
+
 @contextlib.contextmanager
-def one_thread():
-    """Run tensor surgery on one torch thread (restored after). The work is memory-bound, and on a
-    busy machine OpenMP threads stall each other: bench/surgery.py measured the grow step of a
-    120 MB checkpoint at 0.9 s on one thread against 11 s on two, on 2 shared cores."""
+def surgery_threading():
+    """Run tensor surgery on ``surgery_threads()`` torch threads (restored after)."""
     n = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(surgery_threads())
     try:
         yield
     finally:
@@ -486,7 +500,7 @@ def expand(
         )
         return
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
-    with one_thread(), Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar:
+    with surgery_threading(), Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar:
         path = checkpoint.save(
             out,
             plan.cfg,
@@ -527,7 +541,7 @@ def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, 
 
     if out in (None, "-"):
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
-    with one_thread():
+    with surgery_threading():
         plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force)
     show_plan(plan, quiet)
     err.print(
@@ -703,7 +717,7 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     cfg = growth.fold_config(ck.config)
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": ck.sha256()}]
-    with one_thread(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
+    with surgery_threading(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
         path = checkpoint.save(
             out,
             cfg,
