@@ -382,3 +382,16 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance
     assert p_big - p_small < 3 * largest, res  # the model's size (25x largest) does not show in the peak
+
+
+def test_outputs_are_byte_identical_across_thread_counts(tmp_path, monkeypatch):
+    """expand picks its torch thread count from the machine's load: the bytes must not depend on it
+    (tensors large enough for torch's parallel kernels; an untied RMSNorm model, so rotated)."""
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=256, heads=4, ffn=1024, vocab=512, layers=1))
+    hashes = []
+    for threads in ("1", "2"):
+        monkeypatch.setenv("GROWTOOL_THREADS", threads)
+        out = tmp_path / f"b{threads}.safetensors"
+        assert cli("expand", src, "--width", 384, "-q", "-o", out).exit_code == 0
+        hashes.append(sha256(out))
+    assert hashes[0] == hashes[1]
