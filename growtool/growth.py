@@ -471,6 +471,11 @@ def build_plan(
         cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn)
     else:
         cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+        if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
+            lossy.append(
+                "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
+                "shared by all heads), so split copies no longer compute their sources' outputs"
+            )
         for sec, key in (("attention", "new_heads"), ("ffn", "new_units")):
             mode = recipe[sec][key]
             added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)

@@ -307,3 +307,20 @@ def test_embedding_scale_compensation_uses_the_dtype_rounded_factor():
     plans = {dt: growth.build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
     assert growth.embed_factor(plans[torch.bfloat16]) == 8.0 / 9.8125
     assert abs(growth.embed_factor(plans[torch.float32]) - (64 / 96) ** 0.5) < 1e-7
+
+
+def test_every_recipe_is_exact_or_refused(source, tmp_path):
+    """Each shipped recipe on each architecture: verified at gate 0, or refused with its reason
+    (never silently lossy); lossy-declared recipes report the measured loss."""
+    path, _ = source
+    for recipe in ("copy", "nrio"):
+        out = tmp_path / f"{recipe}.safetensors"
+        r = cli("expand", path, "--width", 96, "--recipe", recipe, "-q", "-o", out)
+        if r.exit_code == 2:
+            assert "refused" in r.stderr and not out.exists(), r.stderr
+            continue
+        assert r.exit_code == 0, r.stderr
+        code, rep = verify_json(path, out)
+        lossy = checkpoint.load(out).lineage[-1]["exact"] is False
+        assert code == (1 if lossy and rep["results"][0]["rel"] > 1e-4 else 0), (recipe, rep)
+        assert lossy or rep["results"][0]["rel"] <= 1e-4, (recipe, rep)
