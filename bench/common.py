@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import os
 import platform
 import resource
@@ -139,3 +140,31 @@ def fsync_file(path: Path) -> None:
 
 
 MB = 1024 * 1024
+
+
+def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict, list[dict]]:
+    """One ``growtool.train`` phase of a benchmark on ``P``'s data and sizes (batch, seq, lr, evals,
+    eval_batches, work): enough steps for ``tokens``, one save at the end, no condensation metrics.
+    ``kw`` go to ``train`` as they are. Returns (train's summary, the run's metrics records)."""
+    from growtool.train import read_metrics, train
+
+    steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
+    s = train(
+        ckpt,
+        [P["data"]],
+        out,
+        steps=steps,
+        batch=P["batch"],
+        seq=P["seq"],
+        lr=P["lr"],
+        eval_every=max(1, steps // P["evals"]),
+        eval_batches=P["eval_batches"],
+        save_every=steps,
+        metrics_every=10**9,
+        seed=seed,
+        device="cpu",
+        progress=False,
+        cache_dir=P["work"] + "/cache",
+        **kw,
+    )
+    return s, read_metrics(Path(out) / "metrics.jsonl")

@@ -34,7 +34,6 @@ results.json, curves.png.
 from __future__ import annotations
 
 import json
-import math
 import shutil
 import statistics
 import tempfile
@@ -44,7 +43,7 @@ from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from multiprocessing import get_context
 from pathlib import Path
 
-from common import machine, parse_args, table, write_csv, write_json
+from common import machine, parse_args, table, train_phase, write_csv, write_json
 
 DATA = "/work/shared/data/tinyshakespeare.txt"
 
@@ -139,32 +138,6 @@ def _init(P, family, width, seed, path):
     )
 
 
-def _train(P, ckpt, out, tokens, seed, **kw):
-    from growtool.train import read_metrics, train
-
-    steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
-    s = train(
-        ckpt,
-        [P["data"]],
-        out,
-        steps=steps,
-        batch=P["batch"],
-        seq=P["seq"],
-        lr=P["lr"],
-        eval_every=max(1, steps // P["evals"]),
-        eval_batches=P["eval_batches"],
-        save_every=steps,
-        metrics_every=10**9,
-        seed=seed,
-        device="cpu",
-        progress=False,
-        cache_dir=P["work"] + "/cache",
-        **kw,
-    )
-    recs = read_metrics(Path(out) / "metrics.jsonl")
-    return s, recs
-
-
 def _curve(recs, flops0=0.0):
     return [(flops0 + r["flops"], r["val_loss"]) for r in recs if "val_loss" in r]
 
@@ -184,13 +157,13 @@ def job(P, family, variant, seed):
     out = str(run / variant)
     extra = {}
     if variant == "reset_opt_srio":
-        s, recs = _train(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_optimizer="reset")
+        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_optimizer="reset")
         curve = _curve(recs)
     elif variant.startswith("carry_"):
-        s, recs = _train(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_recipe=variant[len("carry_") :])
+        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_recipe=variant[len("carry_") :])
         curve = _curve(recs)
     elif variant == "reset_srio":
-        s1, r1 = _train(P, base, out + "-base", T, seed)
+        s1, r1 = train_phase(P, base, out + "-base", T, seed)
         src = checkpoint.load(s1["final"])
         plan = growth.build_plan(src.config, recipes.load("srio"), D, seed=seed)
         grown = checkpoint.save(
@@ -202,7 +175,7 @@ def job(P, family, variant, seed):
             force=True,
         )
         # the grown phase draws its own data order (seed + 1000), as bench/recipes.py does
-        s, recs = _train(P, grown, out, T, seed + 1000)
+        s, recs = train_phase(P, grown, out, T, seed + 1000)
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]  # first grown update's loss minus the base's last
     elif variant in ("scratch", "scratch_2x"):
@@ -213,13 +186,13 @@ def job(P, family, variant, seed):
             n_15, n_2 = _config(P, family, D).n_params(), _config(P, family, D2).n_params()
             width, tokens = D2, round(T * (n_d + n_15 + n_2) / n_2)
         init = _init(P, family, width, 10_000 + seed, run / f"{variant}-init.safetensors")
-        s, recs = _train(P, init, out, tokens, 3000 + seed)
+        s, recs = train_phase(P, init, out, tokens, 3000 + seed)
         curve = _curve(recs)
     elif variant == "multi":
-        s, recs = _train(P, base, out, 3 * T, seed, grow_at=(f"{1 / 3:.6f}:{D}", f"{2 / 3:.6f}:{D2}"))
+        s, recs = train_phase(P, base, out, 3 * T, seed, grow_at=(f"{1 / 3:.6f}:{D}", f"{2 / 3:.6f}:{D2}"))
         curve = _curve(recs)
     elif variant == "one_2x":
-        s, recs = _train(P, base, out, 3 * T, seed, grow_at=(f"0.5:{D2}",))
+        s, recs = train_phase(P, base, out, 3 * T, seed, grow_at=(f"0.5:{D2}",))
         curve = _curve(recs)
     else:
         raise ValueError(variant)

@@ -40,7 +40,7 @@ from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wai
 from multiprocessing import get_context
 from pathlib import Path
 
-from common import machine, parse_args, table, write_csv, write_json
+from common import machine, parse_args, table, train_phase, write_csv, write_json
 
 DATA = "/work/shared/data/tinyshakespeare.txt"
 
@@ -140,28 +140,9 @@ def _config(P, width):
 
 
 def _train(P, ckpt, out, tokens, seed, gated):
-    from growtool.train import read_metrics, train
-
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
-    s = train(
-        ckpt,
-        [P["data"]],
-        out,
-        steps=steps,
-        batch=P["batch"],
-        seq=P["seq"],
-        lr=P["lr"],
-        gate_warmup_tokens=max(1, round(0.1 * steps * P["batch"] * P["seq"])) if gated else None,
-        eval_every=max(1, steps // P["evals"]),
-        eval_batches=P["eval_batches"],
-        save_every=steps,
-        metrics_every=10**9,
-        seed=seed,
-        device="cpu",
-        progress=False,
-        cache_dir=P["work"] + "/cache",
-    )
-    recs = read_metrics(Path(out) / "metrics.jsonl")
+    ramp = max(1, round(0.1 * steps * P["batch"] * P["seq"])) if gated else None
+    s, recs = train_phase(P, ckpt, out, tokens, seed, gate_warmup_tokens=ramp)
     curve = [(r["tokens"], r["val_loss"]) for r in recs if "val_loss" in r]
     losses = [r["loss"] for r in recs if "loss" in r]
     tail = losses[-max(1, len(losses) // 10) :]
