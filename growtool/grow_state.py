@@ -74,6 +74,8 @@ def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
     plan, spec = c.plan, c.spec
     if isinstance(step, (growth.Keep, growth.ZeroNewUnits, growth.PadZero, growth.ZeroOldWrites)):
         return step.apply(t, c)  # keeps or zeroes entries: the same on the moments
+    if isinstance(step, growth.BreakSymmetry):  # noise on the weights, not their gradients' history
+        return t
     if isinstance(step, growth.Scale):
         return t / step.factor**p
     if isinstance(step, growth.NormGain):
@@ -139,10 +141,25 @@ def grow_moment(name: str, plan: growth.Plan, get, moment: torch.Tensor, second:
 # ---- a whole optimizer -----------------------------------------------------------------------
 
 
-def param_order(model) -> list[str]:
-    """Checkpoint names of the trainable parameters in the optimizer's order (train.make_optimizer)."""
+def param_groups(model, mup: bool = False) -> list[list[str]]:
+    """Checkpoint names of the trainable parameters, per AdamW group in ``train.make_optimizer``'s
+    order: the matrices (weight decay), then the rest. With ``mup`` the matrices split in two groups:
+    the hidden matrices (readers and writers of the blocks, whose learning rate follows 1/width after
+    a growth), then the embedding and head."""
+    from .families import tensor_specs
+
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    return [n for n, p in params if p.dim() >= 2] + [n for n, p in params if p.dim() < 2]
+    mats, rest = [n for n, p in params if p.dim() >= 2], [n for n, p in params if p.dim() < 2]
+    if not mup:
+        return [mats, rest]
+    specs = tensor_specs(model.cfg)
+    hidden = [n for n in mats if specs[n].role in ("reader", "writer")]
+    return [hidden, [n for n in mats if n not in hidden], rest]
+
+
+def param_order(model, mup: bool = False) -> list[str]:
+    """Checkpoint names of the trainable parameters in the optimizer's order (train.make_optimizer)."""
+    return [n for g in param_groups(model, mup) for n in g]
 
 
 def moments_by_name(names: list[str], opt_state: dict) -> dict[str, dict]:
@@ -153,10 +170,11 @@ def moments_by_name(names: list[str], opt_state: dict) -> dict[str, dict]:
     return {n: opt_state["state"][i] for n, i in zip(names, ids) if i in opt_state["state"]}
 
 
-def grow_optimizer_state(opt_state: dict, src_names: list[str], new_names: list[str], plan, get) -> dict:
-    """The AdamW ``state_dict`` for the grown model (parameter order ``new_names``): every moment
+def grow_optimizer_state(opt_state: dict, src_names: list[str], new_groups: list[list[str]], plan, get) -> dict:
+    """The AdamW ``state_dict`` for the grown model (parameter groups ``new_groups``): every moment
     grown by the rules above, the step counts and hyperparameters kept. Parameters without a source
     (none today: gates are not trained) start at zero moments with the common step count."""
+    new_names = [n for g in new_groups for n in g]
     src = moments_by_name(src_names, opt_state)
     steps = [s["step"] for s in src.values()]
     step0 = steps[0].clone() if steps else torch.tensor(0.0)
@@ -174,14 +192,12 @@ def grow_optimizer_state(opt_state: dict, src_names: list[str], new_names: list[
             z = torch.zeros(out_shapes[n])
             state[i] = {"step": step0.clone(), "exp_avg": z, "exp_avg_sq": z.clone()}
     groups, k = [], 0
-    sizes = [len(g["params"]) for g in opt_state["param_groups"]]
-    n_decay = sum(1 for n in new_names if len(out_shapes[n]) >= 2)
-    new_sizes = [n_decay, len(new_names) - n_decay]
-    assert len(sizes) == len(new_sizes) == 2, sizes
+    new_sizes = [len(g) for g in new_groups]
+    assert len(opt_state["param_groups"]) == len(new_sizes), (len(opt_state["param_groups"]), new_sizes)
     for g, size in zip(opt_state["param_groups"], new_sizes):
         groups.append({**g, "params": list(range(k, k + size))})
         k += size
     return {"state": state, "param_groups": groups}
 
 
-__all__ = ["grow_moment", "grow_optimizer_state", "rotate_sq_", "param_order", "moments_by_name"]
+__all__ = ["grow_moment", "grow_optimizer_state", "rotate_sq_", "param_order", "param_groups", "moments_by_name"]

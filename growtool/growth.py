@@ -12,11 +12,13 @@ Steps (each a small class below, with ``apply`` and ``describe``):
   ExpandResidual  grow the residual axis by a kind; "tile" units fill the new-new block
   ZeroOldWrites   old (ungated) units write nothing into the new residual dims
   Rotate          the SRIO rotation along the residual axis
+  BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
 """
 
 from __future__ import annotations
 
+import zlib
 from dataclasses import dataclass, field
 
 import torch
@@ -211,6 +213,51 @@ class Rotate(Step):
         return f"R({plan.eps:.4g})"
 
 
+@dataclass(frozen=True)
+class BreakSymmetry(Step):
+    """Recipe ``noise``: noise on new units that keeps the function at gate 0 (ops.break_symmetry_).
+    Readers: the rows of new units whose outputs are gated, or whose writes are zero. Writers: the
+    columns of Net2Net split copies, +delta on each copy and -delta on its source. The scale is
+    ``noise`` x the RMS of the grown tensor; the draw depends only on the plan's seed and the name."""
+
+    writer: bool
+
+    def apply(self, t, c):
+        plan, spec, off = c.plan, c.spec, 0
+        sigma = plan.recipe["noise"] * float(t.pow(2).mean().sqrt())
+        gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + zlib.crc32(c.name.encode()))
+        for kind in spec.units:
+            e, block = plan.units[c.layer][kind], unit_count(plan.src, kind)[1]
+            seg = t.narrow(spec.unit_axis, off, e.n_new * block)
+            if _noisy(plan, spec, c.layer, kind, self.writer):
+                ops.break_symmetry_(seg, spec.unit_axis, e, block, sigma, gen, paired=self.writer)
+            off += e.n_new * block
+        return t
+
+    def describe(self, plan, spec):
+        what = "+/- pairs on split copies" if self.writer else "on new units (gate 0)"
+        return f"noise {plan.recipe['noise']:g} x rms {what}"
+
+
+def _noisy(plan, spec, layer: int, kind: str, writer: bool) -> bool:
+    """Whether BreakSymmetry touches a unit kind of a tensor: writers of split copies; readers of new
+    units that are gated or write zeros (never q/k rows under a q/k norm shared by all heads)."""
+    e = plan.units[layer][kind]
+    if not e.added:
+        return False
+    if writer:
+        return plan.split[layer].get(kind) is not None
+    gated_or_dead = plan.recipe["gate"] or ops.KINDS[e.kind].dead
+    return gated_or_dead and spec.qk_norm != "full"
+
+
+def _symmetry(plan, spec, writer: bool) -> list:
+    """[BreakSymmetry] where the recipe asks for noise and some unit kind of this tensor takes it."""
+    if not plan.recipe.get("noise") or not any(_noisy(plan, spec, 0, k, writer) for k in spec.units):
+        return []
+    return [BreakSymmetry(writer)]
+
+
 def _tiles(plan, spec) -> bool:
     return any(ops.KINDS[plan.units[0][k].kind].fills_new_new_block and plan.units[0][k].added for k in spec.units)
 
@@ -336,9 +383,11 @@ def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     if role == "head":
         return fold + [ExpandResidual("zero")] + rrot
     if role == "reader":
-        return fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
+        steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
+        return steps + _symmetry(plan, spec, writer=False)
     if role == "writer":
-        return [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        steps = [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        return steps + _symmetry(plan, spec, writer=True)
     raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
 
 

@@ -185,6 +185,29 @@ def split_factors(e: Expansion) -> torch.Tensor:
     return torch.cat([f, tail])
 
 
+def break_symmetry_(
+    x: torch.Tensor, axis: int, e: Expansion, block: int, sigma: float, gen: torch.Generator, paired: bool
+) -> torch.Tensor:
+    """Add N(0, sigma^2) noise to the new units' entries along ``axis`` (in place on ``x``; blocks of
+    ``block`` entries are one unit).
+
+    Unpaired (readers of new units whose outputs are gated at 0 or whose writes are zero): the noise
+    reaches the output only through a factor 0, so the function is unchanged.
+    Paired (writers of Net2Net split copies, ``e.kind == "copy"``): new unit j copies old unit i = index[j]
+    and both compute the same activation a_i; the copy's write gets +delta_j and its source's -delta_j,
+    so sum(writes) is unchanged: (w_i - sum_j delta_j) a_i + sum_j (w_i' + delta_j) a_i = the split's sum.
+    Without it identical copies receive identical gradients forever (a cloned-unit manifold).
+    """
+    if e.added == 0 or sigma == 0.0:
+        return x
+    xm = x.movedim(axis, 0).unflatten(0, (e.n_new, block))
+    noise = torch.randn(xm[e.n :].shape, generator=gen, dtype=torch.float32).to(x.dtype) * sigma
+    xm[e.n :] += noise
+    if paired:
+        xm[: e.n].index_add_(0, e.index[:, 0], -noise)
+    return x
+
+
 def scale_axis(x: torch.Tensor, axis: int, factors: torch.Tensor, block: int = 1) -> torch.Tensor:
     """Multiply entries (in blocks) along ``axis`` by ``factors``."""
     f = factors.to(x.dtype).repeat_interleave(block)

@@ -13,6 +13,8 @@
       new_columns: zero     # convex | tile | mean | zero
     convex_k: 2             # old units mixed into each convex new unit
     gate: true              # new units write through the block's warm-up gate
+    noise: 0.0              # symmetry breaking that keeps the function: noise (x the tensor's rms) on
+                            # gated new units' inputs, +/- pairs on split copies' outputs; 0 = off
 
 ``eps: auto`` is the exact angle: sqrt(d/D) (LayerNorm absorbs exactly that one; RMSNorm any),
 except with a tied RMSNorm head, where only the identity (eps = 1) is exact.
@@ -41,6 +43,7 @@ DEFAULTS = {
     "ffn": {"new_units": "tile", "new_columns": "zero"},
     "convex_k": 2,
     "gate": True,
+    "noise": 0.0,
 }
 
 
@@ -99,6 +102,10 @@ def validate(r: dict, src: str = "recipe") -> dict:
             bad(f"{sec}.{unit_key}", r[sec][unit_key], " | ".join(UNIT_MODES))
         if r[sec]["new_columns"] not in COLUMN_MODES:
             bad(f"{sec}.new_columns", r[sec]["new_columns"], " | ".join(COLUMN_MODES))
+    noise = r["noise"]
+    if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise <= 10.0:
+        bad("noise", noise, "a number in [0, 10]")
+    r["noise"] = float(noise)
     k = r["convex_k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         bad("convex_k", k, "an integer >= 1")

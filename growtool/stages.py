@@ -119,14 +119,16 @@ def grow_model(
     allow_lossy=False,
     ffn=None,
     heads=None,
+    mup: bool = False,
 ):
     """(plan, grown model (CPU, train mode, gates 0 and frozen), grown AdamW state_dict, lineage entry).
 
-    ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1."""
+    ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1.
+    ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (grow_state.param_groups)."""
     from .model import LM
 
     cfg = model.cfg
-    src_names = grow_state.param_order(model)
+    src_names = grow_state.param_order(model, mup)
     t = {n: v.detach().float().cpu().clone() for n, v in model.tensors().items()}
     if cfg.gated:
         if gate != 1.0:
@@ -144,7 +146,9 @@ def grow_model(
             p.requires_grad_(False)
     new.set_gates(0.0)
     new.train()
-    state = grow_state.grow_optimizer_state(opt_state, src_names, grow_state.param_order(new), plan, t.__getitem__)
+    state = grow_state.grow_optimizer_state(
+        opt_state, src_names, grow_state.param_groups(new, mup), plan, t.__getitem__
+    )
     return plan, new, state, growth.lineage_entry(plan, tensors_sha256(t))
 
 
@@ -161,12 +165,12 @@ def grow_run(run, step: int, width: int) -> None:
     stage = len(run.growths) + 1
     r = recipes.load(run.s["grow_recipe"])
     plan, new, state, entry = grow_model(
-        run.model, run.opt.state_dict(), run_gate(run, step), width, r, seed=run.s["seed"] + stage
+        run.model, run.opt.state_dict(), run_gate(run, step), width, r, seed=run.s["seed"] + stage, mup=mup(run.s)
     )
     B, T = run.s["batch"], run.s["seq"]
     partial = {"op": "train", "step": step, "tokens": step * B * T, "complete": False, "stage": stage - 1}
     run.lineage = run.lineage + [partial, {**entry, "step": step}]
-    run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"]}]
+    run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"], "from": run.model.cfg.width}]
     from . import fsdp
 
     fsdp.place(new, run.dev, run.world, False, run.opts.activation_checkpointing)
@@ -174,6 +178,24 @@ def grow_run(run, step: int, width: int) -> None:
     run.opt = make_optimizer(run.model, run.s)
     if run.s.get("grow_optimizer", "carry") == "carry":
         run.opt.load_state_dict(state)
+
+
+def mup(s: dict) -> bool:
+    """``--grow-lr mup``: the hidden matrices' learning rate follows 1/width across growths."""
+    return s.get("grow_lr", "same") == "mup"
+
+
+def width_lr_scale(cfg, growths: list) -> float:
+    """The hidden matrices' learning-rate factor under ``--grow-lr mup``: the run's first width over
+    the width now (muP's 1/fan_in rule for Adam; 1 before any growth)."""
+    first = growths[0].get("from", cfg.width) if growths else cfg.width
+    return first / cfg.width
+
+
+def lr_start(s: dict, growths: list, step: int) -> int:
+    """Where the LR schedule in force at ``step`` began: 0, or with ``--grow-schedule rewarm`` the
+    latest growth (the LR warms up again and decays over the steps left, as a second run would)."""
+    return last_growth(growths, step) if s.get("grow_schedule", "continue") == "rewarm" else 0
 
 
 def annotate(run, rec: dict, prev: dict | None) -> dict:
@@ -229,11 +251,11 @@ def expand_run(
             p.requires_grad_(False)
     gate = run_gate_for(model.cfg, s, growths, step)
     plan, new, opt_state, entry = grow_model(
-        model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads
+        model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads, mup=mup(s)
     )
     if s.get("gate_warmup_tokens") is None:
         s["gate_warmup_tokens"] = default_gate_tokens(s["steps"], s["batch"] * s["seq"])
-    growths.append({"step": step, "width": plan.cfg.width, "recipe": recipe["name"]})
+    growths.append({"step": step, "width": plan.cfg.width, "recipe": recipe["name"], "from": plan.src.width})
     new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
     lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
     records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]

@@ -45,7 +45,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, data, fsdp, growth, stages
+from . import checkpoint, data, fsdp, grow_state, growth, stages
 from .checkpoint import atomic_file
 from .errors import GrowError
 from .families import expected_shapes
@@ -60,9 +60,11 @@ STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 # ---- schedules --------------------------------------------------------------------------------
 
 
-def lr_at(step: int, s: dict) -> float:
-    """Learning rate of update ``step`` (0-based): linear warm-up, then cosine to lr * min_lr_ratio."""
-    lr, warm, n = s["lr"], s["warmup"], s["steps"]
+def lr_at(step: int, s: dict, start: int = 0) -> float:
+    """Learning rate of update ``step`` (0-based): linear warm-up, then cosine to lr * min_lr_ratio,
+    over a schedule that began at step ``start`` (0; a growth under --grow-schedule rewarm)."""
+    lr, warm, n = s["lr"], min(s["warmup"], s["steps"] - start), s["steps"] - start
+    step -= start
     if step < warm:
         return lr * (step + 1) / warm
     p = (step - warm) / max(1, n - warm)
@@ -108,14 +110,20 @@ def autocast(device: torch.device):
 
 
 def make_optimizer(model: LM, s: dict) -> torch.optim.AdamW:
-    params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    decay = [p for n, p in params if p.dim() >= 2]
-    rest = [p for n, p in params if p.dim() < 2]
-    return torch.optim.AdamW(
-        [{"params": decay, "weight_decay": s["weight_decay"]}, {"params": rest, "weight_decay": 0.0}],
-        lr=s["lr"],
-        betas=(0.9, 0.95),
-    )
+    """AdamW over grow_state.param_groups: weight decay on matrices only; with --grow-lr mup the
+    hidden matrices form their own group (``width_scaled``: its LR follows 1/width after growths)."""
+    by_name = dict(model.named_parameters())
+    names = grow_state.param_groups(model, stages.mup(s))
+    groups = [
+        {
+            "params": [by_name[n] for n in g],
+            "weight_decay": s["weight_decay"],
+            "width_scaled": i == 0 and len(names) == 3,
+        }
+        for i, g in enumerate(names[:-1])
+    ]
+    groups.append({"params": [by_name[n] for n in names[-1]], "weight_decay": 0.0, "width_scaled": False})
+    return torch.optim.AdamW(groups, lr=s["lr"], betas=(0.9, 0.95))
 
 
 @torch.no_grad()
@@ -425,11 +433,12 @@ def one_step(run: Run, module, params, step: int) -> dict:
     """Update ``step`` (0-based); returns its metrics record (validation and matrices when due)."""
     s, model, dev = run.s, run.model, run.dev
     t0 = time.time()
-    g, lr_now = run_gate(run, step), lr_at(step, s)
+    g, lr_now = run_gate(run, step), lr_at(step, s, stages.lr_start(s, run.growths, step))
     if g is not None:
         model.set_gates(g)
+    scale = stages.width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
-        group["lr"] = lr_now
+        group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
     x, y = run.ds.train_batch(step, s["seed"], run.rank, run.world)
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))

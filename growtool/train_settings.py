@@ -122,6 +122,18 @@ class Settings:
         "the LR schedule continues either way)",
         choices=("carry", "reset"),
     )
+    grow_lr: str = setting(
+        "same",
+        "hidden-matrix learning rate after a --grow-at growth: same, or mup (x first width / width, "
+        "muP's rule for Adam; embedding, head, norms and biases keep --lr)",
+        choices=("same", "mup"),
+    )
+    grow_schedule: str = setting(
+        "continue",
+        "LR schedule at a --grow-at growth: continue (one warm-up and cosine over the run) or rewarm "
+        "(warm up again and decay over the steps left, as a second run would)",
+        choices=("continue", "rewarm"),
+    )
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )
@@ -177,7 +189,13 @@ def default_gate_tokens(steps: int, per_step: int) -> int:
 
 
 # settings added after runs were already being saved: what a saved run without them meant
-ABSENT = {"grow_at": [], "grow_recipe": "srio", "grow_optimizer": "carry"}
+ABSENT = {
+    "grow_at": [],
+    "grow_recipe": "srio",
+    "grow_optimizer": "carry",
+    "grow_lr": "same",
+    "grow_schedule": "continue",
+}
 
 
 def saved_setting(saved: dict, name: str):

@@ -313,9 +313,14 @@ def test_every_recipe_is_exact_or_refused(source, tmp_path):
     """Each shipped recipe on each architecture: verified at gate 0, or refused with its reason
     (never silently lossy); lossy-declared recipes report the measured loss."""
     path, _ = source
-    for recipe in ("copy", "nrio"):
-        out = tmp_path / f"{recipe}.safetensors"
-        r = cli("expand", path, "--width", 96, "--recipe", recipe, "-q", "-o", out)
+    for recipe, extra in (
+        ("copy", []),
+        ("nrio", []),
+        ("copy", ["--set", "noise=0.3"]),
+        ("srio", ["--set", "noise=0.3"]),
+    ):
+        out = tmp_path / f"{recipe}{len(extra)}.safetensors"
+        r = cli("expand", path, "--width", 96, "--recipe", recipe, *extra, "-q", "-o", out)
         if r.exit_code == 2:
             assert "refused" in r.stderr and not out.exists(), r.stderr
             continue

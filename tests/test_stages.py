@@ -50,7 +50,7 @@ def test_grown_run_folder_resumes_at_the_sources_loss_without_rewarm(world):
     assert r.exit_code == 0, r.stderr
     assert r.stdout.strip() == str(d / "grown")
     state = torch.load(d / "grown" / STATE, weights_only=True)
-    assert state["step"] == 10 and state["growths"] == [{"step": 10, "width": 48, "recipe": "srio"}]
+    assert state["step"] == 10 and state["growths"] == [{"step": 10, "width": 48, "recipe": "srio", "from": 32}]
     assert all(float(v["step"]) == 10 for v in state["optimizer"]["state"].values())  # Adam's count carried
     for folder in ("src_on", "grown"):
         r = cli("train", base, "--data", text, "--out", d / folder, "--resume", *opts)

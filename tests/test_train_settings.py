@@ -40,6 +40,8 @@ ALT = dict(
     grow_at=("0.5:64",),
     grow_recipe="nrio",
     grow_optimizer="reset",
+    grow_lr="mup",
+    grow_schedule="rewarm",
 )
 
 

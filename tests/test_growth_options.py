@@ -1,0 +1,132 @@
+"""Issue 11's growth options: symmetry breaking that keeps the function at gate 0 (recipe ``noise``),
+a width-aware learning rate after growth (``--grow-lr mup``) and a re-warmed schedule at a growth
+(``--grow-schedule rewarm``)."""
+
+import pytest
+import torch
+from test_stages import KW, strip, world  # noqa: F401  (the module fixture)
+
+from growtool import growth, recipes
+from growtool.config import ModelConfig
+from growtool.init import init_model
+from growtool.model import LM
+from growtool.train import STATE, lr_at, read_metrics, train
+
+
+def _cfg(family):
+    if family == "gpt2":  # LayerNorm, tied head: the exact angle is sqrt(d/D)
+        return ModelConfig("gpt2", vocab_size=64, width=32, layers=2, heads=4, kv_heads=4, head_dim=8, ffn=128,
+                           context=64, norm_eps=1e-5, tie=True)  # fmt: skip
+    return ModelConfig("llama", vocab_size=64, width=32, layers=2, heads=4, kv_heads=2, head_dim=8, ffn=128,
+                       context=64, norm_eps=1e-5, tie=False)  # fmt: skip
+
+
+def _grow(family, recipe, noise, over=None):
+    cfg = _cfg(family)
+    src = init_model(cfg, gamma=0.5, seed=0).eval()
+    t = src.tensors()
+    plan = growth.build_plan(cfg, recipes.load(recipe, {"noise": noise, **(over or {})}), 48, seed=3)
+    grown = {n: growth.grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
+    return src, plan, grown
+
+
+def _logits(model, x):
+    out = model(x)
+    return out[0] if isinstance(out, tuple) else out
+
+
+DEAD = {"attention": {"new_heads": "zero"}, "ffn": {"new_units": "zero"}, "gate": False}
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+@pytest.mark.parametrize("recipe,over", [("srio", None), ("copy", None), ("srio", DEAD)], ids=["srio", "copy", "dead"])
+def test_noise_keeps_the_function_at_gate_zero_and_changes_the_new_units(family, recipe, over):
+    x = torch.randint(0, 64, (3, 24), generator=torch.Generator().manual_seed(1))
+    src, plan, noisy = _grow(family, recipe, 0.5, over)
+    _, _, plain = _grow(family, recipe, 0.0, over)
+    model = LM.from_tensors(plan.cfg, noisy).eval()
+    model.set_gates(0.0)
+    ref = _logits(src, x)
+    err = (_logits(model, x) - ref).abs().max() / ref.abs().max()
+    assert plan.exact and err < 1e-5, err
+    changed = [n for n in noisy if not torch.equal(noisy[n], plain[n])]
+    if recipe == "copy":  # +/- pairs on the split writers only
+        assert all(plan.specs[n][0].role == "writer" for n in changed) and changed
+    else:  # the new units' readers only; old units untouched
+        assert changed and all(plan.specs[n][0].role == "reader" for n in changed)
+        for n in changed:
+            spec, layer = plan.specs[n]
+            if spec.units == ("ffn",):
+                n_old = plan.src.ffn
+                old = noisy[n].narrow(spec.unit_axis, 0, n_old)
+                assert torch.equal(old, plain[n].narrow(spec.unit_axis, 0, n_old)), n
+
+
+def test_noise_zero_is_byte_identical_to_a_recipe_without_it():
+    _, _, a = _grow("llama", "srio", 0.0)
+    cfg = _cfg("llama")
+    src = init_model(cfg, gamma=0.5, seed=0)
+    r = recipes.load("srio")
+    plan = growth.build_plan(cfg, r, 48, seed=3)
+    b = {n: growth.grow_tensor(n, plan, src.tensors().__getitem__) for n, _, _ in plan.outputs()}
+    assert all(torch.equal(a[n], b[n]) for n in a)
+    assert not any(isinstance(s, growth.BreakSymmetry) for steps in plan.steps.values() for s in steps)
+
+
+def test_noise_is_refused_out_of_range():
+    from growtool.errors import GrowError
+
+    with pytest.raises(GrowError, match="noise"):
+        recipes.load("srio", {"noise": -1})
+
+
+def _copies_stay_identical(noise: float) -> float:
+    """Train the copy-grown llama a few steps; the largest difference between a split copy's reader
+    rows and its source's (0 when symmetric copies stay clones)."""
+    torch.manual_seed(0)
+    _, plan, grown = _grow("llama", "copy", noise)
+    model = LM.from_tensors(plan.cfg, grown).train()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    g = torch.Generator().manual_seed(0)
+    for _ in range(5):
+        x = torch.randint(0, 64, (4, 16), generator=g)
+        _, loss = model(x, torch.roll(x, -1, 1))
+        loss.backward()
+        opt.step()
+        opt.zero_grad()
+    e = plan.units[0]["ffn"]
+    w = dict(model.named_parameters())["model.layers.0.mlp.up_proj.weight"].detach()
+    return float((w[e.n :] - w[e.index[:, 0]]).abs().max())
+
+
+def test_copies_without_noise_stay_clones_and_noise_breaks_them():
+    assert _copies_stay_identical(0.0) < 1e-6
+    assert _copies_stay_identical(0.1) > 1e-3
+
+
+def test_grow_lr_mup_scales_the_hidden_matrices_and_resumes_exactly(world):  # noqa: F811
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=12, save_every=2, grow_at=("0.5:64",), gate_warmup_tokens=256, grow_lr="mup")
+    a = train(base, [text], d / "mup", stop_at=8, **kw)
+    state = torch.load(d / "mup" / STATE, weights_only=True)
+    groups = state["optimizer"]["param_groups"]
+    assert [g["width_scaled"] for g in groups] == [True, False, False]
+    rec = read_metrics(d / "mup" / "metrics.jsonl")[-1]
+    assert groups[0]["lr"] == pytest.approx(rec["lr"] * 32 / 64) and groups[1]["lr"] == rec["lr"]
+    train(base, [text], d / "mup", resume=True, **kw)
+    b = train(base, [text], d / "mup_once", **kw)
+    assert strip(read_metrics(d / "mup" / "metrics.jsonl")) == strip(read_metrics(d / "mup_once" / "metrics.jsonl"))
+    assert a["final"] is None and b["final"]
+    same = train(base, [text], d / "same", **{**kw, "grow_lr": "same"})
+    assert same["val_loss"] != b["val_loss"]  # the option changes training
+
+
+def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F811
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=12, grow_at=("0.5:48",), gate_warmup_tokens=256, warmup=2, grow_schedule="rewarm")
+    s = train(base, [text], d / "rewarm", **kw)
+    lrs = [r["lr"] for r in read_metrics(d / "rewarm" / "metrics.jsonl")[1:]]
+    assert lrs[:6] == [lr_at(i, s["settings"]) for i in range(6)]
+    assert lrs[6:] == [lr_at(i, s["settings"], 6) for i in range(6, 12)]
+    assert lrs[6] == pytest.approx(KW["lr"] / 2) and lrs[7] == pytest.approx(KW["lr"])  # warm-up again to the peak
+    assert lrs[-1] < 0.25 * KW["lr"]  # and a second cosine down towards the floor
