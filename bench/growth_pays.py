@@ -7,7 +7,10 @@ with ``growtool.train`` (the library behind ``growtool train``):
   1.5x width, d -> 1.5d (``--grow-to``), for each family in ``--families`` (llama, gpt2):
     carry_<recipe>  one command: ``train BASE --tokens 2T --grow-at 0.5:1.5d --grow-recipe <recipe>``
                     (one LR schedule, AdamW moments grown with the model, gates ramp over 10% of the run)
-                    for the recipes in ``--recipes`` (srio, nrio, copy)
+                    for the recipes srio, nrio, copy
+    carry_<recipe>_<option>  the same with one option of issue 11 (OPTIONS below): recipe noise 0.1
+                    (symmetry breaking, exact at gate 0), --grow-lr mup, --grow-schedule rewarm, a
+                    gate ramp of 2.5% or 30% of the run instead of 10%
     reset_opt_srio  as carry_srio with ``--grow-optimizer reset``: a fresh AdamW at the growth, the same
                     LR schedule (no re-warm): isolates carrying the moments
     reset_srio      today's two-command workflow: ``train BASE --tokens T``; ``expand final --width 1.5d``;
@@ -62,8 +65,8 @@ FULL = dict(
     eval_batches=8,
     jobs=2,
     families="llama,gpt2",
-    recipes="srio,nrio,copy",
     multi_family="llama",
+    gamma=0.5,
 )
 QUICK = dict(
     width=32,
@@ -80,9 +83,21 @@ QUICK = dict(
     eval_batches=2,
     jobs=1,
     families="llama,gpt2",
-    recipes="srio,nrio,copy",
     multi_family="llama",
+    gamma=0.5,
 )
+
+# carry_<recipe>_<option>: what each option changes in the one-command run (train keywords; "noise"
+# is the recipe's symmetry-breaking noise)
+OPTIONS = {
+    "noise": {"noise": 0.1},
+    "mup": {"grow_lr": "mup"},
+    "rewarm": {"grow_schedule": "rewarm"},
+    "ramp_short": {"ramp": 0.025},
+    "ramp_long": {"ramp": 0.3},
+}
+DEFAULT_VARIANTS = "carry_srio,carry_nrio,carry_copy,carry_copy_noise,carry_srio_noise,carry_srio_mup,"
+DEFAULT_VARIANTS += "carry_srio_rewarm,carry_srio_ramp_short,carry_srio_ramp_long,reset_srio,scratch"
 
 
 def options(p):
@@ -93,7 +108,7 @@ def options(p):
     p.add_argument(
         "--variants",
         default=None,
-        help="1.5x variants to run (default: carry_<recipes>, reset_opt_srio, reset_srio, scratch)",
+        help=f"1.5x variants to run (default: {DEFAULT_VARIANTS})",
     )
     p.add_argument(
         "--add-to",
@@ -132,8 +147,8 @@ def _init(P, family, width, seed, path):
     return checkpoint.save_tensors(
         str(path),
         cfg,
-        [{"op": "init", "gamma": 1.0, "seed": seed}],
-        init_model(cfg, gamma=1.0, seed=seed).tensors(),
+        [{"op": "init", "gamma": P["gamma"], "seed": seed}],
+        init_model(cfg, gamma=P["gamma"], seed=seed).tensors(),
         force=True,
     )
 
@@ -147,6 +162,8 @@ def job(P, family, variant, seed):
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
+    import yaml
+
     from growtool import checkpoint, growth, recipes
 
     t0 = time.time()
@@ -160,7 +177,15 @@ def job(P, family, variant, seed):
         s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_optimizer="reset")
         curve = _curve(recs)
     elif variant.startswith("carry_"):
-        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_recipe=variant[len("carry_") :])
+        recipe, _, option = variant[len("carry_") :].partition("_")
+        kw = dict(OPTIONS[option]) if option else {}
+        if "noise" in kw:  # the recipe with symmetry breaking, as a YAML file
+            r = recipes.load(recipe, {"noise": kw.pop("noise")})
+            recipe = str(run / f"{variant}.yaml")
+            Path(recipe).write_text(yaml.safe_dump({**r, "name": variant[len("carry_") :]}))
+        if "ramp" in kw:
+            kw["gate_warmup_tokens"] = round(kw.pop("ramp") * 2 * T)
+        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_recipe=recipe, **kw)
         curve = _curve(recs)
     elif variant == "reset_srio":
         s1, r1 = train_phase(P, base, out + "-base", T, seed)
@@ -275,8 +300,9 @@ def aggregate(runs):
     return rows
 
 
-ORDER = ["carry_srio", "carry_nrio", "carry_copy", "reset_opt_srio", "reset_srio", "scratch"]
-ORDER += ["multi", "one_2x", "scratch_2x"]
+ORDER = DEFAULT_VARIANTS.split(",")[:-2] + ["reset_opt_srio", "reset_srio", "scratch"]
+TWO_X = ["multi", "one_2x", "scratch_2x"]
+ORDER += TWO_X
 
 
 def _order(v):
@@ -292,9 +318,9 @@ def plot(runs, path, title):
     fams = sorted({r["family"] for r in runs})
     n = len(fams) + bool(P_MULTI)
     fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.5), squeeze=False)
-    panels = [(f, lambda v: v in ORDER[:6], ax) for f, ax in zip(fams, axes[0])]
+    panels = [(f, lambda v: v not in TWO_X, ax) for f, ax in zip(fams, axes[0])]
     if P_MULTI:
-        panels.append((P_MULTI[0], lambda v: v in ORDER[6:], axes[0][-1]))
+        panels.append((P_MULTI[0], lambda v: v in TWO_X, axes[0][-1]))
     for family, keep, ax in panels:
         variants = sorted({r["variant"] for r in runs if r["family"] == family and keep(r["variant"])}, key=_order)
         for v in variants:
@@ -307,9 +333,7 @@ def plot(runs, path, title):
         ax.set_ylim(lo - 0.05, lo + 1.0)
         ax.set_xlabel("training TFLOPs (6 x params x tokens, base phase included)")
         ax.set_ylabel("validation loss (nats/byte), mean over seeds")
-        ax.set_title(
-            f"{family}: " + ("2x width" if variants and variants[0] in ORDER[6:] else "1.5x width"), fontsize=9
-        )
+        ax.set_title(f"{family}: " + ("2x width" if variants and variants[0] in TWO_X else "1.5x width"), fontsize=9)
         ax.legend(fontsize=7)
     fig.suptitle(title, fontsize=9)
     fig.tight_layout()
@@ -335,8 +359,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     P.update(data=str(Path(args.data).resolve()), work=str(work.resolve()))
     families = [f for f in P["families"].split(",") if f]
-    variants = [f"carry_{r}" for r in P["recipes"].split(",") if r] + ["reset_opt_srio", "reset_srio", "scratch"]
-    variants = args.variants.split(",") if args.variants else variants
+    variants = (args.variants or DEFAULT_VARIANTS).split(",")
     jobs = [(f, v, s) for s in range(P["seeds"]) for f in families for v in variants]
     if P["multi_family"]:
         P_MULTI.append(P["multi_family"])
