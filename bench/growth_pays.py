@@ -111,6 +111,11 @@ def options(p):
         help=f"1.5x variants to run (default: {DEFAULT_VARIANTS})",
     )
     p.add_argument(
+        "--multi-variants",
+        default=None,
+        help="2x variants (default: multi,one_2x,scratch_2x; options as for 1.5x: multi_rewarm, one_2x_rewarm)",
+    )
+    p.add_argument(
         "--add-to",
         default=None,
         metavar="RESULTS_JSON",
@@ -153,6 +158,28 @@ def _init(P, family, width, seed, path):
     )
 
 
+def _two_x(variant: str) -> bool:
+    return variant.startswith(("multi", "one_2x", "scratch_2x"))
+
+
+def _option_kw(option: str, recipe: str, run: Path, variant: str, T: int) -> dict:
+    """train keywords for ``recipe`` with the options named in ``option`` ("rewarm+mup", "" = none)."""
+    import yaml
+
+    from growtool import recipes
+
+    kw = {}
+    for o in filter(None, option.split("+")):
+        kw.update(OPTIONS[o])
+    if "noise" in kw:  # the recipe with symmetry breaking, as a YAML file
+        r = recipes.load(recipe, {"noise": kw.pop("noise")})
+        recipe = str(run / f"{variant}.yaml")
+        Path(recipe).write_text(yaml.safe_dump({**r, "name": f"{r['name']}+noise"}))
+    if "ramp" in kw:
+        kw["gate_warmup_tokens"] = round(kw.pop("ramp") * 2 * T)
+    return {"grow_recipe": recipe, **kw}
+
+
 def _curve(recs, flops0=0.0):
     return [(flops0 + r["flops"], r["val_loss"]) for r in recs if "val_loss" in r]
 
@@ -162,8 +189,6 @@ def job(P, family, variant, seed):
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    import yaml
-
     from growtool import checkpoint, growth, recipes
 
     t0 = time.time()
@@ -178,14 +203,8 @@ def job(P, family, variant, seed):
         curve = _curve(recs)
     elif variant.startswith("carry_"):
         recipe, _, option = variant[len("carry_") :].partition("_")
-        kw = dict(OPTIONS[option]) if option else {}
-        if "noise" in kw:  # the recipe with symmetry breaking, as a YAML file
-            r = recipes.load(recipe, {"noise": kw.pop("noise")})
-            recipe = str(run / f"{variant}.yaml")
-            Path(recipe).write_text(yaml.safe_dump({**r, "name": variant[len("carry_") :]}))
-        if "ramp" in kw:
-            kw["gate_warmup_tokens"] = round(kw.pop("ramp") * 2 * T)
-        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_recipe=recipe, **kw)
+        kw = _option_kw(option, recipe, run, variant, T)
+        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), **kw)
         curve = _curve(recs)
     elif variant == "reset_srio":
         s1, r1 = train_phase(P, base, out + "-base", T, seed)
@@ -213,15 +232,17 @@ def job(P, family, variant, seed):
         init = _init(P, family, width, 10_000 + seed, run / f"{variant}-init.safetensors")
         s, recs = train_phase(P, init, out, tokens, 3000 + seed)
         curve = _curve(recs)
-    elif variant == "multi":
-        s, recs = train_phase(P, base, out, 3 * T, seed, grow_at=(f"{1 / 3:.6f}:{D}", f"{2 / 3:.6f}:{D2}"))
+    elif variant.split("_")[0] == "multi":
+        kw = _option_kw(variant.partition("_")[2], "srio", run, variant, T)
+        s, recs = train_phase(P, base, out, 3 * T, seed, grow_at=(f"{1 / 3:.6f}:{D}", f"{2 / 3:.6f}:{D2}"), **kw)
         curve = _curve(recs)
-    elif variant == "one_2x":
-        s, recs = train_phase(P, base, out, 3 * T, seed, grow_at=(f"0.5:{D2}",))
+    elif variant.startswith("one_2x"):
+        kw = _option_kw(variant[len("one_2x_") :], "srio", run, variant, T)
+        s, recs = train_phase(P, base, out, 3 * T, seed, grow_at=(f"0.5:{D2}",), **kw)
         curve = _curve(recs)
     else:
         raise ValueError(variant)
-    if variant.startswith("carry_") or variant in ("multi", "one_2x", "reset_opt_srio"):
+    if variant.startswith(("carry_", "multi", "one_2x")) or variant == "reset_opt_srio":
         grow_steps = [r["step"] for a, r in zip(recs, recs[1:]) if a.get("width") != r.get("width")]
         extra["bump"] = max(recs[st]["loss"] - recs[st - 1]["loss"] for st in grow_steps) if grow_steps else None
     shutil.rmtree(run / variant, ignore_errors=True)
@@ -259,8 +280,9 @@ def aggregate(runs):
     for r in runs:
         by.setdefault((r["family"], r["variant"]), {})[r["seed"]] = r
     for (family, variant), rs in sorted(by.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
-        ref = by.get((family, "scratch_2x" if variant in ("multi", "one_2x", "scratch_2x") else "scratch"), {})
-        ref_name = "multi" if variant in ("multi", "one_2x", "scratch_2x") else "carry_srio"
+        two_x = _two_x(variant)
+        ref = by.get((family, "scratch_2x" if two_x else "scratch"), {})
+        ref_name = "multi" if two_x else "carry_srio"
         pair = by.get((family, ref_name), {})
         vals = [r["val"] for r in rs.values()]
         savings, missed = [], 0
@@ -318,9 +340,9 @@ def plot(runs, path, title):
     fams = sorted({r["family"] for r in runs})
     n = len(fams) + bool(P_MULTI)
     fig, axes = plt.subplots(1, n, figsize=(6 * n, 4.5), squeeze=False)
-    panels = [(f, lambda v: v not in TWO_X, ax) for f, ax in zip(fams, axes[0])]
+    panels = [(f, lambda v: not _two_x(v), ax) for f, ax in zip(fams, axes[0])]
     if P_MULTI:
-        panels.append((P_MULTI[0], lambda v: v in TWO_X, axes[0][-1]))
+        panels.append((P_MULTI[0], _two_x, axes[0][-1]))
     for family, keep, ax in panels:
         variants = sorted({r["variant"] for r in runs if r["family"] == family and keep(r["variant"])}, key=_order)
         for v in variants:
@@ -363,7 +385,8 @@ def main():
     jobs = [(f, v, s) for s in range(P["seeds"]) for f in families for v in variants]
     if P["multi_family"]:
         P_MULTI.append(P["multi_family"])
-        jobs += [(P["multi_family"], v, s) for s in range(P["seeds"]) for v in ("multi", "one_2x", "scratch_2x")]
+        multi = (args.multi_variants or "multi,one_2x,scratch_2x").split(",")
+        jobs += [(P["multi_family"], v, s) for s in range(P["seeds"]) for v in multi]
     prior = old["runs"] if old else []
     have = {(r["family"], r["variant"], r["seed"]) for r in prior}
     jobs = [j for j in jobs if j not in have]
@@ -434,7 +457,14 @@ def _cost(P, family, variant, seed):
         "multi": 3 * (n[d] + n[D] + n[D2]),
         "one_2x": 4.5 * (n[d] + n[D2]),
         "scratch_2x": 3 * (n[d] + n[D] + n[D2]),
-    }.get(variant, 2 * (n[d] + n[D]))
+    }.get(
+        variant.split("_")[0]
+        if variant.startswith("multi")
+        else variant[:6]
+        if variant.startswith("one_2x")
+        else variant,
+        2 * (n[d] + n[D]),
+    )
 
 
 if __name__ == "__main__":
