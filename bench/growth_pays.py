@@ -67,6 +67,7 @@ FULL = dict(
     families="llama,gpt2",
     multi_family="llama",
     gamma=0.5,
+    llama_tie=0,
 )
 QUICK = dict(
     width=32,
@@ -85,6 +86,7 @@ QUICK = dict(
     families="llama,gpt2",
     multi_family="llama",
     gamma=0.5,
+    llama_tie=0,
 )
 
 # carry_<recipe>_<option>: what each option changes in the one-command run (train keywords; "noise"
@@ -138,7 +140,7 @@ def _config(P, family, width):
         kv_heads=heads // 2,
         context=max(256, P["seq"]),
         norm_eps=1e-12,
-        tie=False,
+        tie=bool(P.get("llama_tie", 0)),  # tied: the exact map is eps 1 (no rotation)
         attn_gate=True,
         **common,
     )
@@ -168,7 +170,7 @@ def _option_kw(option: str, recipe: str, run: Path, variant: str, T: int) -> dic
 
     from growtool import recipes
 
-    kw = {}
+    kw = {"grow_schedule": "continue"}  # the one-schedule baseline; the "rewarm" option re-warms
     for o in filter(None, option.split("+")):
         kw.update(OPTIONS[o])
     if "noise" in kw:  # the recipe with symmetry breaking, as a YAML file
@@ -199,7 +201,9 @@ def job(P, family, variant, seed):
     out = str(run / variant)
     extra = {}
     if variant == "reset_opt_srio":
-        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_optimizer="reset")
+        s, recs = train_phase(
+            P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), grow_optimizer="reset", grow_schedule="continue"
+        )
         curve = _curve(recs)
     elif variant.startswith("carry_"):
         recipe, _, option = variant[len("carry_") :].partition("_")

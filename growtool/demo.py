@@ -179,8 +179,8 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
     path = checkpoint.save_tensors(
         str(out / "stage0-init.safetensors"),
         cfg,
-        [{"op": "init", "gamma": 1.0, "embed_gamma": 1.0, "seed": 0, "width": cfg.width}],
-        init_model(cfg, gamma=1.0, seed=0).tensors(),
+        [{"op": "init", "gamma": 0.5, "embed_gamma": 0.5, "seed": 0, "width": cfg.width}],
+        init_model(cfg, gamma=0.5, seed=0).tensors(),
     )
     row("init", path)
     srio = recipes.load("srio")

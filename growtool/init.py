@@ -1,7 +1,8 @@
 """gamma-initialisation ("Small Initialization Matters for Large Language Models").
 
 Every weight matrix W ~ N(0, sigma^2) with sigma = fan_in^(-gamma): gamma = 0.5 is the usual
-Xavier-like scale, gamma = 1 the paper's recommended small initialisation. fan_in is the size of
+Xavier-like scale and growtool's default (it trained better here: bench/small_init.py and
+bench/growth_pays.py), gamma = 1 the paper's recommended small initialisation. fan_in is the size of
 the axis the matrix reads: the residual width for readers and the untied head, the number of
 unit inputs (heads x head_dim, FFN neurons) for writers.
 
@@ -29,7 +30,7 @@ def init_sigma(name: str, spec, shape, cfg: ModelConfig, gamma: float, embed_gam
     return None
 
 
-def init_model(cfg: ModelConfig, gamma: float = 1.0, embed_gamma: float | None = None, seed: int = 0) -> LM:
+def init_model(cfg: ModelConfig, gamma: float = 0.5, embed_gamma: float | None = None, seed: int = 0) -> LM:
     embed_gamma = gamma if embed_gamma is None else embed_gamma
     model = LM(cfg)
     gen = torch.Generator().manual_seed(seed)

@@ -129,9 +129,9 @@ class Settings:
         choices=("same", "mup"),
     )
     grow_schedule: str = setting(
-        "continue",
-        "LR schedule at a --grow-at growth: continue (one warm-up and cosine over the run) or rewarm "
-        "(warm up again and decay over the steps left, as a second run would)",
+        "rewarm",
+        "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left; "
+        "measured better, bench/README.md) or continue (one warm-up and cosine over the whole run)",
         choices=("continue", "rewarm"),
     )
     stop_at: int | None = setting(

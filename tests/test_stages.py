@@ -43,6 +43,7 @@ def strip(records):
 def test_grown_run_folder_resumes_at_the_sources_loss_without_rewarm(world):
     d, text, base = world["dir"], world["text"], world["base"]
     opts = ["--steps", 20, "--batch", 8, "--seq", 32, "--eval-batches", 2, "--lr", 0.01, "--device", "cpu", "-q"]
+    opts += ["--grow-schedule", "continue"]  # no re-warm after the growth (the default re-warms)
     r = cli("train", base, "--data", text, "--out", d / "src", "--stop-at", 10, *opts)
     assert r.exit_code == 0, r.stderr
     shutil.copytree(d / "src", d / "src_on")
@@ -70,6 +71,7 @@ def test_grown_run_folder_resumes_at_the_sources_loss_without_rewarm(world):
 def test_grow_at_three_stages_end_to_end_and_resume_across_a_growth(world):
     d, text, base = world["dir"], world["text"], world["base"]
     kw = dict(KW, steps=30, save_every=3, grow_at=("0.3:48", "0.6:64"), gate_warmup_tokens=512)
+    kw["grow_schedule"] = "continue"  # the LR checked below is one schedule (rewarm: test_growth_options.py)
     a = train(base, [text], d / "ms", **kw)
     b1 = train(base, [text], d / "ms_stopped", stop_at=9, **kw)  # stops right before the first growth
     assert b1["final"] is None
@@ -161,7 +163,7 @@ def test_gpt2_run_folder_grows_and_resumes_at_the_sources_loss(world, tmp_path):
 
     cfg = tiny_cfg(family="gpt2", kv_heads=4, tie=True, norm_eps=1e-5, attn_gate=False)
     base = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=1).tensors())
-    kw = dict(KW, steps=12)
+    kw = dict(KW, steps=12, grow_schedule="continue")  # no re-warm: the first update after growth is the source's
     train(base, [world["text"]], tmp_path / "src", stop_at=6, **kw)
     shutil.copytree(tmp_path / "src", tmp_path / "on")
     plan, step = expand_run(tmp_path / "src", tmp_path / "grown", 48, recipes.load("srio"), seed=0)

@@ -41,7 +41,7 @@ ALT = dict(
     grow_recipe="nrio",
     grow_optimizer="reset",
     grow_lr="mup",
-    grow_schedule="rewarm",
+    grow_schedule="continue",
 )
 
 
