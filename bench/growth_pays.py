@@ -10,7 +10,8 @@ with ``growtool.train`` (the library behind ``growtool train``):
                     for the recipes srio, nrio, copy
     carry_<recipe>_<option>  the same with one option of issue 11 (OPTIONS below): recipe noise 0.1
                     (symmetry breaking, exact at gate 0), --grow-lr mup, --grow-schedule rewarm, a
-                    gate ramp of 2.5% or 30% of the run instead of 10%
+                    gate ramp of 2.5% or 30% of the run instead of 10%, the growth after 25% or 75%
+                    of the run (early, late); options combine with "+" (carry_srio_rewarm+early)
     reset_opt_srio  as carry_srio with ``--grow-optimizer reset``: a fresh AdamW at the growth, the same
                     LR schedule (no re-warm): isolates carrying the moments
     reset_srio      today's two-command workflow: ``train BASE --tokens T``; ``expand final --width 1.5d``;
@@ -97,6 +98,8 @@ OPTIONS = {
     "rewarm": {"grow_schedule": "rewarm"},
     "ramp_short": {"ramp": 0.025},
     "ramp_long": {"ramp": 0.3},
+    "early": {"frac": 0.25},  # grow after a quarter of the run instead of half
+    "late": {"frac": 0.75},
 }
 DEFAULT_VARIANTS = "carry_srio,carry_nrio,carry_copy,carry_copy_noise,carry_srio_noise,carry_srio_mup,"
 DEFAULT_VARIANTS += "carry_srio_rewarm,carry_srio_ramp_short,carry_srio_ramp_long,reset_srio,scratch"
@@ -179,6 +182,8 @@ def _option_kw(option: str, recipe: str, run: Path, variant: str, T: int) -> dic
         Path(recipe).write_text(yaml.safe_dump({**r, "name": f"{r['name']}+noise"}))
     if "ramp" in kw:
         kw["gate_warmup_tokens"] = round(kw.pop("ramp") * 2 * T)
+    if "frac" in kw and variant.startswith(("multi", "one_2x")):
+        raise ValueError(f"{variant}: early / late apply to one growth to 1.5x only")
     return {"grow_recipe": recipe, **kw}
 
 
@@ -208,7 +213,8 @@ def job(P, family, variant, seed):
     elif variant.startswith("carry_"):
         recipe, _, option = variant[len("carry_") :].partition("_")
         kw = _option_kw(option, recipe, run, variant, T)
-        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"0.5:{D}",), **kw)
+        frac = kw.pop("frac", 0.5)
+        s, recs = train_phase(P, base, out, 2 * T, seed, grow_at=(f"{frac}:{D}",), **kw)
         curve = _curve(recs)
     elif variant == "reset_srio":
         s1, r1 = train_phase(P, base, out + "-base", T, seed)
