@@ -142,10 +142,12 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
         t["nan_check"] += time.perf_counter() - t0 - (t["read"] - before)
         return x
 
+    work = growth.Workspace()
+
     def produce(name):
         t0 = time.perf_counter()
         before = t["read"] + t["nan_check"]
-        y = growth.grow_tensor(name, plan, get)
+        y = growth.grow_tensor(name, plan, get, work)
         t["grow"] += time.perf_counter() - t0 - (t["read"] + t["nan_check"] - before)
         return y
 

@@ -500,13 +500,14 @@ def expand(
         )
         return
     lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
+    work = growth.Workspace()  # float32 memory reused from tensor to tensor
     with surgery_threading(), Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar:
         path = checkpoint.save(
             out,
             plan.cfg,
             lineage,
             plan.outputs(),
-            lambda n: growth.grow_tensor(n, plan, ck.get),
+            lambda n: growth.grow_tensor(n, plan, ck.get, work),
             force=force,
             inputs=[ckpt],
             shard_size=shard_size,
