@@ -16,10 +16,12 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import struct
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,13 +178,16 @@ class Checkpoint:
                 progress(n, out[n].numel() * out[n].element_size())
         return out
 
-    def sha256(self) -> str:
+    def sha256(self, stop: threading.Event | None = None) -> str | None:
+        """sha256 of the checkpoint's bytes (its files in turn); None if ``stop`` is set meanwhile."""
         h = hashlib.sha256()
         if self.raw is not None:
             h.update(self.raw)
         for f in self.files:
             with open(f, "rb") as fh:
                 for chunk in iter(lambda: fh.read(1 << 22), b""):
+                    if stop is not None and stop.is_set():
+                        return None
                     h.update(chunk)
         return h.hexdigest()
 
@@ -190,6 +195,60 @@ class Checkpoint:
         from .model import LM
 
         return LM.from_tensors(self.config, self.tensors(progress), dtype=dtype)
+
+
+class SourceHash:
+    """A checkpoint's sha256, computed in a background thread (file reads and hashlib release the
+    GIL) while the output is grown and written, not in a pass of its own before.
+
+    Until it is known, ``token`` stands in for it: 64 random hex characters, the length of the hex
+    digest. ``save(..., source_hash=)`` writes the header with the token and, once the tensors are
+    written, rewrites the header in place with the digest (same length: no offset moves) before
+    the file is fsynced and renamed into place, so the bytes are those of a file written with the
+    digest from the start. ``value()`` waits for the digest; a failure to read raises GrowError
+    there (the output is then not written). ``fill(obj)`` replaces the token in JSON-like data."""
+
+    def __init__(self, ck: Checkpoint):
+        self.source = ck.source
+        self.token = secrets.token_hex(32)
+        self._stop = threading.Event()
+        self._result: tuple[bool, object] | None = None
+        self._thread = threading.Thread(target=self._run, args=(ck,), name="growtool-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self, ck: Checkpoint) -> None:
+        try:
+            self._result = (True, ck.sha256(self._stop))
+        except BaseException as e:  # raised in the waiting thread by value()
+            self._result = (False, e)
+
+    def value(self) -> str:
+        self._thread.join()
+        ok, v = self._result
+        if ok and v is None:
+            raise GrowError(f"{self.source}: hashing was cancelled")
+        if ok:
+            return v
+        if isinstance(v, OSError):
+            raise GrowError(f"{self.source}: cannot read ({v.strerror or v})") from None
+        raise v
+
+    def patch(self, data: bytes) -> bytes:
+        return data.replace(self.token.encode(), self.value().encode())
+
+    def fill(self, obj):
+        if isinstance(obj, str):
+            return obj.replace(self.token, self.value())
+        if isinstance(obj, dict):
+            return {k: self.fill(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.fill(v) for v in obj)
+        return obj
+
+    def cancel(self) -> None:
+        """Stop hashing (the result is no longer needed) and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _tokenizer_record(meta: dict, src: str) -> dict | None:
@@ -419,16 +478,24 @@ WRITE_CHUNK = 1 << 24  # measured: a 1.9 GB output in 16 MB writes 0.6 s, as who
 
 
 def write_stream(
-    fh, specs, produce: Callable[[str], torch.Tensor], meta: dict, progress: Progress | None = None
+    fh,
+    specs,
+    produce: Callable[[str], torch.Tensor],
+    meta: dict,
+    progress: Progress | None = None,
+    source_hash: SourceHash | None = None,
 ) -> None:
     """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
-    ``progress(name, nbytes)`` after each.
+    ``progress(name, nbytes)`` after each. With ``source_hash`` the header is written with its
+    token and rewritten in place with the digest once the tensors are written (``fh`` must be a
+    seekable file: the caller fsyncs it afterwards).
 
     Producing and writing overlap: a worker thread produces tensor k+1 while tensor k is written
     (torch and file writes release the GIL). At most two produced tensors are alive at a time; the
     bytes are the same as producing them one after another.
     """
-    fh.write(_header_bytes(specs, meta))
+    header = _header_bytes(specs, meta)
+    fh.write(header)
     for (name, shape, dt), t in zip(specs, prefetch([n for n, _, _ in specs], produce)):
         if tuple(t.shape) != tuple(shape) or t.dtype != dt:
             raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
@@ -438,6 +505,9 @@ def write_stream(
         del t
         if progress:
             progress(name, b.nbytes)
+    if source_hash is not None and source_hash.token.encode() in header:
+        fh.flush()
+        os.pwrite(fh.fileno(), source_hash.patch(header), 0)  # same length: only these bytes change
 
 
 def prefetch(names: list[str], produce: Callable[[str], torch.Tensor], ahead: int = 1):
@@ -597,29 +667,36 @@ def _write_folder(
     shards: list[list],
     produce,
     meta: dict,
-    files: dict[str, bytes] | None = None,
+    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
     progress: Progress | None = None,
+    source_hash: SourceHash | None = None,
 ) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
     shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
-    (name -> bytes: tokenizer, generation config, modeling code, model card) beside them."""
+    (name -> bytes: tokenizer, generation config, modeling code, model card; or a function
+    returning them, called once the weights are written) beside them."""
 
     def write_json(path, obj):
         atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
     if len(shards) == 1:
-        atomic_file(folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta, progress))
+        atomic_file(
+            folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta, progress, source_hash)
+        )
     else:
         weight_map, total = {}, 0
         for k, part in enumerate(shards, 1):
             name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            atomic_file(folder / name, lambda fh, part=part: write_stream(fh, part, produce, meta, progress))
+            atomic_file(
+                folder / name, lambda fh, part=part: write_stream(fh, part, produce, meta, progress, source_hash)
+            )
             for n, shape, dt in part:
                 weight_map[n] = name
                 total += _nbytes(shape, dt)
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         write_json(folder / "model.safetensors.index.json", index)
     write_json(folder / "config.json", hf_remote.folder_config(cfg))
+    files = files() if callable(files) else files
     for name, data in {**hf_remote.folder_files(cfg), **(files or {})}.items():
         atomic_file(folder / name, lambda fh, data=data: fh.write(data))
 
@@ -646,9 +723,10 @@ def save(
     force: bool = False,
     inputs: Iterable[str] = (),
     shard_size: int | None = None,
-    files: dict[str, bytes] | None = None,
+    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
     progress: Progress | None = None,
     tokenizer: dict | None = None,
+    source_hash: SourceHash | None = None,
 ) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
@@ -658,8 +736,10 @@ def save(
     either absent, the earlier complete file, or the new complete one. ``files`` (name -> bytes)
     are written into a folder target beside the weights (ignored for a single file).
     ``progress(name, nbytes)`` is called after each tensor is written. ``tokenizer`` (a record from
-    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects. Returns the
-    written path.
+    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects.
+    ``source_hash`` (a ``SourceHash`` whose token the lineage holds): its digest replaces the token
+    in every written header before the file is fsynced (``files`` may then be a function, called
+    after the weights are written, that fills it in too). Returns the written path.
     """
     meta = metadata(cfg, lineage, tokenizer)
     dest = check_destination(out, inputs, force)
@@ -672,18 +752,18 @@ def save(
         )
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
-            write_stream(tmp, specs, produce, meta, progress)
+            write_stream(tmp, specs, produce, meta, progress, source_hash)
             tmp.seek(0)
             shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress))
+            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress, source_hash))
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress)
+            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress, source_hash)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:

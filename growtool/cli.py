@@ -499,22 +499,30 @@ def expand(
             f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True
         )
         return
-    lineage = ck.lineage + [growth.lineage_entry(plan, ck.sha256())]
+    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
+    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
     work = growth.Workspace()  # float32 memory reused from tensor to tensor
-    with surgery_threading(), Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar:
-        path = checkpoint.save(
-            out,
-            plan.cfg,
-            lineage,
-            plan.outputs(),
-            lambda n: growth.grow_tensor(n, plan, ck.get, work),
-            force=force,
-            inputs=[ckpt],
-            shard_size=shard_size,
-            progress=bar,
-            tokenizer=carry.record,
-            files=carry.files(plan.cfg, lineage, ckpt, Path(out).name),
-        )
+    try:
+        with (
+            surgery_threading(),
+            Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar,
+        ):
+            path = checkpoint.save(
+                out,
+                plan.cfg,
+                lineage,
+                plan.outputs(),
+                lambda n: growth.grow_tensor(n, plan, ck.get, work),
+                force=force,
+                inputs=[ckpt],
+                shard_size=shard_size,
+                progress=bar,
+                tokenizer=carry.record,
+                files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
+                source_hash=source_hash,
+            )
+    finally:
+        source_hash.cancel()
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     if plan.lossy:
@@ -717,21 +725,26 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     cfg = growth.fold_config(ck.config)
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
-    lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": ck.sha256()}]
-    with surgery_threading(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
-        path = checkpoint.save(
-            out,
-            cfg,
-            lineage,
-            specs,
-            lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt),
-            force=force,
-            inputs=[grown],
-            shard_size=shard_size,
-            progress=bar,
-            tokenizer=carry.record,
-            files=carry.files(cfg, lineage, grown, Path(out).name),
-        )
+    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
+    lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
+    try:
+        with surgery_threading(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
+            path = checkpoint.save(
+                out,
+                cfg,
+                lineage,
+                specs,
+                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt),
+                force=force,
+                inputs=[grown],
+                shard_size=shard_size,
+                progress=bar,
+                tokenizer=carry.record,
+                files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
+                source_hash=source_hash,
+            )
+    finally:
+        source_hash.cancel()
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     err.print(f"folded gates at alpha {alpha:g}" + ("" if ck.config.gated else " (the model had no gates)"))
