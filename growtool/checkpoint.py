@@ -183,12 +183,13 @@ class Checkpoint:
         h = hashlib.sha256()
         if self.raw is not None:
             h.update(self.raw)
+        buf = memoryview(bytearray(1 << 20))  # one buffer, read into: no allocation per chunk (peak memory)
         for f in self.files:
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 22), b""):
+            with open(f, "rb", buffering=0) as fh:
+                while n := fh.readinto(buf):
                     if stop is not None and stop.is_set():
                         return None
-                    h.update(chunk)
+                    h.update(buf[:n])
         return h.hexdigest()
 
     def model(self, dtype=torch.float32, progress: Progress | None = None):

@@ -4,6 +4,7 @@ stdout carries only what a pipeline consumes (written paths, checkpoint bytes, -
 from __future__ import annotations
 
 import contextlib
+import gc
 import json
 import os
 import signal
@@ -13,14 +14,25 @@ import time
 import traceback
 from pathlib import Path
 
-import click
-import torch
-from rich.console import Console
-from rich.table import Table
+# Start-up: importing torch creates some 250,000 Python objects, and the cyclic garbage
+# collector walks them all several times while they are being made (0.2-0.4 s of a 1.6 s start on
+# a 2-core machine). It is off during the imports; what they made is then frozen (never scanned
+# again: module-level objects live as long as the process) and the collector is back on.
+_GC_WAS_ON = gc.isenabled()
+gc.disable()
 
-from . import checkpoint, growth, recipes, tokenizer
-from .errors import GrowError, check_range
-from .families import ARCHS
+import click  # noqa: E402
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from . import checkpoint, growth, recipes, tokenizer  # noqa: E402
+from .errors import GrowError, check_range  # noqa: E402
+from .families import ARCHS  # noqa: E402
+
+gc.freeze()
+if _GC_WAS_ON:
+    gc.enable()
 
 err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
