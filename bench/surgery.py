@@ -272,7 +272,16 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     checkpoint.prefetch = lambda names, fn: prefetch(names, fn, ahead=0)
     try:
         with surgery_threading():  # as growtool expand does
-            checkpoint.save(str(out), plan.cfg, lineage, plan.outputs(), produce, force=True, source_hash=source_hash)
+            checkpoint.save(
+                str(out),
+                plan.cfg,
+                lineage,
+                plan.outputs(),
+                produce,
+                force=True,
+                source_hash=source_hash,
+                recycle=work.recycle,
+            )
     finally:
         checkpoint.prefetch = prefetch
         source_hash.cancel()

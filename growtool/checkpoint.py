@@ -510,11 +510,13 @@ def write_stream(
     meta: dict,
     progress: Progress | None = None,
     source_hash: SourceHash | None = None,
+    recycle: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
     ``progress(name, nbytes)`` after each. With ``source_hash`` the header is written with its
     token and rewritten in place with the digest once the tensors are written (``fh`` must be a
-    seekable file: the caller fsyncs it afterwards).
+    seekable file: the caller fsyncs it afterwards). ``recycle(t)`` is called with each produced
+    tensor once it is written and no longer read (its memory may then be reused).
 
     Producing and writing overlap: a worker thread produces tensor k+1 while tensor k is written
     (torch and file writes release the GIL). At most two produced tensors are alive at a time; the
@@ -536,6 +538,8 @@ def write_stream(
                 fh.flush()
                 start_writeback(fh.fileno(), started, written - started)
                 started = written
+        if recycle is not None:
+            recycle(t)
         del t
         if progress:
             progress(name, b.nbytes)
@@ -704,6 +708,7 @@ def _write_folder(
     files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
     progress: Progress | None = None,
     source_hash: SourceHash | None = None,
+    recycle: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
     shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
@@ -715,14 +720,16 @@ def _write_folder(
 
     if len(shards) == 1:
         atomic_file(
-            folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta, progress, source_hash)
+            folder / "model.safetensors",
+            lambda fh: write_stream(fh, shards[0], produce, meta, progress, source_hash, recycle),
         )
     else:
         weight_map, total = {}, 0
         for k, part in enumerate(shards, 1):
             name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
             atomic_file(
-                folder / name, lambda fh, part=part: write_stream(fh, part, produce, meta, progress, source_hash)
+                folder / name,
+                lambda fh, part=part: write_stream(fh, part, produce, meta, progress, source_hash, recycle),
             )
             for n, shape, dt in part:
                 weight_map[n] = name
@@ -761,6 +768,7 @@ def save(
     progress: Progress | None = None,
     tokenizer: dict | None = None,
     source_hash: SourceHash | None = None,
+    recycle: Callable[[torch.Tensor], None] | None = None,
 ) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
@@ -773,7 +781,8 @@ def save(
     ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects.
     ``source_hash`` (a ``SourceHash`` whose token the lineage holds): its digest replaces the token
     in every written header before the file is fsynced (``files`` may then be a function, called
-    after the weights are written, that fills it in too). Returns the written path.
+    after the weights are written, that fills it in too). ``recycle(t)``: called with each produced
+    tensor once written (``growth.Workspace.recycle``). Returns the written path.
     """
     meta = metadata(cfg, lineage, tokenizer)
     dest = check_destination(out, inputs, force)
@@ -786,18 +795,18 @@ def save(
         )
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
-            write_stream(tmp, specs, produce, meta, progress, source_hash)
+            write_stream(tmp, specs, produce, meta, progress, source_hash, recycle)
             tmp.seek(0)
             shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress, source_hash))
+            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress, source_hash, recycle))
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress, source_hash)
+            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress, source_hash, recycle)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:

@@ -532,9 +532,11 @@ def expand(
                 tokenizer=carry.record,
                 files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
                 source_hash=source_hash,
+                recycle=work.recycle,
             )
     finally:
         source_hash.cancel()
+    work = None  # its blocks are not needed by what follows
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     if plan.lossy:

@@ -17,6 +17,7 @@ Steps (each a small class below, with ``apply`` and ``describe``):
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 
 import torch
@@ -40,6 +41,7 @@ class Ctx:
     shape: tuple | None = None  # the grown tensor's shape: steps that grow it build it in place (``canvas``)
     buf: list = field(default_factory=list)  # the float32 tensor of that shape, once allocated
     work: Workspace | None = None  # memory to build it in, reused from tensor to tensor
+    scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
 
     def canvas(self, shape) -> torch.Tensor:
         """A float32 tensor of ``shape`` for a step's result: the leading corner of one tensor of the
@@ -49,7 +51,12 @@ class Ctx:
         if self.shape is None or len(shape) != len(self.shape) or any(a > b for a, b in zip(shape, self.shape)):
             return torch.empty(shape)
         if not self.buf:
-            self.buf.append(self.work.tensor(self.shape) if self.work is not None else torch.empty(self.shape))
+            if self.work is None:
+                self.buf.append(torch.empty(self.shape))
+            elif self.scratch:
+                self.buf.append(self.work.tensor(self.shape))
+            else:
+                self.buf.append(self.work.output(self.shape, torch.float32))
         v = self.buf[0]
         for axis, n in enumerate(shape):
             v = v.narrow(axis, 0, n)
@@ -57,14 +64,25 @@ class Ctx:
 
 
 class Workspace:
-    """Float32 memory reused by ``grow_tensor`` from one tensor to the next, for outputs in another
-    dtype (the float32 result is rounded into a new tensor, so its memory is free again). Fresh
-    memory costs a page fault per 4 KB on first touch - several times the arithmetic - so building
-    every bfloat16 tensor in the same float32 memory makes bfloat16 growth cheaper than float32.
-    For one producer at a time (``checkpoint.prefetch`` runs one worker thread)."""
+    """Memory reused by ``grow_tensor`` from one tensor to the next. Fresh memory costs a page fault
+    per 4 KB on first touch - several times the arithmetic - so:
+
+    * ``tensor``: one float32 block in which every tensor with another output dtype is built (its
+      float32 result is rounded into the output, so the block is free again at once);
+    * ``output``: the output tensors themselves, in blocks handed back by ``recycle(t)`` once ``t``
+      is written (``checkpoint.save(..., recycle=)``). The writer holds at most two outputs at a
+      time, so two blocks circulate. Outputs of under 1 MB are plain new tensors.
+
+    For one producer at a time (``checkpoint.prefetch`` runs one worker thread); ``recycle`` may be
+    called from another thread. Without ``recycle`` calls, the last few outputs stay referenced."""
+
+    POOL_MIN = 1 << 20
 
     def __init__(self):
         self.flat = torch.empty(0)
+        self._pool: list[torch.Tensor] = []  # flat uint8 blocks written out and handed back
+        self._lent: list[torch.Tensor] = []  # blocks of the outputs handed out (the newest few)
+        self._lock = threading.Lock()
 
     def tensor(self, shape) -> torch.Tensor:
         n = 1
@@ -74,6 +92,35 @@ class Workspace:
             self.flat = torch.empty(0)  # release the smaller block first (peak memory)
             self.flat = torch.empty(n)
         return self.flat[:n].view(shape)
+
+    def output(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        nbytes = dtype.itemsize
+        for s in shape:
+            nbytes *= s
+        if nbytes < self.POOL_MIN:
+            return torch.empty(shape, dtype=dtype)
+        with self._lock:
+            fits = [b for b in self._pool if b.numel() >= nbytes]
+            if fits:
+                block = min(fits, key=torch.Tensor.numel)
+                self._pool = [b for b in self._pool if b is not block]  # (list.remove would compare tensors)
+            else:
+                block = None
+                self._pool.clear()  # all too small: free them before allocating (peak memory)
+        if block is None:
+            block = torch.empty(nbytes, dtype=torch.uint8)
+        with self._lock:
+            self._lent = self._lent[-3:] + [block]
+        return block[:nbytes].view(dtype).view(shape)
+
+    def recycle(self, t: torch.Tensor) -> None:
+        """``t`` (an output of ``grow_tensor``) is written and dropped: its block may be reused."""
+        with self._lock:
+            for i, block in enumerate(self._lent):
+                if t.data_ptr() == block.data_ptr() and t.untyped_storage().data_ptr() == block.data_ptr():
+                    del self._lent[i]
+                    self._pool = sorted(self._pool + [block], key=torch.Tensor.numel)[-2:]
+                    return
 
 
 class Step:
@@ -606,18 +653,20 @@ def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None) -> to
     """The grown tensor ``name``: its source (read lazily with ``get``) through the plan's steps.
 
     The arithmetic is float32 with one rounding to ``plan.dtype`` at the end. Steps that grow the
-    tensor build it in place in one float32 tensor of the grown shape; with a ``work`` space and an
-    output dtype other than float32 that tensor is the workspace's (do not share a workspace
-    between threads)."""
+    tensor build it in place in one float32 tensor of the grown shape. With a ``work`` space that
+    tensor and the output come from its reused memory (see ``Workspace``: hand each output back with
+    ``work.recycle`` once written; do not share a workspace between producing threads)."""
     spec, layer = plan.specs[name]
     steps = plan.steps[name]
     t = None if spec.role == "growth_gate" else get(name)
     if t is not None and not (t.dtype in _EXACT_IN_F32 and steps and steps[0].raw):
         t = t.float()
-    work = work if plan.dtype != torch.float32 else None  # a float32 result is the built tensor itself
-    c = Ctx(plan, get, name, spec, layer, shape=plan.shapes.get(name), work=work)
+    scratch = plan.dtype != torch.float32  # else the float32 tensor built is the output itself
+    c = Ctx(plan, get, name, spec, layer, shape=plan.shapes.get(name), work=work, scratch=scratch)
     for step in steps:
         t = step.apply(t, c)
+    if work is not None and scratch and t.dim():
+        return work.output(t.shape, plan.dtype).copy_(t)  # the one rounding (as .to: the same conversion)
     return t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
 
 

@@ -180,14 +180,20 @@ def expand_axis(
             if block > 1:
                 idx = (idx.unsqueeze(1) * block + torch.arange(block)).reshape(-1)
             term = old.index_select(axis, idx)
-            if e.kind not in ("tile", "copy"):  # weight 1 there: the product is the entry itself
+            if e.kind in ("tile", "copy"):  # weight 1 there: the product is the entry itself
+                wj = None
+            else:
                 wshape = [1] * out.dim()
                 wshape[axis] = -1
-                term.mul_(e.weight[:, j].to(out.dtype).repeat_interleave(block).view(wshape))
-            if j == 0:
+                wj = e.weight[:, j].to(out.dtype).repeat_interleave(block).view(wshape)
+            if j > 0:
+                new.add_(term if wj is None else term.mul_(wj))
+            elif wj is None:
                 new.copy_(term)
+            elif term.requires_grad or new.requires_grad:
+                new.copy_(term * wj)
             else:
-                new.add_(term)
+                torch.mul(term, wj, out=new)  # the product written in place (no pass through a copy)
     return out
 
 

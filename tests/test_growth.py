@@ -238,9 +238,19 @@ def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
         p32 = growth.build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=torch.float32)
         plow = growth.build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=dt)
         work = growth.Workspace()
+        work.POOL_MIN = 0  # every output from reused blocks, as in a streamed write
         for n, _, _ in plow.outputs():
             want = growth.grow_tensor(n, p32, up.__getitem__).to(dt)
             for w in (None, work):
                 got = growth.grow_tensor(n, plow, low.__getitem__, w)
                 assert got.dtype == dt and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), n
+            work.recycle(got)  # written: its block is reused for the next tensors
         assert all(torch.equal(low[n], src[n].to(dt)) for n in src)  # sources untouched
+    work, held = growth.Workspace(), []
+    work.POOL_MIN = 0
+    for n, _, _ in p32.outputs():  # float32 outputs are the built tensors themselves, from reused blocks
+        got = growth.grow_tensor(n, p32, up.__getitem__, work)
+        assert torch.equal(got, growth.grow_tensor(n, p32, up.__getitem__)), n
+        held.append(got)
+        if len(held) == 2:  # two outputs alive at a time, as write_stream holds them
+            work.recycle(held.pop(0))
