@@ -6,7 +6,8 @@ For float32 and bfloat16 (same parameter count) it
   2. runs ``growtool expand SRC --width 1.5d -o OUT`` as a subprocess: wall time and peak RSS
      (the child's own ru_maxrss from ``os.wait4``);
   3. right after it, copies OUT to a temporary name on the same disk (``shutil.copyfile`` + fsync,
-     as expand fsyncs): each expand is paired with the copy of its own output;
+     as expand fsyncs): each expand is paired with a copy of its output (every other pair copies
+     first, the previous identical output, then expands: the order alternates);
   4. calls ``os.sync()`` before each timed expand and each timed copy, so that the writeback of the
      previous file does not land in the next measurement;
   5. repeats 2-4 (3 pairs; 1 with --quick) and reports medians and the median of the per-pair
@@ -183,15 +184,22 @@ def remove(path: Path) -> None:
 
 
 def timed_pairs(cmd: list[str], out: Path, copy_to: Path, repeats: int) -> list[tuple[dict, tuple]]:
-    """``repeats`` x (expand subprocess, then the copy of its output), each after an ``os.sync()``."""
+    """``repeats`` x (an expand subprocess and a copy of its output, one right after the other),
+    each timed after an ``os.sync()``. The order alternates: expand then copy in the 1st, 3rd, ...
+    pair, copy (of the previous, identical output) then expand in the 2nd, 4th, ... - the disk of
+    this machine writes at very different speeds from one minute to the next (a 1.9 GB copy took
+    1.1-5.6 s in a row), and whichever goes second would otherwise always meet the state the first
+    left."""
     pairs = []
-    for _ in range(repeats):
+    for i in range(repeats):
+        copy_first = i % 2 == 1 and out.exists()
+        c = timed_copy(out, copy_to) if copy_first else None
         remove(out)
         os.sync()
         m = run_measured(cmd)
         if m["rc"] != 0:
             raise SystemExit(f"growtool expand failed (exit {m['rc']}): {m['stderr'].strip()[-2000:]}")
-        pairs.append((m, timed_copy(out, copy_to)))
+        pairs.append((m, c if copy_first else timed_copy(out, copy_to)))
     return pairs
 
 
