@@ -71,12 +71,14 @@ class Workspace:
       float32 result is rounded into the output, so the block is free again at once);
     * ``output``: the output tensors themselves, in blocks handed back by ``recycle(t)`` once ``t``
       is written (``checkpoint.save(..., recycle=)``). The writer holds at most two outputs at a
-      time, so two blocks circulate. Outputs of under 1 MB are plain new tensors.
+      time, so two blocks circulate. Outputs under 1 MB are plain new tensors, and blocks over
+      64 MB (embedding, head) are not kept.
 
     For one producer at a time (``checkpoint.prefetch`` runs one worker thread); ``recycle`` may be
     called from another thread. Without ``recycle`` calls, the last few outputs stay referenced."""
 
     POOL_MIN = 1 << 20
+    POOL_MAX = 1 << 26
 
     def __init__(self):
         self.flat = torch.empty(0)
@@ -101,12 +103,9 @@ class Workspace:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
             fits = [b for b in self._pool if b.numel() >= nbytes]
-            if fits:
-                block = min(fits, key=torch.Tensor.numel)
-                self._pool = [b for b in self._pool if b is not block]  # (list.remove would compare tensors)
-            else:
-                block = None
-                self._pool.clear()  # all too small: free them before allocating (peak memory)
+            block = min(fits, key=torch.Tensor.numel) if fits else None
+            # all too small: freed before a new one is made (peak memory)
+            self._pool = [b for b in self._pool if b is not block] if fits else []
         if block is None:
             block = torch.empty(nbytes, dtype=torch.uint8)
         with self._lock:
@@ -119,7 +118,9 @@ class Workspace:
             for i, block in enumerate(self._lent):
                 if t.data_ptr() == block.data_ptr() and t.untyped_storage().data_ptr() == block.data_ptr():
                     del self._lent[i]
-                    self._pool = sorted(self._pool + [block], key=torch.Tensor.numel)[-2:]
+                    if block.numel() <= self.POOL_MAX:  # an embedding's block, kept idle through every
+                        # layer, would add to the peak when the head is made: such blocks are freed
+                        self._pool = sorted(self._pool + [block], key=torch.Tensor.numel)[-2:]
                     return
 
 
