@@ -16,10 +16,12 @@ import json
 import math
 import os
 import re
+import secrets
 import shutil
 import struct
 import sys
 import tempfile
+import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -176,20 +178,78 @@ class Checkpoint:
                 progress(n, out[n].numel() * out[n].element_size())
         return out
 
-    def sha256(self) -> str:
+    def sha256(self, stop: threading.Event | None = None) -> str | None:
+        """sha256 of the checkpoint's bytes (its files in turn); None if ``stop`` is set meanwhile."""
         h = hashlib.sha256()
         if self.raw is not None:
             h.update(self.raw)
+        buf = memoryview(bytearray(1 << 20))  # one buffer, read into: no allocation per chunk (peak memory)
         for f in self.files:
-            with open(f, "rb") as fh:
-                for chunk in iter(lambda: fh.read(1 << 22), b""):
-                    h.update(chunk)
+            with open(f, "rb", buffering=0) as fh:
+                while n := fh.readinto(buf):
+                    if stop is not None and stop.is_set():
+                        return None
+                    h.update(buf[:n])
         return h.hexdigest()
 
     def model(self, dtype=torch.float32, progress: Progress | None = None):
         from .model import LM
 
         return LM.from_tensors(self.config, self.tensors(progress), dtype=dtype)
+
+
+class SourceHash:
+    """A checkpoint's sha256, computed in a background thread (file reads and hashlib release the
+    GIL) while the output is grown and written, not in a pass of its own before.
+
+    Until it is known, ``token`` stands in for it: 64 random hex characters, the length of the hex
+    digest. ``save(..., source_hash=)`` writes the header with the token and, once the tensors are
+    written, rewrites the header in place with the digest (same length: no offset moves) before
+    the file is fsynced and renamed into place, so the bytes are those of a file written with the
+    digest from the start. ``value()`` waits for the digest; a failure to read raises GrowError
+    there (the output is then not written). ``fill(obj)`` replaces the token in JSON-like data."""
+
+    def __init__(self, ck: Checkpoint):
+        self.source = ck.source
+        self.token = secrets.token_hex(32)
+        self._stop = threading.Event()
+        self._result: tuple[bool, object] | None = None
+        self._thread = threading.Thread(target=self._run, args=(ck,), name="growtool-sha256", daemon=True)
+        self._thread.start()
+
+    def _run(self, ck: Checkpoint) -> None:
+        try:
+            self._result = (True, ck.sha256(self._stop))
+        except BaseException as e:  # raised in the waiting thread by value()
+            self._result = (False, e)
+
+    def value(self) -> str:
+        self._thread.join()
+        ok, v = self._result
+        if ok and v is None:
+            raise GrowError(f"{self.source}: hashing was cancelled")
+        if ok:
+            return v
+        if isinstance(v, OSError):
+            raise GrowError(f"{self.source}: cannot read ({v.strerror or v})") from None
+        raise v
+
+    def patch(self, data: bytes) -> bytes:
+        return data.replace(self.token.encode(), self.value().encode())
+
+    def fill(self, obj):
+        if isinstance(obj, str):
+            return obj.replace(self.token, self.value())
+        if isinstance(obj, dict):
+            return {k: self.fill(v) for k, v in obj.items()}
+        if isinstance(obj, (list, tuple)):
+            return type(obj)(self.fill(v) for v in obj)
+        return obj
+
+    def cancel(self) -> None:
+        """Stop hashing (the result is no longer needed) and wait for the thread."""
+        self._stop.set()
+        self._thread.join()
 
 
 def _tokenizer_record(meta: dict, src: str) -> dict | None:
@@ -416,28 +476,76 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
 
 
 WRITE_CHUNK = 1 << 24  # measured: a 1.9 GB output in 16 MB writes 0.6 s, as whole tensors 1.9-4.4 s
+WRITEBACK_EVERY = 1 << 26  # start the disk writing every 64 MB written (see ``start_writeback``)
+_SYNC_FILE_RANGE: list = []
+
+
+def start_writeback(fd: int, offset: int, nbytes: int) -> None:
+    """Ask the kernel to start writing ``nbytes`` at ``offset`` of ``fd`` to disk, without waiting
+    (Linux ``sync_file_range(SYNC_FILE_RANGE_WRITE)``; elsewhere nothing). Otherwise the dirty pages
+    of a file written in a few seconds mostly wait in memory for the final fsync, which then writes
+    them all while nothing else happens; started early, the disk writes while the next tensors are
+    grown. The pages stay cached. Measured here: 2 GB written in 16 MB pieces + fsync, median of 6,
+    0.69 s this way against 0.99 s without."""
+    if not _SYNC_FILE_RANGE:
+        fn = None
+        if sys.platform.startswith("linux"):
+            try:
+                import ctypes
+
+                fn = ctypes.CDLL(None, use_errno=True).sync_file_range
+                fn.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
+            except (OSError, AttributeError):
+                fn = None
+        _SYNC_FILE_RANGE.append(fn)
+    fn = _SYNC_FILE_RANGE[0]
+    if fn is not None and nbytes > 0:
+        fn(fd, offset, nbytes, 2)  # SYNC_FILE_RANGE_WRITE; a failure only means no early start
 
 
 def write_stream(
-    fh, specs, produce: Callable[[str], torch.Tensor], meta: dict, progress: Progress | None = None
+    fh,
+    specs,
+    produce: Callable[[str], torch.Tensor],
+    meta: dict,
+    progress: Progress | None = None,
+    source_hash: SourceHash | None = None,
+    recycle: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
-    ``progress(name, nbytes)`` after each.
+    ``progress(name, nbytes)`` after each. With ``source_hash`` the header is written with its
+    token and rewritten in place with the digest once the tensors are written (``fh`` must be a
+    seekable file: the caller fsyncs it afterwards). ``recycle(t)`` is called with each produced
+    tensor once it is written and no longer read (its memory may then be reused).
 
     Producing and writing overlap: a worker thread produces tensor k+1 while tensor k is written
     (torch and file writes release the GIL). At most two produced tensors are alive at a time; the
-    bytes are the same as producing them one after another.
+    bytes are the same as producing them one after another. Every 64 MB the disk is asked to start
+    writing what is written so far (``start_writeback``), so the final fsync has little left to do.
     """
-    fh.write(_header_bytes(specs, meta))
+    header = _header_bytes(specs, meta)
+    fh.write(header)
+    written, started = len(header), 0  # bytes written, and up to where the disk has been asked to write
     for (name, shape, dt), t in zip(specs, prefetch([n for n, _, _ in specs], produce)):
         if tuple(t.shape) != tuple(shape) or t.dtype != dt:
             raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
         b = _tensor_bytes(t)
         for i in range(0, b.nbytes, WRITE_CHUNK):  # 16 MB writes: one huge write() is several times slower
-            fh.write(b[i : i + WRITE_CHUNK])
+            chunk = b[i : i + WRITE_CHUNK]
+            fh.write(chunk)
+            written += chunk.nbytes
+            if written - started >= WRITEBACK_EVERY:
+                fh.flush()
+                start_writeback(fh.fileno(), started, written - started)
+                started = written
+        if recycle is not None:
+            recycle(t)
         del t
         if progress:
             progress(name, b.nbytes)
+    if source_hash is not None and source_hash.token.encode() in header:
+        fh.flush()
+        os.pwrite(fh.fileno(), source_hash.patch(header), 0)  # same length: only these bytes change
 
 
 def prefetch(names: list[str], produce: Callable[[str], torch.Tensor], ahead: int = 1):
@@ -597,29 +705,39 @@ def _write_folder(
     shards: list[list],
     produce,
     meta: dict,
-    files: dict[str, bytes] | None = None,
+    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
     progress: Progress | None = None,
+    source_hash: SourceHash | None = None,
+    recycle: Callable[[torch.Tensor], None] | None = None,
 ) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
     shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
-    (name -> bytes: tokenizer, generation config, modeling code, model card) beside them."""
+    (name -> bytes: tokenizer, generation config, modeling code, model card; or a function
+    returning them, called once the weights are written) beside them."""
 
     def write_json(path, obj):
         atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
     if len(shards) == 1:
-        atomic_file(folder / "model.safetensors", lambda fh: write_stream(fh, shards[0], produce, meta, progress))
+        atomic_file(
+            folder / "model.safetensors",
+            lambda fh: write_stream(fh, shards[0], produce, meta, progress, source_hash, recycle),
+        )
     else:
         weight_map, total = {}, 0
         for k, part in enumerate(shards, 1):
             name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            atomic_file(folder / name, lambda fh, part=part: write_stream(fh, part, produce, meta, progress))
+            atomic_file(
+                folder / name,
+                lambda fh, part=part: write_stream(fh, part, produce, meta, progress, source_hash, recycle),
+            )
             for n, shape, dt in part:
                 weight_map[n] = name
                 total += _nbytes(shape, dt)
         index = {"metadata": {"total_size": total}, "weight_map": weight_map}
         write_json(folder / "model.safetensors.index.json", index)
     write_json(folder / "config.json", hf_remote.folder_config(cfg))
+    files = files() if callable(files) else files
     for name, data in {**hf_remote.folder_files(cfg), **(files or {})}.items():
         atomic_file(folder / name, lambda fh, data=data: fh.write(data))
 
@@ -646,9 +764,11 @@ def save(
     force: bool = False,
     inputs: Iterable[str] = (),
     shard_size: int | None = None,
-    files: dict[str, bytes] | None = None,
+    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
     progress: Progress | None = None,
     tokenizer: dict | None = None,
+    source_hash: SourceHash | None = None,
+    recycle: Callable[[torch.Tensor], None] | None = None,
 ) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
@@ -658,8 +778,11 @@ def save(
     either absent, the earlier complete file, or the new complete one. ``files`` (name -> bytes)
     are written into a folder target beside the weights (ignored for a single file).
     ``progress(name, nbytes)`` is called after each tensor is written. ``tokenizer`` (a record from
-    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects. Returns the
-    written path.
+    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects.
+    ``source_hash`` (a ``SourceHash`` whose token the lineage holds): its digest replaces the token
+    in every written header before the file is fsynced (``files`` may then be a function, called
+    after the weights are written, that fills it in too). ``recycle(t)``: called with each produced
+    tensor once written (``growth.Workspace.recycle``). Returns the written path.
     """
     meta = metadata(cfg, lineage, tokenizer)
     dest = check_destination(out, inputs, force)
@@ -672,18 +795,18 @@ def save(
         )
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
-            write_stream(tmp, specs, produce, meta, progress)
+            write_stream(tmp, specs, produce, meta, progress, source_hash, recycle)
             tmp.seek(0)
             shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress))
+            atomic_file(dest, lambda fh: write_stream(fh, specs, produce, meta, progress, source_hash, recycle))
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress)
+            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress, source_hash, recycle)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:

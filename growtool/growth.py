@@ -18,6 +18,7 @@ Steps (each a small class below, with ``apply`` and ``describe``):
 
 from __future__ import annotations
 
+import threading
 import zlib
 from dataclasses import dataclass, field
 
@@ -39,9 +40,95 @@ class Ctx:
     name: str
     spec: TensorSpec
     layer: int | None
+    shape: tuple | None = None  # the grown tensor's shape: steps that grow it build it in place (``canvas``)
+    buf: list = field(default_factory=list)  # the float32 tensor of that shape, once allocated
+    work: Workspace | None = None  # memory to build it in, reused from tensor to tensor
+    scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
+
+    def canvas(self, shape) -> torch.Tensor:
+        """A float32 tensor of ``shape`` for a step's result: the leading corner of one tensor of the
+        grown shape when it fits there, so the steps after it grow it in place (one allocation per
+        grown tensor instead of one per step); a new tensor otherwise."""
+        shape = tuple(shape)
+        if self.shape is None or len(shape) != len(self.shape) or any(a > b for a, b in zip(shape, self.shape)):
+            return torch.empty(shape)
+        if not self.buf:
+            if self.work is None:
+                self.buf.append(torch.empty(self.shape))
+            elif self.scratch:
+                self.buf.append(self.work.tensor(self.shape))
+            else:
+                self.buf.append(self.work.output(self.shape, torch.float32))
+        v = self.buf[0]
+        for axis, n in enumerate(shape):
+            v = v.narrow(axis, 0, n)
+        return v
+
+
+class Workspace:
+    """Memory reused by ``grow_tensor`` from one tensor to the next. Fresh memory costs a page fault
+    per 4 KB on first touch - several times the arithmetic - so:
+
+    * ``tensor``: one float32 block in which every tensor with another output dtype is built (its
+      float32 result is rounded into the output, so the block is free again at once);
+    * ``output``: the output tensors themselves, in blocks handed back by ``recycle(t)`` once ``t``
+      is written (``checkpoint.save(..., recycle=)``). The writer holds at most two outputs at a
+      time, so two blocks circulate. Outputs under 1 MB are plain new tensors, and blocks over
+      64 MB (embedding, head) are not kept.
+
+    For one producer at a time (``checkpoint.prefetch`` runs one worker thread); ``recycle`` may be
+    called from another thread. Without ``recycle`` calls, the last few outputs stay referenced."""
+
+    POOL_MIN = 1 << 20
+    POOL_MAX = 1 << 26
+
+    def __init__(self):
+        self.flat = torch.empty(0)
+        self._pool: list[torch.Tensor] = []  # flat uint8 blocks written out and handed back
+        self._lent: list[torch.Tensor] = []  # blocks of the outputs handed out (the newest few)
+        self._lock = threading.Lock()
+
+    def tensor(self, shape) -> torch.Tensor:
+        n = 1
+        for s in shape:
+            n *= s
+        if self.flat.numel() < n:
+            self.flat = torch.empty(0)  # release the smaller block first (peak memory)
+            self.flat = torch.empty(n)
+        return self.flat[:n].view(shape)
+
+    def output(self, shape, dtype: torch.dtype) -> torch.Tensor:
+        nbytes = dtype.itemsize
+        for s in shape:
+            nbytes *= s
+        if nbytes < self.POOL_MIN:
+            return torch.empty(shape, dtype=dtype)
+        with self._lock:
+            fits = [b for b in self._pool if b.numel() >= nbytes]
+            block = min(fits, key=torch.Tensor.numel) if fits else None
+            # all too small: freed before a new one is made (peak memory)
+            self._pool = [b for b in self._pool if b is not block] if fits else []
+        if block is None:
+            block = torch.empty(nbytes, dtype=torch.uint8)
+        with self._lock:
+            self._lent = self._lent[-3:] + [block]
+        return block[:nbytes].view(dtype).view(shape)
+
+    def recycle(self, t: torch.Tensor) -> None:
+        """``t`` (an output of ``grow_tensor``) is written and dropped: its block may be reused."""
+        with self._lock:
+            for i, block in enumerate(self._lent):
+                if t.data_ptr() == block.data_ptr() and t.untyped_storage().data_ptr() == block.data_ptr():
+                    del self._lent[i]
+                    if block.numel() <= self.POOL_MAX:  # an embedding's block, kept idle through every
+                        # layer, would add to the peak when the head is made: such blocks are freed
+                        self._pool = sorted(self._pool + [block], key=torch.Tensor.numel)[-2:]
+                    return
 
 
 class Step:
+    raw = False  # takes the source tensor in its stored dtype (float32 / bfloat16 / float16), converting exactly
+
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
@@ -124,6 +211,8 @@ class Scale(Step):
     why: str
 
     def apply(self, t, c):
+        if c.buf and t.untyped_storage().data_ptr() == c.buf[0].untyped_storage().data_ptr():
+            return t.mul_(self.factor)  # the grown tensor's own memory: scale in place
         return t * self.factor
 
     def describe(self, plan, spec):
@@ -142,10 +231,11 @@ class PadZero(Step):
 @dataclass(frozen=True)
 class FoldGain(Step):
     norm: str  # pattern of the norm feeding the reader
+    raw = True
 
     def apply(self, t, c):
         gain = c.get(self.norm.format(i=c.layer) + ".weight").float() + c.plan.offset
-        return ops.fold_gain(t, gain, c.spec.res_axis)
+        return ops.fold_gain(t, gain, c.spec.res_axis, out=c.canvas(t.shape))
 
     def describe(self, plan, spec):
         return "fold gain"
@@ -154,17 +244,31 @@ class FoldGain(Step):
 @dataclass(frozen=True)
 class ExpandUnits(Step):
     writer: bool  # writers take the Net2Net split of copied units
+    raw = True
 
     def apply(self, t, c):
-        plan, spec, parts = c.plan, c.spec, []
-        sizes = [n * b for n, b in (unit_count(plan.src, k) for k in spec.units)]
-        for kind, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis)):
-            block = unit_count(plan.src, kind)[1]
-            seg = ops.expand_axis(seg, spec.unit_axis, plan.units[c.layer][kind], block)
+        plan, spec = c.plan, c.spec
+        counts = [unit_count(plan.src, k) for k in spec.units]
+        shape = list(t.shape)
+        shape[spec.unit_axis] = sum(plan.units[c.layer][k].n_new * b for k, (_, b) in zip(spec.units, counts))
+        out = c.canvas(shape)
+        if len(spec.units) > 1 and t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            t = t.clone()  # the kinds' segments move: read them before they are overwritten
+        off_in = off_out = 0
+        for kind, (n, block) in zip(spec.units, counts):
+            e = plan.units[c.layer][kind]
+            seg = ops.expand_axis(
+                t.narrow(spec.unit_axis, off_in, n * block),
+                spec.unit_axis,
+                e,
+                block,
+                out=out.narrow(spec.unit_axis, off_out, e.n_new * block),
+            )
             if self.writer and plan.split[c.layer].get(kind) is not None:
-                seg = ops.scale_axis(seg, spec.unit_axis, plan.split[c.layer][kind], block)
-            parts.append(seg)
-        return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
+                ops.scale_axis(seg, spec.unit_axis, plan.split[c.layer][kind], block, inplace=True)
+            off_in += n * block
+            off_out += e.n_new * block
+        return out
 
     def describe(self, plan, spec):
         kinds = plan.units[0]  # the same expansion kinds in every block
@@ -176,10 +280,14 @@ class ExpandUnits(Step):
 class ExpandResidual(Step):
     key: str  # the residual expansion: "attn" / "ffn" (recipe columns), "zero", "mean"
     tile: bool = False  # units grown by "tile" live in the new-new block
+    raw = True
 
     def apply(self, t, c):
         plan, spec = c.plan, c.spec
-        out = ops.expand_axis(t, spec.res_axis, plan.res[self.key])
+        e = plan.res[self.key]
+        shape = list(t.shape)
+        shape[spec.res_axis] = e.n_new
+        out = ops.expand_axis(t, spec.res_axis, e, out=c.canvas(shape))
         if self.tile:
             _tile_into_new_block(out, t, spec, plan, c.layer)
         return out
@@ -274,10 +382,11 @@ def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorS
         e, block = plan.units[layer][kind], unit_count(plan.src, kind)[1]
         if ops.KINDS[e.kind].fills_new_new_block and e.added:
             lo, n = off + e.n * block, e.added * block
-            tiled = ops.expand_axis(t_units.narrow(spec.unit_axis, lo, n), spec.res_axis, plan.res["tile"])
-            dst = out.narrow(spec.unit_axis, lo, n)
+            tile = plan.res["tile"]  # new column j is old column j mod d
+            tiled = t_units.narrow(spec.unit_axis, lo, n).index_select(spec.res_axis, tile.index[:, 0])
+            dst = out.narrow(spec.unit_axis, lo, n)  # may hold t_units' rows: tiled is read first
             dst.narrow(spec.res_axis, 0, d).zero_()
-            dst.narrow(spec.res_axis, d, D - d).copy_(tiled.narrow(spec.res_axis, d, D - d))
+            dst.narrow(spec.res_axis, d, D - d).copy_(tiled)
         off += e.n_new * block
 
 
@@ -300,6 +409,7 @@ class Plan:
     dtype: torch.dtype
     specs: dict = field(default_factory=dict)  # output name -> (TensorSpec, layer or None)
     steps: dict = field(default_factory=dict)  # output name -> [Step]
+    shapes: dict = field(default_factory=dict)  # output name -> grown shape
     warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
 
     @property
@@ -585,17 +695,32 @@ def build_plan(
             layer = int(name[len(spec.pattern.split("{i}")[0]) :].split(".")[0])
         plan.specs[name] = (spec, layer)
         plan.steps[name] = tensor_steps(spec, name, plan)
+    plan.shapes.update(expected_shapes(cfg))
     return plan
 
 
-def grow_tensor(name: str, plan: Plan, get) -> torch.Tensor:
-    """The grown tensor ``name``: its source (read lazily with ``get``) through the plan's steps."""
+def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None) -> torch.Tensor:
+    """The grown tensor ``name``: its source (read lazily with ``get``) through the plan's steps.
+
+    The arithmetic is float32 with one rounding to ``plan.dtype`` at the end. Steps that grow the
+    tensor build it in place in one float32 tensor of the grown shape. With a ``work`` space that
+    tensor and the output come from its reused memory (see ``Workspace``: hand each output back with
+    ``work.recycle`` once written; do not share a workspace between producing threads)."""
     spec, layer = plan.specs[name]
-    t = None if spec.role == "growth_gate" else get(name).float()
-    c = Ctx(plan, get, name, spec, layer)
-    for step in plan.steps[name]:
+    steps = plan.steps[name]
+    t = None if spec.role == "growth_gate" else get(name)
+    if t is not None and not (t.dtype in _EXACT_IN_F32 and steps and steps[0].raw):
+        t = t.float()
+    scratch = plan.dtype != torch.float32  # else the float32 tensor built is the output itself
+    c = Ctx(plan, get, name, spec, layer, shape=plan.shapes.get(name), work=work, scratch=scratch)
+    for step in steps:
         t = step.apply(t, c)
-    return t.to(plan.dtype).contiguous()
+    if work is not None and scratch and t.dim():
+        return work.output(t.shape, plan.dtype).copy_(t)  # the one rounding (as .to: the same conversion)
+    return t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
+
+
+_EXACT_IN_F32 = (torch.float32, torch.bfloat16, torch.float16)  # converted to float32 without rounding
 
 
 def lineage_entry(plan: Plan, source_sha256: str) -> dict:
@@ -654,4 +779,13 @@ def fold_tensor(name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dty
     return t.to(dtype)
 
 
-__all__ = ["Plan", "build_plan", "grow_tensor", "fold_tensor", "fold_config", "target_config", "residual_map"]
+__all__ = [
+    "Plan",
+    "Workspace",
+    "build_plan",
+    "grow_tensor",
+    "fold_tensor",
+    "fold_config",
+    "target_config",
+    "residual_map",
+]

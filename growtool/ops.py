@@ -140,35 +140,66 @@ def group_to_heads(e: Expansion, per_group: int) -> Expansion:
     return Expansion(e.kind, e.n * r, e.n_new * r, idx, w)
 
 
-def expand_axis(x: torch.Tensor, axis: int, e: Expansion, block: int = 1) -> torch.Tensor:
+def expand_axis(
+    x: torch.Tensor, axis: int, e: Expansion, block: int = 1, out: torch.Tensor | None = None
+) -> torch.Tensor:
     """Grow ``axis`` from e.n * block to e.n_new * block entries; old entries are kept bit for bit.
 
     Entries come in blocks (a head is ``block`` = head_dim consecutive rows); a new block is the
-    expansion's mixture of old blocks.
+    expansion's mixture of old blocks. ``out`` (optional) receives the result: a tensor of the grown
+    shape, possibly of another dtype (a float32 result of a bfloat16 ``x``: the old entries are
+    converted exactly and the mixtures computed in ``out``'s dtype). When ``x`` already is
+    ``out.narrow(axis, 0, e.n * block)`` the old entries stay where they are (growth in place).
     """
     assert x.shape[axis] == e.n * block, (x.shape, e.n, block)
     shape = list(x.shape)
     shape[axis] = e.n_new * block
-    out = x.new_empty(shape)  # the one allocation; filled through views (autograd-safe)
-    om, xm = out.movedim(axis, 0), x.movedim(axis, 0)
-    om[: e.n * block] = xm
+    if out is None:
+        out = x.new_empty(shape)  # the one allocation; filled through views (autograd-safe)
+    assert list(out.shape) == shape, (out.shape, shape)
+    old = out.narrow(axis, 0, e.n * block)
+    if not same_view(old, x):
+        if x.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+            x = x.clone()  # x lives in out's memory elsewhere: read it before it is overwritten
+        old.copy_(x)
     if e.added == 0:
         return out
-    new = om[e.n * block :].unflatten(0, (e.added, block))
-    xb = xm.unflatten(0, (e.n, block))
+    new = out.narrow(axis, e.n * block, e.added * block)
     if e.kind == "zero":
         new.zero_()
-    elif e.kind == "mean":
-        new.copy_(xb.mean(0, keepdim=True).expand_as(new))
-    else:
-        for j in range(e.index.shape[1]):
-            wj = e.weight[:, j].to(x.dtype).view(-1, *([1] * (xb.dim() - 1)))
-            term = wj * xb.index_select(0, e.index[:, j])
-            if j == 0:
-                new.copy_(term)
+    elif e.kind == "mean":  # from x as it was (the same float32 arithmetic as before: a reduction's order)
+        src = x if x.dtype == out.dtype else x.to(out.dtype)
+        xb = src.movedim(axis, 0).unflatten(0, (e.n, block))
+        new.movedim(axis, 0).unflatten(0, (e.added, block)).copy_(
+            xb.mean(0, keepdim=True).expand(e.added, *xb.shape[1:])
+        )
+    else:  # mixtures of old blocks, gathered along ``axis`` itself (no transposed copies)
+        k = e.index.shape[1]
+        for j in range(k):
+            idx = e.index[:, j]
+            if block > 1:
+                idx = (idx.unsqueeze(1) * block + torch.arange(block)).reshape(-1)
+            term = old.index_select(axis, idx)
+            if e.kind in ("tile", "copy"):  # weight 1 there: the product is the entry itself
+                wj = None
             else:
-                new.add_(term)
+                wshape = [1] * out.dim()
+                wshape[axis] = -1
+                wj = e.weight[:, j].to(out.dtype).repeat_interleave(block).view(wshape)
+            if j > 0:
+                new.add_(term if wj is None else term.mul_(wj))
+            elif wj is None:
+                new.copy_(term)
+            elif term.requires_grad or new.requires_grad:
+                new.copy_(term * wj)
+            else:
+                torch.mul(term, wj, out=new)  # the product written in place (no pass through a copy)
     return out
+
+
+def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """``a`` and ``b`` are the same elements of the same memory (same start, shape and strides)."""
+    return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
 
 
 def split_factors(e: Expansion) -> torch.Tensor:
@@ -208,12 +239,14 @@ def break_symmetry_(
     return x
 
 
-def scale_axis(x: torch.Tensor, axis: int, factors: torch.Tensor, block: int = 1) -> torch.Tensor:
-    """Multiply entries (in blocks) along ``axis`` by ``factors``."""
+def scale_axis(
+    x: torch.Tensor, axis: int, factors: torch.Tensor, block: int = 1, inplace: bool = False
+) -> torch.Tensor:
+    """Multiply entries (in blocks) along ``axis`` by ``factors`` (``inplace``: into ``x``, returned)."""
     f = factors.to(x.dtype).repeat_interleave(block)
     shape = [1] * x.dim()
     shape[axis] = -1
-    return x * f.view(shape)
+    return x.mul_(f.view(shape)) if inplace else x * f.view(shape)
 
 
 # ---- norms -------------------------------------------------------------------------------
@@ -245,8 +278,13 @@ def grow_norm_eps(eps: float, d: int, D: int) -> float:
     return eps * d / D
 
 
-def fold_gain(w: torch.Tensor, gain: torch.Tensor, axis: int) -> torch.Tensor:
-    """Fold a norm gain into a reader: W diag(gain) along the residual axis (same function)."""
+def fold_gain(w: torch.Tensor, gain: torch.Tensor, axis: int, out: torch.Tensor | None = None) -> torch.Tensor:
+    """Fold a norm gain into a reader: W diag(gain) along the residual axis (same function).
+    With ``out`` the product is written there, in its dtype (a bfloat16 ``w`` converts exactly)."""
     shape = [1] * w.dim()
     shape[axis] = -1
-    return w * gain.to(w.dtype).view(shape)
+    if out is None:
+        return w * gain.to(w.dtype).view(shape)
+    if w.dtype != out.dtype:  # convert first: a mixed-dtype multiply takes torch's slow element-wise path
+        return out.copy_(w).mul_(gain.to(out.dtype).view(shape))
+    return torch.mul(w, gain.to(out.dtype).view(shape), out=out)

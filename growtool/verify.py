@@ -90,7 +90,8 @@ class Streamed:
             head = (a.modules["embed"] if cfg.tie else path) + "."
             return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
         rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
-        return self._load(lambda: nn.Embedding(rows, cfg.width), path + ".")
+        # _weight: no random init (normal_ on the meta device would import torch._dynamo: 1 s of start-up)
+        return self._load(lambda: nn.Embedding(rows, cfg.width, _weight=torch.empty(rows, cfg.width)), path + ".")
 
 
 @torch.no_grad()

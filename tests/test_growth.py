@@ -216,3 +216,41 @@ def test_zero_filled_new_units_are_exact_but_warned_as_dead(tmp_path):
     assert verify_json(FIXTURES["llama-gqa"], out)[0] == 0
     r = cli("expand", FIXTURES["llama-gqa"], "--width", 96, "-o", tmp_path / "s.safetensors", "-q")
     assert "warning" not in r.stderr
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "phi3"])
+@pytest.mark.parametrize("recipe", ["srio", "copy"])
+def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
+    """bfloat16 / float16 sources grow in float32 and are rounded once at the end: the result equals
+    the float32 growth of the (exactly) upcast source, rounded; with or without a reused workspace."""
+    from growtool import growth, recipes
+    from growtool.families import ARCHS
+
+    from helpers_hardening import make_config, random_tensors
+
+    if family not in ARCHS:
+        pytest.skip(f"no {family}")
+    cfg = make_config(family, width=32, heads=4, kv_heads=2 if ARCHS[family].features.gqa else None, ffn=72)
+    src = random_tensors(cfg, seed=3)
+    for dt in (torch.bfloat16, torch.float16):
+        low = {n: v.to(dt) for n, v in src.items()}
+        up = {n: v.float() for n, v in low.items()}
+        p32 = growth.build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=torch.float32)
+        plow = growth.build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=dt)
+        work = growth.Workspace()
+        work.POOL_MIN = 0  # every output from reused blocks, as in a streamed write
+        for n, _, _ in plow.outputs():
+            want = growth.grow_tensor(n, p32, up.__getitem__).to(dt)
+            for w in (None, work):
+                got = growth.grow_tensor(n, plow, low.__getitem__, w)
+                assert got.dtype == dt and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), n
+            work.recycle(got)  # written: its block is reused for the next tensors
+        assert all(torch.equal(low[n], src[n].to(dt)) for n in src)  # sources untouched
+    work, held = growth.Workspace(), []
+    work.POOL_MIN = 0
+    for n, _, _ in p32.outputs():  # float32 outputs are the built tensors themselves, from reused blocks
+        got = growth.grow_tensor(n, p32, up.__getitem__, work)
+        assert torch.equal(got, growth.grow_tensor(n, p32, up.__getitem__)), n
+        held.append(got)
+        if len(held) == 2:  # two outputs alive at a time, as write_stream holds them
+            work.recycle(held.pop(0))

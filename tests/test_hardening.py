@@ -395,3 +395,64 @@ def test_outputs_are_byte_identical_across_thread_counts(tmp_path, monkeypatch):
         assert cli("expand", src, "--width", 384, "-q", "-o", out).exit_code == 0
         hashes.append(sha256(out))
     assert hashes[0] == hashes[1]
+
+
+# ---- the source hash, computed while the output is written ------------------------------------
+
+
+def _lineage_hashes(path: Path) -> list[str]:
+    """source_sha256 of every lineage entry in a safetensors header (file or each shard of a folder)."""
+    files = sorted(path.glob("*.safetensors")) if path.is_dir() else [path]
+    out = []
+    for f in files:
+        header, _ = read_raw(f)
+        out += [st["source_sha256"] for st in json.loads(header["__metadata__"]["lineage"])]
+    return out
+
+
+def test_source_hash_in_the_written_header_is_the_sources_sha256(tmp_path):
+    """expand / fold hash the source in a background thread and patch the header's placeholder before
+    the fsync: the recorded hash is the real one, in a file, every shard of a folder, the model card,
+    and on standard output."""
+    import hashlib
+
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, layers=2, vocab=128))
+    true = hashlib.sha256(src.read_bytes()).hexdigest()
+    out = tmp_path / "b.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", out).exit_code == 0
+    assert _lineage_hashes(out) == [true]
+    folder = tmp_path / "folder"
+    assert cli("expand", src, "--width", 96, "-q", "-o", folder, "--shard-size", "40KB").exit_code == 0
+    assert len(list(folder.glob("*.safetensors"))) > 1 and set(_lineage_hashes(folder)) == {true}
+    assert f"source sha256 {true[:12]}" in (folder / "README.md").read_text()
+    r = cli("expand", src, "--width", 96, "-q", "-o", "-")
+    piped = tmp_path / "piped.safetensors"
+    piped.write_bytes(r.stdout_bytes)
+    assert r.exit_code == 0 and _lineage_hashes(piped) == [true] and sha256(piped) == sha256(out)
+    grown = hashlib.sha256(out.read_bytes()).hexdigest()
+    folded = tmp_path / "c.safetensors"
+    assert cli("fold", out, "--alpha", 0.5, "-q", "-o", folded).exit_code == 0
+    assert _lineage_hashes(folded) == [true, grown]
+
+
+def test_a_failing_source_hash_leaves_no_output(tmp_path, monkeypatch):
+    """An error in the hashing thread surfaces as the usual one-line error (exit 2) and nothing is
+    written, for a file and a folder target, for expand and fold."""
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, layers=2, vocab=128))
+    grown = tmp_path / "g.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", grown).exit_code == 0
+
+    def broken(self, stop=None):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(checkpoint.Checkpoint, "sha256", broken)
+    before = listing(tmp_path)
+    for args in (
+        ("expand", src, "--width", 96, "-o", tmp_path / "b.safetensors"),
+        ("expand", src, "--width", 96, "-o", tmp_path / "f", "--shard-size", "40KB"),
+        ("fold", grown, "--alpha", 1, "-o", tmp_path / "c.safetensors"),
+    ):
+        r = cli(*args, "-q")
+        assert r.exit_code == 2, r.stderr
+        assert "cannot read (Input/output error)" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+        assert listing(tmp_path) == before
