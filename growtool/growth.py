@@ -18,6 +18,7 @@ Steps (each a small class below, with ``apply`` and ``describe``):
 
 from __future__ import annotations
 
+import math
 import threading
 import zlib
 from dataclasses import dataclass, field
@@ -89,18 +90,14 @@ class Workspace:
         self._lock = threading.Lock()
 
     def tensor(self, shape) -> torch.Tensor:
-        n = 1
-        for s in shape:
-            n *= s
+        n = math.prod(shape)
         if self.flat.numel() < n:
             self.flat = torch.empty(0)  # release the smaller block first (peak memory)
             self.flat = torch.empty(n)
         return self.flat[:n].view(shape)
 
     def output(self, shape, dtype: torch.dtype) -> torch.Tensor:
-        nbytes = dtype.itemsize
-        for s in shape:
-            nbytes *= s
+        nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < self.POOL_MIN:
             return torch.empty(shape, dtype=dtype)
         with self._lock:
@@ -194,11 +191,8 @@ class ZeroNewUnits(Step):
     """New units' rows (or biases) zero: they must not change a norm shared with the old units."""
 
     def apply(self, t, c):
-        spec, off = c.spec, 0
-        for kind in spec.units:
-            e, block = c.plan.units[c.layer][kind], unit_count(c.plan.src, kind)[1]
-            t.narrow(spec.unit_axis, off + e.n * block, e.added * block).zero_()
-            off += e.n_new * block
+        for _, e, block, seg in _grown_segments(t, c):
+            seg.narrow(c.spec.unit_axis, e.n * block, e.added * block).zero_()
         return t
 
     def describe(self, plan, spec):
@@ -331,20 +325,27 @@ class BreakSymmetry(Step):
     writer: bool
 
     def apply(self, t, c):
-        plan, spec, off = c.plan, c.spec, 0
+        plan, spec = c.plan, c.spec
         sigma = plan.recipe["noise"] * float(t.pow(2).mean().sqrt())
         gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + zlib.crc32(c.name.encode()))
-        for kind in spec.units:
-            e, block = plan.units[c.layer][kind], unit_count(plan.src, kind)[1]
-            seg = t.narrow(spec.unit_axis, off, e.n_new * block)
+        for kind, e, block, seg in _grown_segments(t, c):
             if _noisy(plan, spec, c.layer, kind, self.writer):
                 ops.break_symmetry_(seg, spec.unit_axis, e, block, sigma, gen, paired=self.writer)
-            off += e.n_new * block
         return t
 
     def describe(self, plan, spec):
         what = "+/- pairs on split copies" if self.writer else "on new units (gate 0)"
         return f"noise {plan.recipe['noise']:g} x rms {what}"
+
+
+def _grown_segments(t: torch.Tensor, c: Ctx):
+    """(kind, expansion, block, view of ``t``) for each unit kind of a grown tensor, in order along
+    the unit axis (a fused qkv / gate_up tensor holds several kinds)."""
+    off = 0
+    for kind in c.spec.units:
+        e, block = c.plan.units[c.layer][kind], unit_count(c.plan.src, kind)[1]
+        yield kind, e, block, t.narrow(c.spec.unit_axis, off, e.n_new * block)
+        off += e.n_new * block
 
 
 def _noisy(plan, spec, layer: int, kind: str, writer: bool) -> bool:

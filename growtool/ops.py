@@ -183,9 +183,7 @@ def expand_axis(
             if e.kind in ("tile", "copy"):  # weight 1 there: the product is the entry itself
                 wj = None
             else:
-                wshape = [1] * out.dim()
-                wshape[axis] = -1
-                wj = e.weight[:, j].to(out.dtype).repeat_interleave(block).view(wshape)
+                wj = along(e.weight[:, j].to(out.dtype).repeat_interleave(block), axis, out.dim())
             if j > 0:
                 new.add_(term if wj is None else term.mul_(wj))
             elif wj is None:
@@ -195,6 +193,13 @@ def expand_axis(
             else:
                 torch.mul(term, wj, out=new)  # the product written in place (no pass through a copy)
     return out
+
+
+def along(v: torch.Tensor, axis: int, ndim: int) -> torch.Tensor:
+    """The 1-d ``v`` shaped to broadcast along ``axis`` of an ``ndim``-dimensional tensor."""
+    shape = [1] * ndim
+    shape[axis] = -1
+    return v.view(shape)
 
 
 def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
@@ -243,10 +248,8 @@ def scale_axis(
     x: torch.Tensor, axis: int, factors: torch.Tensor, block: int = 1, inplace: bool = False
 ) -> torch.Tensor:
     """Multiply entries (in blocks) along ``axis`` by ``factors`` (``inplace``: into ``x``, returned)."""
-    f = factors.to(x.dtype).repeat_interleave(block)
-    shape = [1] * x.dim()
-    shape[axis] = -1
-    return x.mul_(f.view(shape)) if inplace else x * f.view(shape)
+    f = along(factors.to(x.dtype).repeat_interleave(block), axis, x.dim())
+    return x.mul_(f) if inplace else x * f
 
 
 # ---- norms -------------------------------------------------------------------------------
@@ -281,10 +284,9 @@ def grow_norm_eps(eps: float, d: int, D: int) -> float:
 def fold_gain(w: torch.Tensor, gain: torch.Tensor, axis: int, out: torch.Tensor | None = None) -> torch.Tensor:
     """Fold a norm gain into a reader: W diag(gain) along the residual axis (same function).
     With ``out`` the product is written there, in its dtype (a bfloat16 ``w`` converts exactly)."""
-    shape = [1] * w.dim()
-    shape[axis] = -1
     if out is None:
-        return w * gain.to(w.dtype).view(shape)
+        return w * along(gain.to(w.dtype), axis, w.dim())
+    g = along(gain.to(out.dtype), axis, w.dim())
     if w.dtype != out.dtype:  # convert first: a mixed-dtype multiply takes torch's slow element-wise path
-        return out.copy_(w).mul_(gain.to(out.dtype).view(shape))
-    return torch.mul(w, gain.to(out.dtype).view(shape), out=out)
+        return out.copy_(w).mul_(g)
+    return torch.mul(w, g, out=out)

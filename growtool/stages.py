@@ -30,6 +30,7 @@ import torch
 from . import checkpoint, grow_state, growth, recipes
 from .errors import GrowError
 from .families import expected_shapes
+from .train_settings import saved_setting
 
 # ---- the schedule ----------------------------------------------------------------------------
 
@@ -176,13 +177,13 @@ def grow_run(run, step: int, width: int) -> None:
     fsdp.place(new, run.dev, run.world, False, run.opts.activation_checkpointing)
     run.model = new
     run.opt = make_optimizer(run.model, run.s)
-    if run.s.get("grow_optimizer", "carry") == "carry":
+    if saved_setting(run.s, "grow_optimizer") == "carry":
         run.opt.load_state_dict(state)
 
 
 def mup(s: dict) -> bool:
     """``--grow-lr mup``: the hidden matrices' learning rate follows 1/width across growths."""
-    return s.get("grow_lr", "same") == "mup"
+    return saved_setting(s, "grow_lr") == "mup"
 
 
 def width_lr_scale(cfg, growths: list) -> float:
@@ -195,7 +196,7 @@ def width_lr_scale(cfg, growths: list) -> float:
 def lr_start(s: dict, growths: list, step: int) -> int:
     """Where the LR schedule in force at ``step`` began: 0, or with ``--grow-schedule rewarm`` the
     latest growth (the LR warms up again and decays over the steps left, as a second run would)."""
-    return last_growth(growths, step) if s.get("grow_schedule", "continue") == "rewarm" else 0
+    return last_growth(growths, step) if saved_setting(s, "grow_schedule") == "rewarm" else 0
 
 
 def annotate(run, rec: dict, prev: dict | None) -> dict:

@@ -112,17 +112,13 @@ def autocast(device: torch.device):
 def make_optimizer(model: LM, s: dict) -> torch.optim.AdamW:
     """AdamW over grow_state.param_groups: weight decay on matrices only; with --grow-lr mup the
     hidden matrices form their own group (``width_scaled``: its LR follows 1/width after growths)."""
-    by_name = dict(model.named_parameters())
-    names = grow_state.param_groups(model, stages.mup(s))
+    by_name, mup = dict(model.named_parameters()), stages.mup(s)
+    *matrices, rest = grow_state.param_groups(model, mup)
     groups = [
-        {
-            "params": [by_name[n] for n in g],
-            "weight_decay": s["weight_decay"],
-            "width_scaled": i == 0 and len(names) == 3,
-        }
-        for i, g in enumerate(names[:-1])
+        {"params": [by_name[n] for n in g], "weight_decay": s["weight_decay"], "width_scaled": mup and i == 0}
+        for i, g in enumerate(matrices)
     ]
-    groups.append({"params": [by_name[n] for n in names[-1]], "weight_decay": 0.0, "width_scaled": False})
+    groups.append({"params": [by_name[n] for n in rest], "weight_decay": 0.0, "width_scaled": False})
     return torch.optim.AdamW(groups, lr=s["lr"], betas=(0.9, 0.95))
 
 
