@@ -475,8 +475,9 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
     return memoryview(t.reshape(-1).view(torch.uint8).numpy())
 
 
-# measured (1.9 GB from tensors, then fsync, ext4): 1 MB writes 0.43-0.46 s, as fast as a kernel file
-# copy; 256 KB 0.50 s, 4 MB 1.1-1.3 s, 16 MB 0.9-2.3 s, whole tensors 1.9-4.4 s
+# bench/write_chunks.py: on a quiet disk 1 MB writes were as fast as a kernel file copy and several
+# times faster than 4-16 MB ones; on a slow disk the size made no consistent difference. Whole
+# tensors in one write() were slower still (1.9-4.4 s for 1.9 GB against 0.6 s in pieces).
 WRITE_CHUNK = 1 << 20
 WRITEBACK_EVERY = 1 << 26  # start the disk writing every 64 MB written (see ``start_writeback``)
 _SYNC_FILE_RANGE: list = []
@@ -532,7 +533,7 @@ def write_stream(
         if tuple(t.shape) != tuple(shape) or t.dtype != dt:
             raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
         b = _tensor_bytes(t)
-        for i in range(0, b.nbytes, WRITE_CHUNK):  # 1 MB writes: larger write() calls are slower
+        for i in range(0, b.nbytes, WRITE_CHUNK):  # 1 MB writes (see WRITE_CHUNK)
             chunk = b[i : i + WRITE_CHUNK]
             fh.write(chunk)
             written += chunk.nbytes

@@ -98,3 +98,14 @@ def test_verify_memory_quick(tmp_path):
     assert row["streamed_max_dlogit"] == row["whole_max_dlogit"] or math.isclose(
         row["streamed_max_dlogit"], row["whole_max_dlogit"], rel_tol=1e-4
     )
+
+
+def test_write_chunks_quick(tmp_path):
+    d = run_bench("write_chunks", tmp_path)
+    files_ok(d, ["results.csv", "results.json"])
+    rows = json.loads((d / "results.json").read_text())["rows"]
+    assert [r["how"] for r in rows[:5]] == [f"write() of {k} KB" for k in (256, 1024, 4096, 16384)] + [
+        "shutil.copyfile"
+    ]
+    assert len(rows) == 10 and positive(*(r["seconds"] for r in rows))
+    assert not list(d.glob("tmp-*"))  # the written files are removed
