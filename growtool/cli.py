@@ -4,6 +4,7 @@ stdout carries only what a pipeline consumes (written paths, checkpoint bytes, -
 from __future__ import annotations
 
 import contextlib
+import functools
 import gc
 import json
 import os
@@ -39,30 +40,36 @@ DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": tor
 
 
 def surgery_threads() -> int:
-    """Torch threads for tensor surgery: every core (up to 8; the work is memory-bound) on an idle
-    machine, one on a busy one, ``GROWTOOL_THREADS`` to choose. Measured with bench/surgery.py's
-    1 GB checkpoint on an idle 2-core machine: bf16 expand 2.7 s on two threads against 3.7 s on
-    one; on the same cores shared with other jobs, the 120 MB grow took 0.9 s on one thread and
-    11 s on two (OpenMP threads wait for each other whenever another job holds a core)."""
+    """Threads for tensor surgery: every core, up to 8 (``GROWTOOL_THREADS`` to choose)."""
     if os.environ.get("GROWTOOL_THREADS", "").isdigit():
         return max(1, int(os.environ["GROWTOOL_THREADS"]))
-    cores = os.cpu_count() or 1
+    return min(os.cpu_count() or 1, 8)
+
+
+def machine_is_idle() -> bool:
+    """No other job holds a core (1-minute load average below cores - 0.5)."""
     try:
-        busy = os.getloadavg()[0]
+        return os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5
     except OSError:
-        busy = 0.0
-    return min(cores, 8) if busy < cores - 0.5 else 1
+        return True
 
 
 @contextlib.contextmanager
-def surgery_threading():
-    """Run tensor surgery on ``surgery_threads()`` torch threads (restored after)."""
-    n = torch.get_num_threads()
-    torch.set_num_threads(surgery_threads())
+def surgery_threading(streaming: bool = False):
+    """Run tensor surgery on ``surgery_threads()`` threads; yields that count.
+
+    A streaming expand / fold produces that many tensors at once, one Python thread each, with
+    torch on one thread: most operations take about a millisecond, where OpenMP's start and wait
+    cost as much as they save; threads of our own simply share the cores with any other job.
+    In-memory surgery gives the threads to torch instead, and only on an idle machine: OpenMP's
+    threads wait for each other whenever another job holds a core (the 120 MB grow took 0.9 s on
+    one thread and 11 s on two on a 2-core machine shared with another job)."""
+    n, before = surgery_threads(), torch.get_num_threads()
+    torch.set_num_threads(1 if streaming else (n if "GROWTOOL_THREADS" in os.environ or machine_is_idle() else 1))
     try:
-        yield
+        yield n
     finally:
-        torch.set_num_threads(n)
+        torch.set_num_threads(before)
 
 
 PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
@@ -513,10 +520,11 @@ def expand(
         return
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
     lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
-    work = growth.Workspace()  # float32 memory reused from tensor to tensor
+    work = growth.Workspace(surgery_threads())  # memory reused from tensor to tensor
+    read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
     try:
         with (
-            surgery_threading(),
+            surgery_threading(streaming=True) as producers,
             Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar,
         ):
             path = checkpoint.save(
@@ -524,7 +532,7 @@ def expand(
                 plan.cfg,
                 lineage,
                 plan.outputs(),
-                lambda n: growth.grow_tensor(n, plan, ck.get, work),
+                lambda n: growth.grow_tensor(n, plan, ck.get, work, read),
                 force=force,
                 inputs=[ckpt],
                 shard_size=shard_size,
@@ -533,6 +541,7 @@ def expand(
                 files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
                 source_hash=source_hash,
                 recycle=work.recycle,
+                workers=producers,
             )
     finally:
         source_hash.cancel()
@@ -742,7 +751,10 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
     try:
-        with surgery_threading(), Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar:
+        with (
+            surgery_threading(streaming=True) as producers,
+            Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar,
+        ):
             path = checkpoint.save(
                 out,
                 cfg,
@@ -756,6 +768,7 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
                 tokenizer=carry.record,
                 files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
                 source_hash=source_hash,
+                workers=producers,
             )
     finally:
         source_hash.cancel()

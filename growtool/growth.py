@@ -45,6 +45,7 @@ class Ctx:
     buf: list = field(default_factory=list)  # the float32 tensor of that shape, once allocated
     work: Workspace | None = None  # memory to build it in, reused from tensor to tensor
     scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
+    row0: int = 0  # a block of rows (``_row_blocks``): the index of its first row in the whole tensor
 
     def canvas(self, shape) -> torch.Tensor:
         """A float32 tensor of ``shape`` for a step's result: the leading corner of one tensor of the
@@ -70,31 +71,47 @@ class Workspace:
     """Memory reused by ``grow_tensor`` from one tensor to the next. Fresh memory costs a page fault
     per 4 KB on first touch - several times the arithmetic - so:
 
-    * ``tensor``: one float32 block in which every tensor with another output dtype is built (its
-      float32 result is rounded into the output, so the block is free again at once);
+    * ``tensor``: a float32 block per producing thread, in which every tensor with another output
+      dtype is built (its float32 result is rounded into the output, so the block is free again);
+    * ``source``: a block per producing thread that each tensor's source is read into;
     * ``output``: the output tensors themselves, in blocks handed back by ``recycle(t)`` once ``t``
-      is written (``checkpoint.save(..., recycle=)``). The writer holds at most two outputs at a
-      time, so two blocks circulate. Outputs under 1 MB are plain new tensors, and blocks over
-      64 MB (embedding, head) are not kept.
+      is written (``checkpoint.save(..., recycle=)``); up to KEEP idle blocks are kept. Outputs
+      under 1 MB are plain new tensors, and blocks over 64 MB (embedding, head) are not kept.
 
-    For one producer at a time (``checkpoint.prefetch`` runs one worker thread); ``recycle`` may be
-    called from another thread. Without ``recycle`` calls, the last few outputs stay referenced."""
+    Thread-safe: producing threads (``checkpoint.prefetch``'s workers) each have their own float32
+    and source blocks and share the pool; ``recycle`` may be called from any thread. Without
+    ``recycle`` calls, the last few outputs stay referenced."""
 
     POOL_MIN = 1 << 20
     POOL_MAX = 1 << 26
+    KEEP = 4  # idle blocks kept (the writer holds up to 3 outputs per producer: ``checkpoint.write_stream``)
 
-    def __init__(self):
-        self.flat = torch.empty(0)
+    def __init__(self, threads: int = 1):
+        self.threads = threads  # threads a large tensor may be split among (``_row_blocks``)
+        self._mine = threading.local()  # .flat, .src: this thread's float32 and source blocks
         self._pool: list[torch.Tensor] = []  # flat uint8 blocks written out and handed back
         self._lent: list[torch.Tensor] = []  # blocks of the outputs handed out (the newest few)
         self._lock = threading.Lock()
 
     def tensor(self, shape) -> torch.Tensor:
         n = math.prod(shape)
-        if self.flat.numel() < n:
-            self.flat = torch.empty(0)  # release the smaller block first (peak memory)
-            self.flat = torch.empty(n)
-        return self.flat[:n].view(shape)
+        flat = getattr(self._mine, "flat", None)
+        if flat is None or flat.numel() < n:
+            self._mine.flat = None  # release the smaller block first (peak memory)
+            self._mine.flat = flat = torch.empty(n)
+        return flat[:n].view(shape)
+
+    def source(self, nbytes: int) -> torch.Tensor:
+        """Memory to read a source tensor into (``Checkpoint.get(name, into=work.source)``): this
+        thread's uint8 block, reused from tensor to tensor (valid until this thread's next call).
+        Under 1 MB, new memory."""
+        if nbytes < self.POOL_MIN:
+            return torch.empty(nbytes, dtype=torch.uint8)
+        block = getattr(self._mine, "src", None)
+        if block is None or block.numel() < nbytes:
+            self._mine.src = None  # release the smaller block first (peak memory)
+            self._mine.src = block = torch.empty(nbytes, dtype=torch.uint8)
+        return block[:nbytes]
 
     def output(self, shape, dtype: torch.dtype) -> torch.Tensor:
         nbytes = dtype.itemsize * math.prod(shape)
@@ -108,7 +125,7 @@ class Workspace:
         if block is None:
             block = torch.empty(nbytes, dtype=torch.uint8)
         with self._lock:
-            self._lent = self._lent[-3:] + [block]
+            self._lent = self._lent[-7:] + [block]
         return block[:nbytes].view(dtype).view(shape)
 
     def recycle(self, t: torch.Tensor) -> None:
@@ -119,12 +136,13 @@ class Workspace:
                     del self._lent[i]
                     if block.numel() <= self.POOL_MAX:  # an embedding's block, kept idle through every
                         # layer, would add to the peak when the head is made: such blocks are freed
-                        self._pool = sorted(self._pool + [block], key=torch.Tensor.numel)[-2:]
+                        self._pool = sorted(self._pool + [block], key=torch.Tensor.numel)[-self.KEEP :]
                     return
 
 
 class Step:
     raw = False  # takes the source tensor in its stored dtype (float32 / bfloat16 / float16), converting exactly
+    row_local = False  # on a 2-D tensor with the residual axis last, row r of the result is made from row r alone
 
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -203,6 +221,7 @@ class ZeroNewUnits(Step):
 class Scale(Step):
     factor: float
     why: str
+    row_local = True
 
     def apply(self, t, c):
         if c.buf and t.untyped_storage().data_ptr() == c.buf[0].untyped_storage().data_ptr():
@@ -226,6 +245,7 @@ class PadZero(Step):
 class FoldGain(Step):
     norm: str  # pattern of the norm feeding the reader
     raw = True
+    row_local = True
 
     def apply(self, t, c):
         gain = c.get(self.norm.format(i=c.layer) + ".weight").float() + c.plan.offset
@@ -275,6 +295,7 @@ class ExpandResidual(Step):
     key: str  # the residual expansion: "attn" / "ffn" (recipe columns), "zero", "mean"
     tile: bool = False  # units grown by "tile" live in the new-new block
     raw = True
+    row_local = True
 
     def apply(self, t, c):
         plan, spec = c.plan, c.spec
@@ -283,7 +304,7 @@ class ExpandResidual(Step):
         shape[spec.res_axis] = e.n_new
         out = ops.expand_axis(t, spec.res_axis, e, out=c.canvas(shape))
         if self.tile:
-            _tile_into_new_block(out, t, spec, plan, c.layer)
+            _tile_into_new_block(out, t, spec, plan, c.layer, c.row0)
         return out
 
     def describe(self, plan, spec):
@@ -308,6 +329,8 @@ class ZeroOldWrites(Step):
 
 @dataclass(frozen=True)
 class Rotate(Step):
+    row_local = True
+
     def apply(self, t, c):
         return ops.rotate_(t, c.plan.src.width, c.plan.eps, c.spec.res_axis)
 
@@ -371,23 +394,28 @@ def _tiles(plan, spec) -> bool:
     return any(ops.KINDS[plan.units[0][k].kind].fills_new_new_block and plan.units[0][k].added for k in spec.units)
 
 
-def _tile_into_new_block(out: torch.Tensor, t_units: torch.Tensor, spec: TensorSpec, plan, layer: int) -> None:
+def _tile_into_new_block(
+    out: torch.Tensor, t_units: torch.Tensor, spec: TensorSpec, plan, layer: int, row0: int = 0
+) -> None:
     """Units grown by "tile" live in the new residual dims only (in place on ``out``).
 
     Their weights on the old residual dims are 0 and those on the new dims are the old matrix
     tiled and cropped: the new-new block of the grown matrix is W[i mod n, j mod d]. Such units
-    pass through the gate, so the function at gate 0 is unchanged whatever they hold.
+    pass through the gate, so the function at gate 0 is unchanged whatever they hold. ``out`` and
+    ``t_units`` may be a block of rows (the unit axis) starting at unit row ``row0``.
     """
     d, D, off = plan.src.width, plan.cfg.width, 0
+    rows = out.shape[spec.unit_axis]
     for kind in spec.units:
         e, block = plan.units[layer][kind], unit_count(plan.src, kind)[1]
         if ops.KINDS[e.kind].fills_new_new_block and e.added:
-            lo, n = off + e.n * block, e.added * block
-            tile = plan.res["tile"]  # new column j is old column j mod d
-            tiled = t_units.narrow(spec.unit_axis, lo, n).index_select(spec.res_axis, tile.index[:, 0])
-            dst = out.narrow(spec.unit_axis, lo, n)  # may hold t_units' rows: tiled is read first
-            dst.narrow(spec.res_axis, 0, d).zero_()
-            dst.narrow(spec.res_axis, d, D - d).copy_(tiled)
+            lo = max(off + e.n * block, row0) - row0  # the new units' rows within this block
+            hi = min(off + e.n_new * block, row0 + rows) - row0
+            if hi > lo:
+                dst = out.narrow(spec.unit_axis, lo, hi - lo)  # may hold t_units' rows in its first d columns:
+                src = t_units.narrow(spec.unit_axis, lo, hi - lo).narrow(spec.res_axis, 0, d)
+                ops.tile_into(dst.narrow(spec.res_axis, d, D - d), src, spec.res_axis)  # new column j = old j mod d,
+                dst.narrow(spec.res_axis, 0, d).zero_()  # read before they are zeroed
         off += e.n_new * block
 
 
@@ -700,25 +728,110 @@ def build_plan(
     return plan
 
 
-def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None) -> torch.Tensor:
+def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None, read=None) -> torch.Tensor:
     """The grown tensor ``name``: its source (read lazily with ``get``) through the plan's steps.
 
     The arithmetic is float32 with one rounding to ``plan.dtype`` at the end. Steps that grow the
     tensor build it in place in one float32 tensor of the grown shape. With a ``work`` space that
     tensor and the output come from its reused memory (see ``Workspace``: hand each output back with
-    ``work.recycle`` once written; do not share a workspace between producing threads)."""
+    ``work.recycle`` once written). ``read(name)`` (default ``get``) reads the tensor's own source,
+    e.g. into ``work.source`` memory; steps read anything else (norm gains) with ``get``. On a large
+    2-D tensor whose residual axis is the last, the trailing row-local steps run one block of rows
+    at a time (``_row_blocks``)."""
     spec, layer = plan.specs[name]
-    steps = plan.steps[name]
-    t = None if spec.role == "growth_gate" else get(name)
+    steps, shape = plan.steps[name], plan.shapes.get(name)
+    held = {}
+
+    def get_once(n):  # a norm gain read by every block: read (and checked) once
+        if n not in held:
+            held[n] = get(n)
+        return held[n]
+
+    t = src = None if spec.role == "growth_gate" else (read or get)(name)
     if t is not None and not (t.dtype in _EXACT_IN_F32 and steps and steps[0].raw):
         t = t.float()
     scratch = plan.dtype != torch.float32  # else the float32 tensor built is the output itself
-    c = Ctx(plan, get, name, spec, layer, shape=plan.shapes.get(name), work=work, scratch=scratch)
-    for step in steps:
+    c = Ctx(plan, get_once, name, spec, layer, shape=shape, work=work, scratch=scratch)
+    whole = _whole_steps(spec, steps, shape)
+    for step in steps[:whole]:
         t = step.apply(t, c)
+    if whole < len(steps):
+        return _row_blocks(t, steps[whole:], c)
     if work is not None and scratch and t.dim():
         return work.output(t.shape, plan.dtype).copy_(t)  # the one rounding (as .to: the same conversion)
-    return t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
+    out = t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
+    if src is not None and out.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
+        out = out.clone()  # the source unchanged (a kept tensor): its memory may be a reused read buffer
+    return out
+
+
+ROW_BLOCK = 1 << 18  # float32 elements (1 MB, a core's L2 cache) of a block of rows (``_row_blocks``)
+
+
+def _whole_steps(spec: TensorSpec, steps: list, shape) -> int:
+    """How many of a tensor's steps run on the whole tensor; the trailing row-local ones run by
+    blocks of rows when the tensor is 2-D with the residual axis last and larger than 4 blocks
+    (the embedding, the head, and readers whose steps end in ExpandResidual and Rotate)."""
+    if shape is None or len(shape) != 2 or spec.res_axis != 1 or shape[0] * shape[1] < 4 * ROW_BLOCK:
+        return len(steps)
+    k = len(steps)
+    while k > 0 and steps[k - 1].row_local:
+        k -= 1
+    return k
+
+
+def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
+    """Run row-local ``steps`` on ``t`` (its rows are the output's rows) one block of about
+    ROW_BLOCK grown elements at a time, each block rounded into the output as soon as it is built
+    (a float32 output is built in place). Each element gets exactly the arithmetic of the
+    whole-tensor path (the rotation's sums are per row), so the bytes are the same; but a block
+    stays in the core's cache through every step, where a whole tensor (hundreds of MB for a
+    vocabulary) goes through memory once per step. A tensor of 16 blocks or more is split among
+    ``work.threads`` threads (contiguous runs of blocks): the embedding and the head are the
+    largest tensors, and the last one would otherwise be grown on one core while the rest wait."""
+    plan, shape = c.plan, c.shape
+    rows = max(1, ROW_BLOCK // shape[1])
+    full = c.canvas(shape) if (c.buf or not c.scratch) else None  # earlier steps' float32 tensor / the output
+    if not c.scratch:
+        out = full
+    elif c.work is not None:
+        out = c.work.output(shape, plan.dtype)
+    else:
+        out = torch.empty(shape, dtype=plan.dtype)
+
+    def run(first: int, last: int) -> None:  # blocks first..last-1
+        block = None if full is not None else torch.empty(min(rows, shape[0]), shape[1])  # one, reused
+        for r0 in range(first * rows, min(last * rows, shape[0]), rows):
+            n = min(rows, shape[0] - r0)
+            buf = full.narrow(0, r0, n) if full is not None else block[:n]
+            bc = Ctx(plan, c.get, c.name, c.spec, c.layer, shape=(n, shape[1]), buf=[buf], row0=r0)
+            x = t.narrow(0, r0, n)
+            for step in steps:
+                x = step.apply(x, bc)
+            dst = out.narrow(0, r0, n)
+            if not ops.same_view(x, dst):
+                dst.copy_(x)  # the one rounding (as .to: the same conversion)
+
+    blocks = -(-shape[0] // rows)
+    parts = min(c.work.threads if c.work is not None and blocks >= 16 else 1, blocks)
+    bounds = [blocks * k // parts for k in range(parts + 1)]
+    errors: list[BaseException] = []
+
+    def guarded(first: int, last: int) -> None:
+        try:
+            run(first, last)
+        except BaseException as e:  # raised in the calling thread below
+            errors.append(e)
+
+    helpers = [threading.Thread(target=guarded, args=bounds[k : k + 2], daemon=True) for k in range(1, parts)]
+    for h in helpers:
+        h.start()
+    guarded(bounds[0], bounds[1])
+    for h in helpers:
+        h.join()
+    if errors:
+        raise errors[0]
+    return out
 
 
 _EXACT_IN_F32 = (torch.float32, torch.bfloat16, torch.float16)  # converted to float32 without rounding

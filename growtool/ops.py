@@ -173,6 +173,8 @@ def expand_axis(
         new.movedim(axis, 0).unflatten(0, (e.added, block)).copy_(
             xb.mean(0, keepdim=True).expand(e.added, *xb.shape[1:])
         )
+    elif e.kind == "tile":  # new block j is old block j mod n: contiguous runs of old blocks, copied
+        tile_into(new, old, axis, block)
     else:  # mixtures of old blocks, gathered along ``axis`` itself (no transposed copies)
         k = e.index.shape[1]
         for j in range(k):
@@ -193,6 +195,17 @@ def expand_axis(
             else:
                 torch.mul(term, wj, out=new)  # the product written in place (no pass through a copy)
     return out
+
+
+def tile_into(dst: torch.Tensor, src: torch.Tensor, axis: int, block: int = 1) -> torch.Tensor:
+    """``dst`` along ``axis`` filled with ``src``'s blocks repeated: dst block j = src block j mod n
+    (n = src's blocks), as runs of whole copies (the same bytes as gathering with index j mod n).
+    ``dst`` must not overlap ``src``."""
+    n, m = src.shape[axis] // block, dst.shape[axis] // block
+    for start in range(0, m, n):
+        k = min(n, m - start)
+        dst.narrow(axis, start * block, k * block).copy_(src.narrow(axis, 0, k * block))
+    return dst
 
 
 def along(v: torch.Tensor, axis: int, ndim: int) -> torch.Tensor:

@@ -540,7 +540,16 @@ def disk_full(tmp, mp):
     def fdopen(fd, mode="r", *a, **kw):
         return Full(io.FileIO(fd, "wb")) if "w" in mode else real(fd, mode, *a, **kw)
 
+    real_pwrite = os.pwrite
+
+    def pwrite(fd, data, offset):  # direct writes (checkpoint.DirectSink) go past the file object
+        Full.written += len(data)
+        if Full.written > 4096:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_pwrite(fd, data, offset)
+
     mp.setattr(os, "fdopen", fdopen)
+    mp.setattr(os, "pwrite", pwrite)
     return Case(expand(a, tmp), ["no space left on device", "out.safetensors"], [a])
 
 

@@ -254,3 +254,43 @@ def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
         held.append(got)
         if len(held) == 2:  # two outputs alive at a time, as write_stream holds them
             work.recycle(held.pop(0))
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2", "gemma", "qwen3", "olmo2"])
+def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_path, monkeypatch):
+    """Large tensors with the residual axis last (embedding, head, readers after their unit growth)
+    are grown by blocks of rows (growth._row_blocks), split among threads, with each tensor's
+    source read into reused memory (Workspace.source): the bytes equal the whole-tensor path's,
+    for each recipe and output dtype. ROW_BLOCK is made tiny so that these small tensors take
+    that path (1-row blocks, and blocks of several rows with a remainder)."""
+    import functools
+
+    from growtool import growth
+    from growtool.families import ARCHS
+
+    from helpers_hardening import make_config, write_ckpt
+
+    if family not in ARCHS:
+        pytest.skip(f"no {family}")
+    kv = 2 if ARCHS[family].features.gqa else None
+    cfg = make_config(family, width=32, heads=4, kv_heads=kv, ffn=72, vocab=80)
+    ck = checkpoint.load(write_ckpt(tmp_path / "a.safetensors", cfg))
+    blocked = 0
+    for recipe, sets in (("srio", {}), ("copy", {}), ("srio", {"noise": 0.1})):
+        for dt in (torch.float32, torch.bfloat16):
+            plan = growth.build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
+            monkeypatch.setattr(growth, "ROW_BLOCK", 1 << 40)  # every tensor whole
+            want = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+            for row_block in (40, 150):  # 48 grown columns: blocks of 1 row, then of 3 rows
+                monkeypatch.setattr(growth, "ROW_BLOCK", row_block)
+                work = growth.Workspace(threads=3)
+                work.POOL_MIN = 0  # every output and source read from reused blocks
+                read = functools.partial(ck.get, into=work.source)
+                for n, shape, _ in plan.outputs():
+                    got = growth.grow_tensor(n, plan, ck.get, work, read)
+                    assert got.dtype == dt and got.shape == want[n].shape, n
+                    assert torch.equal(got.reshape(-1).view(torch.uint8), want[n].reshape(-1).view(torch.uint8)), n
+                    work.recycle(got)
+                    spec = plan.specs[n][0]
+                    blocked += growth._whole_steps(spec, plan.steps[n], shape) < len(plan.steps[n])
+    assert blocked >= 2 * 6  # at least the embedding and the head, in every case

@@ -49,9 +49,13 @@ def assert_same_tensors(a, b):
 # ---- streaming ------------------------------------------------------------------------------
 
 
-def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
-    """Count live tensors at every write: no earlier output, and source tensors only for the one
-    tensor produced ahead while this one is written (a norm gain folded into a reader is a second)."""
+@pytest.mark.parametrize("threads", [1, 2])
+def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch, threads):
+    """Count live tensors at every write: no earlier output, and source tensors only for the few
+    tensors produced ahead while this one is written: at most 3 per producing thread (a worker
+    growing a reader holds a norm gain too, and a fold to the same dtype writes the source itself,
+    so a finished tensor waiting for its turn holds one)."""
+    monkeypatch.setenv("GROWTOOL_THREADS", str(threads))
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3, attn_gate=True))
     reads, outs, worst = [], [], {"src": 0, "out": 0}
     real_read, real_bytes = checkpoint.read_tensor, checkpoint._tensor_bytes
@@ -73,7 +77,8 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch):
     assert cli("fold", tmp_path / "b.safetensors", "--alpha", 1, "-o", tmp_path / "c.safetensors").exit_code == 0
     n_tensors = len(checkpoint.load(src).names()) + len(checkpoint.load(tmp_path / "b.safetensors").names())
     assert len(outs) == n_tensors and len(reads) >= n_tensors  # every tensor went through the hooks
-    assert worst["src"] <= 2 and worst["out"] == 0
+    assert worst["out"] == 0 and worst["src"] <= 3 * threads, worst
+    assert threads > 1 or worst["src"] <= 2  # one thread: the tensor made ahead, and a norm gain
 
 
 # ---- sharded output and input -----------------------------------------------------------------
@@ -371,7 +376,8 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
         f"expand|{big}|--width|512|-q|-o|{tmp_path / 'b.safetensors'}",
         f"fold|{tmp_path / 'b.safetensors'}|--alpha|1|-o|{tmp_path / 'f.safetensors'}",
     ]
-    p = subprocess.run([sys.executable, "-c", CHILD, *runs], capture_output=True, text=True, timeout=300)
+    env = {**os.environ, "GROWTOOL_THREADS": "2"}  # the bound below counts two producing threads
+    p = subprocess.run([sys.executable, "-c", CHILD, *runs], capture_output=True, text=True, timeout=300, env=env)
     res = json.loads(next(line for line in p.stdout.splitlines() if line.startswith("RESULT "))[7:])
     assert res["codes"] == [0, 0, 0], p.stderr
     out = checkpoint.load(tmp_path / "b.safetensors")
@@ -382,7 +388,9 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     allowance = 64 * 2**20  # fold measured 35-49 MB above the baseline with the hashing thread
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance
-    assert p_big - p_small < 3 * largest, res  # the model's size (25x largest) does not show in the peak
+    # the model's size (25x largest) does not show in the peak; two producing threads have up to 6
+    # tensors made and not yet written (checkpoint.write_stream), which 2 layers do not fill
+    assert p_big - p_small < 6 * largest, res
 
 
 def test_outputs_are_byte_identical_across_thread_counts(tmp_path, monkeypatch):
@@ -396,6 +404,64 @@ def test_outputs_are_byte_identical_across_thread_counts(tmp_path, monkeypatch):
         assert cli("expand", src, "--width", 384, "-q", "-o", out).exit_code == 0
         hashes.append(sha256(out))
     assert hashes[0] == hashes[1]
+
+
+def test_prefetch_keeps_order_bounds_what_is_alive_and_raises_the_first_error():
+    """checkpoint.prefetch with several workers: results in order, at most ahead + workers made and
+    not yet released, and a failing name's error raised in the consumer once its turn comes."""
+    import random
+    import threading
+
+    names = [str(i) for i in range(60)]
+    made, lock = [0], threading.Lock()
+
+    def produce(n):
+        time.sleep(random.random() * 0.002)
+        with lock:
+            made[0] += 1
+        return int(n)
+
+    for workers, ahead in ((1, 1), (2, 4), (3, 2)):
+        made[0] = 0
+        got = []
+        for k, x in enumerate(checkpoint.prefetch(names, produce, ahead=ahead, workers=workers)):
+            assert made[0] - k <= ahead + workers  # k results released so far
+            got.append(x)
+        assert got == list(range(60))
+
+    def bad(n):
+        if n == "7":
+            raise ValueError("seven")
+        return int(n)
+
+    got = []
+    with pytest.raises(ValueError, match="seven"):
+        for x in checkpoint.prefetch(names, bad, ahead=4, workers=2):
+            got.append(x)
+    assert got == list(range(7))
+
+
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * (8 << 20) + 12345])
+def test_direct_writes_give_the_bytes_of_buffered_writes(tmp_path, n):
+    """DirectSink (O_DIRECT through aligned buffers, where the file system allows it) writes the
+    same file as BufferedSink, for lengths that are not a multiple of the 4 KB alignment and pieces
+    that cross its 4 MB buffers; a file object without a descriptor falls back to buffered writes."""
+    import io
+
+    data = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
+    pieces = [0, 1, 5000, 8 << 20, n]
+    out = tmp_path / "d.bin"
+    with open(out, "wb") as fh:
+        sink = checkpoint.DirectSink.open(fh)
+        if sink is None:
+            pytest.skip("no direct I/O on this file system")
+        for a, b in zip(pieces, pieces[1:]):
+            if b > a:
+                sink.write(memoryview(data[a:b].numpy()))
+        sink.close()
+        fh.flush()
+    assert out.read_bytes() == data.numpy().tobytes()
+    assert checkpoint.DirectSink.open(io.BytesIO()) is None
 
 
 # ---- the source hash, computed while the output is written ------------------------------------
