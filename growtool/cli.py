@@ -542,6 +542,7 @@ def expand(
                 source_hash=source_hash,
                 recycle=work.recycle,
                 workers=producers,
+                place=work.place,
             )
     finally:
         source_hash.cancel()

@@ -60,7 +60,7 @@ class Ctx:
             elif self.scratch:
                 self.buf.append(self.work.tensor(self.shape))
             else:
-                self.buf.append(self.work.output(self.shape, torch.float32))
+                self.buf.append(self.work.output(self.shape, torch.float32, self.name))
         v = self.buf[0]
         for axis, n in enumerate(shape):
             v = v.narrow(axis, 0, n)
@@ -84,6 +84,7 @@ class Workspace:
 
     POOL_MIN = 1 << 20
     POOL_MAX = 1 << 26
+    PAGE = 4096
     KEEP = 4  # idle blocks kept (the writer holds up to 3 outputs per producer: ``checkpoint.write_stream``)
 
     def __init__(self, threads: int = 1):
@@ -92,6 +93,7 @@ class Workspace:
         self._pool: list[torch.Tensor] = []  # flat uint8 blocks written out and handed back
         self._lent: list[torch.Tensor] = []  # blocks of the outputs handed out (the newest few)
         self._lock = threading.Lock()
+        self._offsets: dict[str, int] = {}  # output name -> file offset (``place``)
 
     def tensor(self, shape) -> torch.Tensor:
         n = math.prod(shape)
@@ -113,26 +115,35 @@ class Workspace:
             self._mine.src = block = torch.empty(nbytes, dtype=torch.uint8)
         return block[:nbytes]
 
-    def output(self, shape, dtype: torch.dtype) -> torch.Tensor:
+    def output(self, shape, dtype: torch.dtype, name: str | None = None) -> torch.Tensor:
+        """Memory for an output tensor. With ``place``d file offsets, the output ``name`` starts at
+        an address with the offset's place within a 4 KB page, so that the writer can send most of
+        its bytes to the disk straight from this memory (``checkpoint.DirectSink``)."""
         nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < self.POOL_MIN:
             return torch.empty(shape, dtype=dtype)
+        want = nbytes + self.PAGE
         with self._lock:
-            fits = [b for b in self._pool if b.numel() >= nbytes]
+            fits = [b for b in self._pool if b.numel() >= want]
             block = min(fits, key=torch.Tensor.numel) if fits else None
             # all too small: freed before a new one is made (peak memory)
             self._pool = [b for b in self._pool if b is not block] if fits else []
         if block is None:
-            block = torch.empty(nbytes, dtype=torch.uint8)
+            block = torch.empty(want, dtype=torch.uint8)
         with self._lock:
-            self._lent = self._lent[-7:] + [block]
-        return block[:nbytes].view(dtype).view(shape)
+            self._lent = self._lent[-11:] + [block]
+        skip = (self._offsets.get(name, 0) - block.data_ptr()) % self.PAGE
+        return block[skip : skip + nbytes].view(dtype).view(shape)
+
+    def place(self, offsets: dict[str, int]) -> None:
+        """The file offsets at which the outputs will be written (``checkpoint.save(place=)``)."""
+        self._offsets = dict(offsets)
 
     def recycle(self, t: torch.Tensor) -> None:
         """``t`` (an output of ``grow_tensor``) is written and dropped: its block may be reused."""
         with self._lock:
             for i, block in enumerate(self._lent):
-                if t.data_ptr() == block.data_ptr() and t.untyped_storage().data_ptr() == block.data_ptr():
+                if t.untyped_storage().data_ptr() == block.data_ptr():
                     del self._lent[i]
                     if block.numel() <= self.POOL_MAX:  # an embedding's block, kept idle through every
                         # layer, would add to the peak when the head is made: such blocks are freed
@@ -758,7 +769,7 @@ def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None, read=
     if whole < len(steps):
         return _row_blocks(t, steps[whole:], c)
     if work is not None and scratch and t.dim():
-        return work.output(t.shape, plan.dtype).copy_(t)  # the one rounding (as .to: the same conversion)
+        return work.output(t.shape, plan.dtype, name).copy_(t)  # the one rounding (as .to: the same conversion)
     out = t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
     if src is not None and out.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
         out = out.clone()  # the source unchanged (a kept tensor): its memory may be a reused read buffer
@@ -795,7 +806,7 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     if not c.scratch:
         out = full
     elif c.work is not None:
-        out = c.work.output(shape, plan.dtype)
+        out = c.work.output(shape, plan.dtype, c.name)
     else:
         out = torch.empty(shape, dtype=plan.dtype)
 

@@ -78,7 +78,6 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch, thread
     n_tensors = len(checkpoint.load(src).names()) + len(checkpoint.load(tmp_path / "b.safetensors").names())
     assert len(outs) == n_tensors and len(reads) >= n_tensors  # every tensor went through the hooks
     assert worst["out"] == 0 and worst["src"] <= 3 * threads, worst
-    assert threads > 1 or worst["src"] <= 2  # one thread: the tensor made ahead, and a norm gain
 
 
 # ---- sharded output and input -----------------------------------------------------------------
@@ -389,8 +388,9 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance
     # the model's size (25x largest) does not show in the peak; two producing threads have up to 6
-    # tensors made and not yet written (checkpoint.write_stream), which 2 layers do not fill
-    assert p_big - p_small < 6 * largest, res
+    # tensors made and not yet written (checkpoint.write_stream), and up to DirectSink.HELD bytes of
+    # written ones may wait for the disk: 2 layers fill neither
+    assert p_big - p_small < 6 * largest + checkpoint.DirectSink.HELD, res
 
 
 def test_outputs_are_byte_identical_across_thread_counts(tmp_path, monkeypatch):
@@ -441,26 +441,33 @@ def test_prefetch_keeps_order_bounds_what_is_alive_and_raises_the_first_error():
     assert got == list(range(7))
 
 
-@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * (8 << 20) + 12345])
-def test_direct_writes_give_the_bytes_of_buffered_writes(tmp_path, n):
-    """DirectSink (O_DIRECT through aligned buffers, where the file system allows it) writes the
-    same file as BufferedSink, for lengths that are not a multiple of the 4 KB alignment and pieces
-    that cross its 4 MB buffers; a file object without a descriptor falls back to buffered writes."""
+@pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * (4 << 20) + 12345])
+@pytest.mark.parametrize("shift", [0, 1])
+def test_direct_writes_give_the_bytes_of_buffered_writes(tmp_path, n, shift):
+    """DirectSink (O_DIRECT where the file system allows it) writes the same file as BufferedSink,
+    for lengths that are not a multiple of the 4 KB alignment and pieces that cross its 4 MB
+    buffers: from memory at the file offsets' place within a page (``shift`` 0: the large pieces
+    go straight from their own memory) or not (``shift`` 1: everything through the buffers); each
+    piece's memory is released exactly once. A file object without a descriptor falls back to
+    buffered writes."""
     import io
+    import mmap
 
-    data = torch.randint(0, 256, (n,), dtype=torch.uint8, generator=torch.Generator().manual_seed(n))
-    pieces = [0, 1, 5000, 8 << 20, n]
+    page = torch.frombuffer(mmap.mmap(-1, n + 8192), dtype=torch.uint8)  # page-aligned memory
+    data = page[shift : shift + n]
+    data.copy_(torch.randint(0, 256, (n,), dtype=torch.uint8, generator=torch.Generator().manual_seed(n)))
+    cuts = sorted({0, min(n, 1), min(n, 5000), min(n, 2 << 20), n})
+    released = []
     out = tmp_path / "d.bin"
     with open(out, "wb") as fh:
         sink = checkpoint.DirectSink.open(fh)
         if sink is None:
             pytest.skip("no direct I/O on this file system")
-        for a, b in zip(pieces, pieces[1:]):
-            if b > a:
-                sink.write(memoryview(data[a:b].numpy()))
+        for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
+            sink.write(memoryview(data[a:b].numpy()), release=lambda k=k: released.append(k))
         sink.close()
-        fh.flush()
     assert out.read_bytes() == data.numpy().tobytes()
+    assert sorted(released) == list(range(len(cuts) - 1))
     assert checkpoint.DirectSink.open(io.BytesIO()) is None
 
 
