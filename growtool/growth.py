@@ -133,6 +133,8 @@ class Workspace:
         with self._lock:
             self._lent = self._lent[-11:] + [block]
         skip = (self._offsets.get(name, 0) - block.data_ptr()) % self.PAGE
+        if skip % dtype.itemsize:  # an offset no tensor of this dtype can start at: not placed
+            skip = 0
         return block[skip : skip + nbytes].view(dtype).view(shape)
 
     def place(self, offsets: dict[str, int]) -> None:
