@@ -610,7 +610,6 @@ class DirectSink:
         which let other threads run meanwhile (a copy into the map by slice assignment would hold
         the GIL: 1 GB of it stalled the threads growing the next tensors)."""
         src = torch.frombuffer(b, dtype=torch.uint8) if b.nbytes else None
-        done = 0
         here = self.start + self.pos
         if self.direct and b.nbytes >= self.STRAIGHT and (src.data_ptr() - here) % self.ALIGN == 0:
             head = -here % self.ALIGN  # to the next aligned file offset, through the buffer
@@ -622,14 +621,28 @@ class DirectSink:
             with self.pending:  # at most HELD bytes (or one piece) waiting to be written straight
                 self.pending.wait_for(lambda: self.held == 0 or self.held + n <= self.HELD)
                 self.held += n
-            self.todo.put((b[head : head + n], self.start, n, release))  # written from b's own memory
-            self.start += n
+            self.todo.put((b[head : head + n], self.start, functools.partial(self._written, n, release)))
+            self.start += n  # b's middle is written from its own memory
             self._copy(tail)
             return
         if src is not None:
-            self._copy(src[done:])
+            self._copy(src)
         if release is not None:
             release()
+
+    def _written(self, n: int, release: Callable[[], None] | None) -> None:
+        """A piece written straight from its memory is done: ``n`` bytes less wait, memory released."""
+        with self.pending:
+            self.held -= n
+            self.pending.notify_all()
+        if release is not None:
+            release()
+
+    def _queue(self) -> None:
+        """Hand the current buffer (ending on an aligned offset, or the stream's last) to the thread,
+        written padded to 4 KB; the buffer is free again once written."""
+        data = memoryview(self.buf)[: -(-self.pos // self.ALIGN) * self.ALIGN]
+        self.todo.put((data, self.start, functools.partial(self.free.put, self.buf)))
 
     def _copy(self, src: torch.Tensor) -> None:
         done = 0
@@ -644,7 +657,7 @@ class DirectSink:
     def _submit(self) -> None:
         if self.error is not None:
             raise self.error
-        self.todo.put((self.buf, self.start, self.pos))
+        self._queue()
         self.start += self.pos
         self.buf, self.pos = self.free.get(), 0  # waits while every buffer is being written
         self.view = torch.frombuffer(self.buf, dtype=torch.uint8)
@@ -669,29 +682,15 @@ class DirectSink:
 
     def _io(self) -> None:
         while (item := self.todo.get()) is not None:
-            if len(item) == 4:  # a piece written straight from its own memory
-                data, off, n, release = item
-                try:
-                    if self.error is None:
-                        self._pwrite(data, off)
-                except OSError as e:
-                    self.error = e
-                finally:
-                    del data
-                    with self.pending:
-                        self.held -= n
-                        self.pending.notify_all()
-                    if release is not None:
-                        release()
-                continue
-            buf, off, n = item
+            data, off, done = item  # bytes, file offset, and what to call once written
             try:
                 if self.error is None:
-                    self._pwrite(memoryview(buf)[: -(-n // self.ALIGN) * self.ALIGN], off)
+                    self._pwrite(data, off)
             except OSError as e:
                 self.error = e
             finally:
-                self.free.put(buf)
+                del data, item  # the memory may be reused from here on
+                done()
 
     def close(self, abandon: bool = False) -> None:
         """Write what is left, wait for the writes, truncate to the stream's length, and put the
@@ -701,7 +700,7 @@ class DirectSink:
 
         end = self.start + self.pos
         if self.pos and not abandon:
-            self.todo.put((self.buf, self.start, self.pos))
+            self._queue()
         self.todo.put(None)
         self.thread.join()
         fcntl.fcntl(self.fd, fcntl.F_SETFL, self.flags)
