@@ -13,7 +13,9 @@ For float32 and bfloat16 (same parameter count) it
   5. repeats 2-4 (3 pairs; 1 with --quick) and reports medians and the median of the per-pair
      ratios: expand / copy, and (expand - start-up) / copy with start-up = ``python -c "import
      torch"`` timed in the same environment (median of 3; issue 10's targets: <= 1.2 float32,
-     <= 1.3 bfloat16), and peak RSS against 3 x the largest output tensor + 0.5 GB;
+     <= 1.3 bfloat16) and, checked against the targets, with start-up = the same import ended by
+     ``os._exit`` (that run spends 0.3-0.5 s after the import collecting torch's objects at exit,
+     which growtool does not pay), and peak RSS against 3 x the largest output tensor + 0.5 GB;
   6. runs the same expansion in-process with timers around each step (reading, growing, writing +
      fsync, and the wait for the source hash, which a background thread computes meanwhile) to
      show where the time goes; there the steps run one after another (``growtool expand`` itself
@@ -32,6 +34,7 @@ sharded.json. Every generated file is deleted at the end.
 from __future__ import annotations
 
 import cProfile
+import functools
 import io
 import json
 import os
@@ -115,6 +118,10 @@ def startup(repeats: int = 3) -> dict:
     """Start-up in this environment (medians of ``repeats``): the interpreter plus ``import torch``
     (issue 10's start-up) and ``growtool --help`` (growtool's own, imports included)."""
     torch_ = [run_measured([sys.executable, "-c", "import torch"]) for _ in range(repeats)]
+    # the same without the interpreter's exit: `python -c "import torch"` spends 0.3-0.4 s here
+    # after the import, collecting torch's objects at shutdown; growtool freezes them (cli.py) and
+    # does not pay it, so subtracting that run flatters expand by as much
+    import_only = [run_measured([sys.executable, "-c", "import os, torch; os._exit(0)"]) for _ in range(repeats)]
     tool = [run_measured([GROWTOOL, "--help"]) for _ in range(repeats)]
     probe = run_measured([sys.executable, "-c", "import growtool; print(growtool.__file__)"])
     med = statistics.median
@@ -122,6 +129,7 @@ def startup(repeats: int = 3) -> dict:
         "wall_s": med(m["wall_s"] for m in torch_),
         "cpu_s": med(m["cpu_s"] for m in torch_),
         "growtool_wall_s": med(m["wall_s"] for m in tool),
+        "import_only_wall_s": med(m["wall_s"] for m in import_only),
         "runs_s": ";".join(f"{m['wall_s']:.2f}" for m in torch_),
         "growtool_runs_s": ";".join(f"{m['wall_s']:.2f}" for m in tool),
         "growtool_module": probe["stdout"].strip(),
@@ -230,6 +238,8 @@ def pair_summary(pairs, start: dict) -> dict:
         "growtool_startup_s": start["growtool_wall_s"],
         "ratio_no_startup": (t_exp - su) / t_cp,
         "pair_ratio_no_startup": med((m["wall_s"] - su) / c[0] for m, c in pairs),
+        "import_only_s": start["import_only_wall_s"],
+        "pair_ratio_no_import": med((m["wall_s"] - start["import_only_wall_s"]) / c[0] for m, c in pairs),
         "expand_cpu_s": med(m["cpu_s"] for m, _ in pairs),
         "copy_cpu_s": med(c[1] for _, c in pairs),
         "startup_cpu_s": start["cpu_s"],
@@ -263,27 +273,28 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     source_hash.value = timed_value
     raw, raw_into = ck._get, ck._read_into
 
-    def timed_read(name, into=None):  # the file read alone
+    def timed_read(name, into=None, rows=None):  # the file read alone
         t0 = time.perf_counter()
-        x = raw(name) if into is None else raw_into(name, into)
+        x = raw(name) if into is None and rows is None else raw_into(name, into, rows)
         t["read"] += time.perf_counter() - t0
         return x
 
     ck._get, ck._read_into = timed_read, timed_read
 
-    def get(name, into=None):  # read + the NaN / Inf check, as in growtool expand
+    def get(name, into=None, rows=None):  # read + the NaN / Inf check, as in growtool expand
         t0 = time.perf_counter()
         before = t["read"]
-        x = ck.get(name, into=into)
+        x = ck.get(name, into=into, rows=rows)
         t["nan_check"] += time.perf_counter() - t0 - (t["read"] - before)
         return x
 
     work = growth.Workspace()
 
-    def produce(name):
+    def produce(name, rows=None):
         t0 = time.perf_counter()
         before = t["read"] + t["nan_check"]
-        y = growth.grow_tensor(name, plan, get, work, read=lambda n: get(n, into=work.source))
+        read = functools.partial(get, into=work.source)
+        y = growth.grow_tensor(name, plan, get, work, read, rows)
         t["grow"] += time.perf_counter() - t0 - (t["read"] + t["nan_check"] - before)
         return y
 
@@ -301,6 +312,7 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
                 force=True,
                 source_hash=source_hash,
                 recycle=work.recycle,
+                pieces=plan.pieces,
             )
     finally:
         checkpoint.prefetch = prefetch
@@ -349,7 +361,7 @@ def bench_dtype(
         "generate_s": t_gen,
         **summary,
         "target": TARGET[name],
-        "target_ok": summary["pair_ratio_no_startup"] <= TARGET[name],
+        "target_ok": summary["pair_ratio_no_import"] <= TARGET[name],  # the stricter of the two start-ups
         "largest_out_MB": largest / MB,
         "rss_target_MB": rss_target / MB,
         "rss_ok": summary["peak_rss_MB"] * MB <= rss_target,
@@ -486,6 +498,8 @@ SHOW = [
     "growtool_startup_s",
     "ratio_no_startup",
     "pair_ratio_no_startup",
+    "import_only_s",
+    "pair_ratio_no_import",
     "target",
     "target_ok",
     "expand_cpu_s",

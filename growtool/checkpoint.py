@@ -141,7 +141,7 @@ class Checkpoint:
     files: list = field(default_factory=list)  # backing files (for hashing)
     raw: bytes | None = None  # stdin bytes
     tokenizer: dict | None = None  # the tokenizer the model expects, as recorded in the metadata (growtool.tokenizer)
-    _read_into: Callable | None = None  # (name, into) -> tensor read into memory from ``into(nbytes)`` (files)
+    _read_into: Callable | None = None  # (name, into, rows) -> tensor (rows of it) read into ``into(nbytes)`` (files)
 
     def names(self) -> list[str]:
         return list(self.entries)
@@ -152,12 +152,19 @@ class Checkpoint:
     def dtype(self, name: str) -> torch.dtype:
         return DTYPES[self.entries[name][0]]
 
-    def get(self, name: str, into: Callable[[int], torch.Tensor] | None = None) -> torch.Tensor:
+    def get(
+        self, name: str, into: Callable[[int], torch.Tensor] | None = None, rows: tuple[int, int] | None = None
+    ) -> torch.Tensor:
         """One tensor, checked for NaN / Inf. ``into(nbytes)``: memory to read it into (a uint8
         tensor of ``nbytes``, e.g. ``growth.Workspace.source``) instead of new memory; the caller
         must be done with the tensor before that memory is handed out again. Ignored for
-        checkpoints held in memory."""
-        t = self._read_into(name, into) if (into is not None and self._read_into is not None) else self._get(name)
+        checkpoints held in memory. ``rows=(r0, n)``: only rows r0 .. r0+n-1 (along the first
+        axis), read from the file on their own."""
+        if self._read_into is not None and (into is not None or rows is not None):
+            t = self._read_into(name, into, rows)
+        else:
+            t = self._get(name)
+            t = t if rows is None else t.narrow(0, *rows)
         if t.is_floating_point() and t.numel() and not all(map(math.isfinite, map(float, torch.aminmax(t)))):
             # aminmax propagates NaN and shows +-Inf; one pass, no temporary (isfinite().all() is ~15x slower)
             raise GrowError(f"{self.source}: tensor {name} holds NaN or Inf values")
@@ -338,15 +345,23 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> tuple[dict, dic
     return {n: entries[n] for n in want}, {n: stored[n] for n in want}  # canonical order
 
 
-def read_tensor(path: Path, start: int, entry: dict, name: str, into: Callable | None = None) -> torch.Tensor:
-    """One tensor read with a plain ``readinto`` at its (checked) offsets.
+def read_tensor(
+    path: Path, start: int, entry: dict, name: str, into: Callable | None = None, rows: tuple[int, int] | None = None
+) -> torch.Tensor:
+    """One tensor read with a plain ``readinto`` at its (checked) offsets; ``rows=(r0, n)``: only
+    those rows of it (along the first axis: a contiguous range of its bytes).
 
     No mmap: a memory-mapped file's touched pages count in the process's resident set until it is
     unmapped, so reading a whole checkpoint through ``safe_open`` makes peak RSS grow with the
     file size. An explicit read keeps only the tensor itself in memory (the page cache is not RSS).
+    A file truncated meanwhile is a short read and a clear error (a map would raise SIGBUS).
     """
     b, e = entry["data_offsets"]
     dt = DTYPES[entry["dtype"]]
+    shape = list(entry["shape"])
+    if rows is not None:
+        row_bytes = (e - b) // shape[0]
+        b, e, shape[0] = b + rows[0] * row_bytes, b + (rows[0] + rows[1]) * row_bytes, rows[1]
     mem = into(e - b) if into is not None else None  # reused memory: no page faults on fresh memory
     buf = mem.numpy() if mem is not None else bytearray(e - b)
     try:
@@ -358,9 +373,9 @@ def read_tensor(path: Path, start: int, entry: dict, name: str, into: Callable |
     if got != e - b:
         raise GrowError(f"{path}: file is truncated (tensor {name} lies beyond its end)")
     if mem is not None:
-        return mem.view(dt).reshape(entry["shape"])
+        return mem.view(dt).reshape(shape)
     t = torch.frombuffer(buf, dtype=dt) if buf else torch.empty(0, dtype=dt)
-    return t.reshape(entry["shape"])
+    return t.reshape(shape)
 
 
 def _open_files(files: list[Path], src: str) -> tuple[dict, dict, Callable]:
@@ -375,9 +390,9 @@ def _open_files(files: list[Path], src: str) -> tuple[dict, dict, Callable]:
             where[n] = (f, start, e)
             entries[n] = (e["dtype"], e["shape"])
 
-    def get(name: str, into: Callable | None = None) -> torch.Tensor:
+    def get(name: str, into: Callable | None = None, rows: tuple[int, int] | None = None) -> torch.Tensor:
         f, start, e = where[name]
-        return read_tensor(f, start, e, name, into)
+        return read_tensor(f, start, e, name, into, rows)
 
     return entries, meta0 or {}, get
 
@@ -442,7 +457,7 @@ def load(src: str | os.PathLike) -> Checkpoint:
         lambda name: read(stored[name]),
         files=files,
         tokenizer=_tokenizer_record(meta, s),
-        _read_into=lambda name, into: read(stored[name], into),
+        _read_into=lambda name, into, rows=None: read(stored[name], into, rows),
     )
 
 
@@ -721,41 +736,60 @@ def write_stream(
     recycle: Callable[[torch.Tensor], None] | None = None,
     workers: int = 1,
     place: Callable[[dict], None] | None = None,
+    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None,
 ) -> None:
     """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
     ``progress(name, nbytes)`` after each. With ``source_hash`` the header is written with its
     token and rewritten in place with the digest once the tensors are written (``fh`` must be a
     seekable file: the caller fsyncs it afterwards). ``recycle(t)`` is called with each produced
-    tensor once it is written and no longer read (its memory may then be reused). ``place(offsets)``
-    is told each tensor's offset in the file before any is produced (``growth.Workspace.place``).
+    tensor once it is written and no longer read (its memory may then be reused).
 
-    Producing and writing overlap: ``workers`` threads produce the next tensors while tensor k is
-    written (torch and file writes release the GIL), up to ``3 * workers`` tensors alive at a time
+    ``pieces(name)``: the row ranges ``[(r0, n), ...]`` a tensor is made in, or None for whole.
+    A piece is ``produce(name, (r0, n))``, rows r0 .. r0+n-1 along the first axis: a contiguous
+    run of the tensor's bytes, written as soon as it is made (a vocabulary-sized tensor then needs
+    neither a block of its own size nor a wait for its last row before its first is written).
+    ``place(offsets)`` is told the file offset of every piece, keyed ``(name, r0)`` (``r0`` 0 for
+    a whole tensor), before any is produced (``growth.Workspace.place``).
+
+    Producing and writing overlap: ``workers`` threads produce the next pieces while piece k is
+    written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a time
     (made and not yet written: a worker may run ahead past small tensors while another makes a
     large one); the bytes are the same as producing them one after another. A regular file is
     written past the page cache where the system allows it (``DirectSink``), else through it
     (``BufferedSink``).
     """
     header = _header_bytes(specs, meta)
+    items, offsets, off = [], {}, len(header)  # (name, shape, dtype, rows or None), in file order
+    for name, shape, dt in specs:
+        for rows in (pieces(name) if pieces else None) or [None]:
+            items.append((name, shape, dt, rows))
+            offsets[name, rows[0] if rows else 0] = off + (rows[0] * _nbytes(shape[1:], dt) if rows else 0)
+        off += _nbytes(shape, dt)
     if place is not None:
-        offsets, off = {}, len(header)
-        for name, shape, dt in specs:
-            offsets[name] = off
-            off += _nbytes(shape, dt)
         place(offsets)
+
+    def make(item):
+        name, _, _, rows = item
+        return produce(name) if rows is None else produce(name, rows)
+
     sink = DirectSink.open(fh) or BufferedSink(fh)
     try:
         sink.write(memoryview(bytearray(header)))
-        for (name, shape, dt), t in zip(
-            specs, prefetch([n for n, _, _ in specs], produce, ahead=2 * workers, workers=workers)
-        ):
-            if tuple(t.shape) != tuple(shape) or t.dtype != dt:
-                raise RuntimeError(f"internal: {name} produced {tuple(t.shape)} {t.dtype}, planned {shape} {dt}")
+        done = 0  # bytes of the current tensor written
+        for (name, shape, dt, rows), t in zip(items, prefetch(items, make, ahead=2 * workers, workers=workers)):
+            want = tuple(shape) if rows is None else (rows[1], *shape[1:])
+            if tuple(t.shape) != want or t.dtype != dt:
+                raise RuntimeError(
+                    f"internal: {name} {rows or ''} made {tuple(t.shape)} {t.dtype}, planned {want} {dt}"
+                )
             b = _tensor_bytes(t)
             sink.write(b, release=None if recycle is None else functools.partial(recycle, t))
             del t
-            if progress:
-                progress(name, b.nbytes)
+            done += b.nbytes
+            if rows is None or rows[0] + rows[1] == shape[0]:  # the tensor's last piece
+                if progress:
+                    progress(name, done)
+                done = 0
     except BaseException:
         sink.close(abandon=True)
         raise
@@ -764,8 +798,8 @@ def write_stream(
         os.pwrite(fh.fileno(), source_hash.patch(header), 0)  # same length: only these bytes change
 
 
-def prefetch(names: list[str], produce: Callable[[str], torch.Tensor], ahead: int = 1, workers: int = 1):
-    """Yield ``produce(name)`` for each name in order, computed ahead by ``workers`` threads, each
+def prefetch(names: list, produce: Callable[..., torch.Tensor], ahead: int = 1, workers: int = 1):
+    """Yield ``produce(name)`` for each name (any item) in order, computed ahead by ``workers`` threads, each
     taking the next name in turn; at most ``ahead + workers`` results are made but not yet yielded
     and released (each result is released when the loop asks for the next). With ``ahead`` 0 every
     result is made in the caller's thread when asked for. An error in ``produce`` is raised here
@@ -952,6 +986,7 @@ def _write_folder(
     recycle: Callable[[torch.Tensor], None] | None = None,
     workers: int = 1,
     place: Callable[[dict], None] | None = None,
+    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None,
 ) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
     shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
@@ -964,7 +999,9 @@ def _write_folder(
     if len(shards) == 1:
         atomic_file(
             folder / "model.safetensors",
-            lambda fh: write_stream(fh, shards[0], produce, meta, progress, source_hash, recycle, workers, place),
+            lambda fh: write_stream(
+                fh, shards[0], produce, meta, progress, source_hash, recycle, workers, place, pieces
+            ),
         )
     else:
         weight_map, total = {}, 0
@@ -973,7 +1010,7 @@ def _write_folder(
             atomic_file(
                 folder / name,
                 lambda fh, part=part: write_stream(
-                    fh, part, produce, meta, progress, source_hash, recycle, workers, place
+                    fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces
                 ),
             )
             for n, shape, dt in part:
@@ -1016,6 +1053,7 @@ def save(
     recycle: Callable[[torch.Tensor], None] | None = None,
     workers: int = 1,
     place: Callable[[dict], None] | None = None,
+    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None,
 ) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
     shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
@@ -1030,7 +1068,8 @@ def save(
     in every written header before the file is fsynced (``files`` may then be a function, called
     after the weights are written, that fills it in too). ``recycle(t)``: called with each produced
     tensor once written (``growth.Workspace.recycle``); ``workers``: threads producing tensors;
-    ``place(offsets)``: told where each tensor goes in its file (``growth.Workspace.place``).
+    ``place(offsets)``: told where each tensor goes in its file (``growth.Workspace.place``);
+    ``pieces(name)``: the row ranges a tensor is made and written in (``write_stream``).
     Returns the written path.
     """
     meta = metadata(cfg, lineage, tokenizer)
@@ -1044,7 +1083,7 @@ def save(
         )
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
-            write_stream(tmp, specs, produce, meta, progress, source_hash, recycle, workers, place)
+            write_stream(tmp, specs, produce, meta, progress, source_hash, recycle, workers, place, pieces)
             tmp.seek(0)
             shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
@@ -1052,12 +1091,17 @@ def save(
     try:
         if not is_folder_target(out):
             atomic_file(
-                dest, lambda fh: write_stream(fh, specs, produce, meta, progress, source_hash, recycle, workers, place)
+                dest,
+                lambda fh: write_stream(
+                    fh, specs, produce, meta, progress, source_hash, recycle, workers, place, pieces
+                ),
             )
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(tmpdir, cfg, shards, produce, meta, files, progress, source_hash, recycle, workers, place)
+            _write_folder(
+                tmpdir, cfg, shards, produce, meta, files, progress, source_hash, recycle, workers, place, pieces
+            )
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:

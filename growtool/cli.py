@@ -532,7 +532,7 @@ def expand(
                 plan.cfg,
                 lineage,
                 plan.outputs(),
-                lambda n: growth.grow_tensor(n, plan, ck.get, work, read),
+                lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows),
                 force=force,
                 inputs=[ckpt],
                 shard_size=shard_size,
@@ -543,6 +543,7 @@ def expand(
                 recycle=work.recycle,
                 workers=producers,
                 place=work.place,
+                pieces=plan.pieces,
             )
     finally:
         source_hash.cancel()

@@ -45,7 +45,7 @@ class Ctx:
     buf: list = field(default_factory=list)  # the float32 tensor of that shape, once allocated
     work: Workspace | None = None  # memory to build it in, reused from tensor to tensor
     scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
-    row0: int = 0  # a block of rows (``_row_blocks``): the index of its first row in the whole tensor
+    row0: int = 0  # a piece / block of rows (``_row_blocks``): the index of its first row in the whole tensor
 
     def canvas(self, shape) -> torch.Tensor:
         """A float32 tensor of ``shape`` for a step's result: the leading corner of one tensor of the
@@ -60,7 +60,7 @@ class Ctx:
             elif self.scratch:
                 self.buf.append(self.work.tensor(self.shape))
             else:
-                self.buf.append(self.work.output(self.shape, torch.float32, self.name))
+                self.buf.append(self.work.output(self.shape, torch.float32, (self.name, self.row0)))
         v = self.buf[0]
         for axis, n in enumerate(shape):
             v = v.narrow(axis, 0, n)
@@ -115,10 +115,11 @@ class Workspace:
             self._mine.src = block = torch.empty(nbytes, dtype=torch.uint8)
         return block[:nbytes]
 
-    def output(self, shape, dtype: torch.dtype, name: str | None = None) -> torch.Tensor:
-        """Memory for an output tensor. With ``place``d file offsets, the output ``name`` starts at
-        an address with the offset's place within a 4 KB page, so that the writer can send most of
-        its bytes to the disk straight from this memory (``checkpoint.DirectSink``)."""
+    def output(self, shape, dtype: torch.dtype, key: tuple | None = None) -> torch.Tensor:
+        """Memory for an output tensor (or piece). With ``place``d file offsets, the output ``key``
+        = (name, first row) starts at an address with the offset's place within a 4 KB page, so that
+        the writer can send most of its bytes to the disk straight from this memory
+        (``checkpoint.DirectSink``)."""
         nbytes = dtype.itemsize * math.prod(shape)
         if nbytes < self.POOL_MIN:
             return torch.empty(shape, dtype=dtype)
@@ -132,13 +133,14 @@ class Workspace:
             block = torch.empty(want, dtype=torch.uint8)
         with self._lock:
             self._lent = self._lent[-11:] + [block]
-        skip = (self._offsets.get(name, 0) - block.data_ptr()) % self.PAGE
+        skip = (self._offsets.get(key, 0) - block.data_ptr()) % self.PAGE
         if skip % dtype.itemsize:  # an offset no tensor of this dtype can start at: not placed
             skip = 0
         return block[skip : skip + nbytes].view(dtype).view(shape)
 
-    def place(self, offsets: dict[str, int]) -> None:
-        """The file offsets at which the outputs will be written (``checkpoint.save(place=)``)."""
+    def place(self, offsets: dict[tuple, int]) -> None:
+        """The file offsets at which the outputs will be written, keyed (name, first row)
+        (``checkpoint.save(place=)``)."""
         self._offsets = dict(offsets)
 
     def recycle(self, t: torch.Tensor) -> None:
@@ -465,6 +467,17 @@ class Plan:
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
 
+    def pieces(self, name: str) -> list[tuple[int, int]] | None:
+        """The row ranges (r0, n) in which a streaming writer makes ``name`` (``checkpoint.save(
+        pieces=)``, ``grow_tensor(..., rows=)``): a tensor of more than PIECE grown elements whose
+        steps are all row-local (the embedding and the head), so that no vocabulary-sized block
+        is needed and its first rows are written while the last are grown. None: whole."""
+        spec, shape = self.specs[name][0], self.shapes.get(name)
+        if _whole_steps(spec, self.steps[name], shape) != 0 or shape[0] * shape[1] <= PIECE:
+            return None
+        rows = max(1, PIECE // shape[1])
+        return [(r0, min(rows, shape[0] - r0)) for r0 in range(0, shape[0], rows)]
+
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""
         old, new = expected_shapes(self.src), expected_shapes(self.cfg)
@@ -741,7 +754,9 @@ def build_plan(
     return plan
 
 
-def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None, read=None) -> torch.Tensor:
+def grow_tensor(
+    name: str, plan: Plan, get, work: Workspace | None = None, read=None, rows: tuple[int, int] | None = None
+) -> torch.Tensor:
     """The grown tensor ``name``: its source (read lazily with ``get``) through the plan's steps.
 
     The arithmetic is float32 with one rounding to ``plan.dtype`` at the end. Steps that grow the
@@ -750,9 +765,14 @@ def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None, read=
     ``work.recycle`` once written). ``read(name)`` (default ``get``) reads the tensor's own source,
     e.g. into ``work.source`` memory; steps read anything else (norm gains) with ``get``. On a large
     2-D tensor whose residual axis is the last, the trailing row-local steps run one block of rows
-    at a time (``_row_blocks``)."""
+    at a time (``_row_blocks``). ``rows=(r0, n)``, one of ``plan.pieces(name)``: only those rows
+    of the grown tensor, from the same rows of the source (``get(name, rows=)``)."""
     spec, layer = plan.specs[name]
     steps, shape = plan.steps[name], plan.shapes.get(name)
+    if rows is not None:
+        if rows not in (plan.pieces(name) or []):
+            raise ValueError(f"{name}: rows {rows} are not one of plan.pieces({name!r})")
+        shape = (rows[1], *shape[1:])
     held = {}
 
     def get_once(n):  # a norm gain read by every block: read (and checked) once
@@ -760,18 +780,22 @@ def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None, read=
             held[n] = get(n)
         return held[n]
 
-    t = src = None if spec.role == "growth_gate" else (read or get)(name)
+    if spec.role == "growth_gate":
+        t = src = None
+    else:
+        t = src = (read or get)(name) if rows is None else (read or get)(name, rows=rows)
     if t is not None and not (t.dtype in _EXACT_IN_F32 and steps and steps[0].raw):
         t = t.float()
     scratch = plan.dtype != torch.float32  # else the float32 tensor built is the output itself
-    c = Ctx(plan, get_once, name, spec, layer, shape=shape, work=work, scratch=scratch)
+    row0 = rows[0] if rows else 0
+    c = Ctx(plan, get_once, name, spec, layer, shape=shape, work=work, scratch=scratch, row0=row0)
     whole = _whole_steps(spec, steps, shape)
     for step in steps[:whole]:
         t = step.apply(t, c)
     if whole < len(steps):
         return _row_blocks(t, steps[whole:], c)
     if work is not None and scratch and t.dim():
-        return work.output(t.shape, plan.dtype, name).copy_(t)  # the one rounding (as .to: the same conversion)
+        return work.output(t.shape, plan.dtype, (name, row0)).copy_(t)  # the one rounding (as .to: the same conversion)
     out = t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
     if src is not None and out.untyped_storage().data_ptr() == src.untyped_storage().data_ptr():
         out = out.clone()  # the source unchanged (a kept tensor): its memory may be a reused read buffer
@@ -779,6 +803,7 @@ def grow_tensor(name: str, plan: Plan, get, work: Workspace | None = None, read=
 
 
 ROW_BLOCK = 1 << 18  # float32 elements (1 MB, a core's L2 cache) of a block of rows (``_row_blocks``)
+PIECE = 8 * ROW_BLOCK  # grown elements of a piece of a large row-local tensor (``Plan.pieces``)
 
 
 def _whole_steps(spec: TensorSpec, steps: list, shape) -> int:
@@ -800,24 +825,28 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     whole-tensor path (the rotation's sums are per row), so the bytes are the same; but a block
     stays in the core's cache through every step, where a whole tensor (hundreds of MB for a
     vocabulary) goes through memory once per step. A tensor of 16 blocks or more is split among
-    ``work.threads`` threads (contiguous runs of blocks): the embedding and the head are the
-    largest tensors, and the last one would otherwise be grown on one core while the rest wait."""
+    ``work.threads`` threads (contiguous runs of blocks): the largest readers (FFN) would otherwise
+    be grown on one core while the other producers wait for the writer. (The embedding and the
+    head come in pieces of fewer blocks, ``Plan.pieces``, which the producers share.)"""
     plan, shape = c.plan, c.shape
     rows = max(1, ROW_BLOCK // shape[1])
     full = c.canvas(shape) if (c.buf or not c.scratch) else None  # earlier steps' float32 tensor / the output
     if not c.scratch:
         out = full
     elif c.work is not None:
-        out = c.work.output(shape, plan.dtype, c.name)
+        out = c.work.output(shape, plan.dtype, (c.name, c.row0))
     else:
         out = torch.empty(shape, dtype=plan.dtype)
 
     def run(first: int, last: int) -> None:  # blocks first..last-1
-        block = None if full is not None else torch.empty(min(rows, shape[0]), shape[1])  # one, reused
+        block = None  # one float32 block of rows, reused (this thread's, from the workspace)
+        if full is None:
+            n = min(rows, shape[0])
+            block = c.work.tensor((n, shape[1])) if c.work is not None else torch.empty(n, shape[1])
         for r0 in range(first * rows, min(last * rows, shape[0]), rows):
             n = min(rows, shape[0] - r0)
             buf = full.narrow(0, r0, n) if full is not None else block[:n]
-            bc = Ctx(plan, c.get, c.name, c.spec, c.layer, shape=(n, shape[1]), buf=[buf], row0=r0)
+            bc = Ctx(plan, c.get, c.name, c.spec, c.layer, shape=(n, shape[1]), buf=[buf], row0=c.row0 + r0)
             x = t.narrow(0, r0, n)
             for step in steps:
                 x = step.apply(x, bc)

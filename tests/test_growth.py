@@ -262,7 +262,9 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     are grown by blocks of rows (growth._row_blocks), split among threads, with each tensor's
     source read into reused memory (Workspace.source): the bytes equal the whole-tensor path's,
     for each recipe and output dtype. ROW_BLOCK is made tiny so that these small tensors take
-    that path (1-row blocks, and blocks of several rows with a remainder)."""
+    that path (1-row blocks, and blocks of several rows with a remainder). The same for pieces
+    (Plan.pieces: the embedding and the head grown a few rows at a time from those rows of the
+    source); other tensors have no pieces."""
     import functools
 
     from growtool import growth
@@ -275,7 +277,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     kv = 2 if ARCHS[family].features.gqa else None
     cfg = make_config(family, width=32, heads=4, kv_heads=kv, ffn=72, vocab=80)
     ck = checkpoint.load(write_ckpt(tmp_path / "a.safetensors", cfg))
-    blocked = 0
+    blocked = pieced = 0
     for recipe, sets in (("srio", {}), ("copy", {}), ("srio", {"noise": 0.1})):
         for dt in (torch.float32, torch.bfloat16):
             plan = growth.build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
@@ -293,4 +295,15 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
                     work.recycle(got)
                     spec = plan.specs[n][0]
                     blocked += growth._whole_steps(spec, plan.steps[n], shape) < len(plan.steps[n])
+                monkeypatch.setattr(growth, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
+                for n, shape, _ in plan.outputs():
+                    parts = [growth.grow_tensor(n, plan, ck.get, work, read, rows) for rows in plan.pieces(n) or []]
+                    if parts:
+                        got = torch.cat(parts)
+                        assert torch.equal(got.view(torch.uint8), want[n].view(torch.uint8)), n
+                        pieced += 1
+                    elif len(shape) == 2:
+                        with pytest.raises(ValueError, match="pieces"):
+                            growth.grow_tensor(n, plan, ck.get, rows=(0, 1))
     assert blocked >= 2 * 6  # at least the embedding and the head, in every case
+    assert pieced >= 2 * 6 * 2  # the embedding and the head (or the tied embedding) come in pieces

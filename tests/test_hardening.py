@@ -25,7 +25,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from growtool import checkpoint, hf_remote
+from growtool import checkpoint, hf_remote, recipes
 from growtool.checkpoint import DTYPE_NAME
 from growtool.config import ModelConfig
 from growtool.verify import compare, random_batches
@@ -439,6 +439,67 @@ def test_prefetch_keeps_order_bounds_what_is_alive_and_raises_the_first_error():
         for x in checkpoint.prefetch(names, bad, ahead=4, workers=2):
             got.append(x)
     assert got == list(range(7))
+
+
+def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
+    """With pieces (growth.Plan.pieces: the embedding and the head made and written a few rows at a
+    time, each read from its own rows of the source) expand writes the same bytes as with whole
+    tensors: one file, a sharded folder, and standard output; float32 and bfloat16; and the
+    progress hook still hears each tensor once, with all of its bytes."""
+    from growtool import growth
+
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=2, vocab=200))
+    low = tmp_path / "low.safetensors"
+    assert cli("expand", src, "--width", 48, "--dtype", "bfloat16", "-q", "-o", low).exit_code == 0
+    heard = []
+    real_save = checkpoint.save
+
+    def save(*a, **kw):
+        kw["progress"] = lambda name, nbytes: heard.append((name, nbytes))
+        return real_save(*a, **kw)
+
+    monkeypatch.setattr(checkpoint, "save", save)
+    outs = {}
+    for piece in (1 << 40, 100):  # whole tensors, then pieces of 2 rows (48 grown columns)
+        monkeypatch.setattr(growth, "PIECE", piece)
+        monkeypatch.setattr(growth, "ROW_BLOCK", 40)  # a piece is several blocks of rows
+        for name, source in (("f32", src), ("bf16", low)):
+            out = tmp_path / f"{name}-{piece}.safetensors"
+            heard.clear()
+            assert cli("expand", source, "--width", 72, "-q", "-o", out).exit_code == 0
+            outs[name, piece, "file"] = out.read_bytes()
+            want = checkpoint.load(out)
+            assert heard == [(n, want.get_nbytes(n)) for n in want.names()]  # once per tensor
+            folder = tmp_path / str(piece) / name  # the same folder name: its model card names it
+            folder.parent.mkdir(exist_ok=True)
+            assert cli("expand", source, "--width", 72, "-q", "--shard-size", "40KB", "-o", folder).exit_code == 0
+            outs[name, piece, "folder"] = {f.name: f.read_bytes() for f in sorted(folder.iterdir())}
+            r = cli("expand", source, "--width", 72, "-q", "-o", "-")
+            assert r.exit_code == 0
+            outs[name, piece, "stdout"] = r.stdout_bytes
+        plan = growth.build_plan(checkpoint.load(src).config, recipes.load("srio"), 72)
+        pieced = [n for n, _, _ in plan.outputs() if plan.pieces(n)]
+        assert (len(pieced) == 2) == (piece == 100), pieced  # the embedding and the head
+    for (name, piece, kind), got in outs.items():
+        if piece == 100:
+            assert got == outs[name, 1 << 40, kind], (name, kind)
+    assert len(outs[("f32", 100, "folder")]) > 3  # several shards
+
+
+def test_checkpoint_reads_rows_of_a_tensor(tmp_path):
+    """Checkpoint.get(name, rows=(r0, n)) reads those rows alone from a file (into reused memory or
+    new), and slices a checkpoint held in memory (standard input): the rows of the whole tensor."""
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=1, vocab=50))
+    ck = checkpoint.load(src)
+    name = "model.embed_tokens.weight"
+    whole = ck.get(name)
+    block = torch.empty(1 << 16, dtype=torch.uint8)
+    for r0, n in ((0, 1), (7, 13), (49, 1)):
+        want = whole[r0 : r0 + n]
+        assert torch.equal(ck.get(name, rows=(r0, n)), want)
+        assert torch.equal(ck.get(name, into=lambda k: block[:k], rows=(r0, n)), want)
+    held = checkpoint.Checkpoint(ck.config, [], "<mem>", ck.entries, ck.get)
+    assert torch.equal(held.get(name, rows=(7, 13)), whole[7:20])
 
 
 @pytest.mark.parametrize("n", [0, 1, 4095, 4096, 3 * (4 << 20) + 12345])
