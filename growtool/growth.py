@@ -807,14 +807,16 @@ def grow_tensor(
 # expansion (1.27 s against 1.13 s in-process, median of 9): each of the ~15 torch calls a block
 # takes costs about 5-10 us of dispatch whatever its size.
 ROW_BLOCK = 1 << 20
+BLOCKED_FROM = 1 << 20  # grown elements from which a tensor is made by blocks of rows (q_proj of d1536: 2.4M)
 PIECE = 8 * ROW_BLOCK  # grown elements of a piece of a large row-local tensor (``Plan.pieces``)
 
 
 def _whole_steps(spec: TensorSpec, steps: list, shape) -> int:
     """How many of a tensor's steps run on the whole tensor; the trailing row-local ones run by
-    blocks of rows when the tensor is 2-D with the residual axis last and larger than 4 blocks
-    (the embedding, the head, and readers whose steps end in ExpandResidual and Rotate)."""
-    if shape is None or len(shape) != 2 or spec.res_axis != 1 or shape[0] * shape[1] < 4 * ROW_BLOCK:
+    blocks of rows when the tensor is 2-D with the residual axis last and has BLOCKED_FROM grown
+    elements or more (the embedding, the head, and readers whose steps end in ExpandResidual and
+    Rotate)."""
+    if shape is None or len(shape) != 2 or spec.res_axis != 1 or shape[0] * shape[1] < BLOCKED_FROM:
         return len(steps)
     k = len(steps)
     while k > 0 and steps[k - 1].row_local:

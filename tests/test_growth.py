@@ -261,7 +261,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     """Large tensors with the residual axis last (embedding, head, readers after their unit growth)
     are grown by blocks of rows (growth._row_blocks), split among threads, with each tensor's
     source read into reused memory (Workspace.source): the bytes equal the whole-tensor path's,
-    for each recipe and output dtype. ROW_BLOCK is made tiny so that these small tensors take
+    for each recipe and output dtype. ROW_BLOCK and BLOCKED_FROM are made tiny so that these small tensors take
     that path (1-row blocks, and blocks of several rows with a remainder). The same for pieces
     (Plan.pieces: the embedding and the head grown a few rows at a time from those rows of the
     source); other tensors have no pieces."""
@@ -281,10 +281,11 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     for recipe, sets in (("srio", {}), ("copy", {}), ("srio", {"noise": 0.1})):
         for dt in (torch.float32, torch.bfloat16):
             plan = growth.build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
-            monkeypatch.setattr(growth, "ROW_BLOCK", 1 << 40)  # every tensor whole
+            monkeypatch.setattr(growth, "BLOCKED_FROM", 1 << 40)  # every tensor whole
             want = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
             for row_block in (40, 150):  # 48 grown columns: blocks of 1 row, then of 3 rows
                 monkeypatch.setattr(growth, "ROW_BLOCK", row_block)
+                monkeypatch.setattr(growth, "BLOCKED_FROM", 4 * row_block)
                 work = growth.Workspace(threads=3)
                 work.POOL_MIN = 0  # every output and source read from reused blocks
                 read = functools.partial(ck.get, into=work.source)

@@ -463,6 +463,7 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     for piece in (1 << 40, 100):  # whole tensors, then pieces of 2 rows (48 grown columns)
         monkeypatch.setattr(growth, "PIECE", piece)
         monkeypatch.setattr(growth, "ROW_BLOCK", 40)  # a piece is several blocks of rows
+        monkeypatch.setattr(growth, "BLOCKED_FROM", 160)
         for name, source in (("f32", src), ("bf16", low)):
             out = tmp_path / f"{name}-{piece}.safetensors"
             heard.clear()
