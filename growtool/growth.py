@@ -803,9 +803,9 @@ def grow_tensor(
 
 
 # Float32 elements of a block of rows (``_row_blocks``): 4 MB, which stays in the cache shared by
-# the cores (the L3, 32 MB here). 1 MB blocks (a core's L2) were 10 % slower for the 1 GB bf16
-# expansion (1.27 s against 1.13 s in-process, median of 9): each of the ~15 torch calls a block
-# takes costs about 5-10 us of dispatch whatever its size.
+# the cores (the L3, 32 MB here). With 1 MB blocks (a core's L2) the 1 GB bf16 expansion took
+# 1.26-1.28 s in-process against 1.09-1.12 s (bench/README, section 3): each of the ~15 torch calls
+# a block takes costs about 5-10 us of dispatch whatever its size.
 ROW_BLOCK = 1 << 20
 BLOCKED_FROM = 1 << 20  # grown elements from which a tensor is made by blocks of rows (q_proj of d1536: 2.4M)
 PIECE = 8 * ROW_BLOCK  # grown elements of a piece of a large row-local tensor (``Plan.pieces``)
