@@ -799,11 +799,11 @@ def write_stream(
 
 
 def prefetch(names: list, produce: Callable[..., torch.Tensor], ahead: int = 1, workers: int = 1):
-    """Yield ``produce(name)`` for each name (any item) in order, computed ahead by ``workers`` threads, each
-    taking the next name in turn; at most ``ahead + workers`` results are made but not yet yielded
-    and released (each result is released when the loop asks for the next). With ``ahead`` 0 every
-    result is made in the caller's thread when asked for. An error in ``produce`` is raised here
-    (in order: the first failing name's); leaving the loop early stops the workers."""
+    """Yield ``produce(name)`` for each name (any item) in order, computed ahead by ``workers``
+    threads, each taking the next name in turn; at most ``ahead + workers`` results are made but
+    not yet yielded and released (each result is released when the loop asks for the next). With
+    ``ahead`` 0 every result is made in the caller's thread when asked for. An error in ``produce``
+    is raised here (in order: the first failing name's); leaving the loop early stops the workers."""
     import threading
 
     if ahead < 1 or len(names) < 2:
@@ -978,41 +978,25 @@ def _write_folder(
     folder: Path,
     cfg: ModelConfig,
     shards: list[list],
-    produce,
-    meta: dict,
+    write: Callable[[io.BufferedWriter, list], None],
     files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
-    progress: Progress | None = None,
-    source_hash: SourceHash | None = None,
-    recycle: Callable[[torch.Tensor], None] | None = None,
-    workers: int = 1,
-    place: Callable[[dict], None] | None = None,
-    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None,
 ) -> None:
     """An HF model folder: config.json and model.safetensors, or model-0000i-of-0000N.safetensors
-    shards (each with the same metadata) plus model.safetensors.index.json; then ``files``
-    (name -> bytes: tokenizer, generation config, modeling code, model card; or a function
-    returning them, called once the weights are written) beside them."""
+    shards (each with the same metadata; ``write(fh, specs)`` streams one) plus
+    model.safetensors.index.json; then ``files`` (name -> bytes: tokenizer, generation config,
+    modeling code, model card; or a function returning them, called once the weights are written)
+    beside them."""
 
     def write_json(path, obj):
         atomic_file(path, lambda fh: fh.write((json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()))
 
     if len(shards) == 1:
-        atomic_file(
-            folder / "model.safetensors",
-            lambda fh: write_stream(
-                fh, shards[0], produce, meta, progress, source_hash, recycle, workers, place, pieces
-            ),
-        )
+        atomic_file(folder / "model.safetensors", lambda fh: write(fh, shards[0]))
     else:
         weight_map, total = {}, 0
         for k, part in enumerate(shards, 1):
             name = f"model-{k:05d}-of-{len(shards):05d}.safetensors"
-            atomic_file(
-                folder / name,
-                lambda fh, part=part: write_stream(
-                    fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces
-                ),
-            )
+            atomic_file(folder / name, lambda fh, part=part: write(fh, part))
             for n, shape, dt in part:
                 weight_map[n] = name
                 total += _nbytes(shape, dt)
@@ -1081,27 +1065,24 @@ def save(
             f"{out}: the output ({total:,} bytes) exceeds --shard-size {shard_size:,}: "
             "give a folder as -o to write shards"
         )
+
+    def write(fh, part):
+        write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
-            write_stream(tmp, specs, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+            write(tmp, specs)
             tmp.seek(0)
             shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
         sys.stdout.buffer.flush()
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(
-                dest,
-                lambda fh: write_stream(
-                    fh, specs, produce, meta, progress, source_hash, recycle, workers, place, pieces
-                ),
-            )
+            atomic_file(dest, lambda fh: write(fh, specs))
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
-            _write_folder(
-                tmpdir, cfg, shards, produce, meta, files, progress, source_hash, recycle, workers, place, pieces
-            )
+            _write_folder(tmpdir, cfg, shards, write, files)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
             _replace(tmpdir, dest)
         except BaseException:
