@@ -256,7 +256,7 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
     assert p.poll() is None, p.stderr.read()
     p.send_signal(sig)
     out, err = p.communicate(timeout=30)
-    assert p.returncode == 128 + sig
+    assert p.returncode == 128 + sig, (p.returncode, out, err.decode()[-2000:])  # what happened instead
     line = one_error_line(err.decode(), "growtool: interrupted")
     assert sig.name in line and out == b""
     assert list(work.iterdir()) == [] and sha256(src) == digest
