@@ -229,8 +229,10 @@ import sys, time
 from growtool import growth
 import growtool.cli as c
 grow = growth.grow_tensor
-def slow(*a):  # a stand-in for a big checkpoint: each tensor takes a while
-    time.sleep(0.05)
+made = []
+def slow(*a):  # a stand-in for a big checkpoint: each tensor takes a while, and a minute in all,
+    made.append(1)  # so that a signal sent mid-write cannot meet the end of the run
+    time.sleep(0.05 if len(made) < 5 else 1.0)
     return grow(*a)
 growth.grow_tensor = slow
 c.main()
