@@ -15,7 +15,8 @@ For float32 and bfloat16 (same parameter count) it
      torch"`` timed in the same environment (median of 3; issue 10's targets: <= 1.2 float32,
      <= 1.3 bfloat16) and, checked against the targets, with start-up = the same import ended by
      ``os._exit`` (that run spends 0.3-0.5 s after the import collecting torch's objects at exit,
-     which growtool does not pay), and peak RSS against 3 x the largest output tensor + 0.5 GB;
+     which growtool does not pay), and peak RSS against 3 x the largest output tensor + 0.5 GB
+     (beside the peak RSS of the import alone, the floor under it: larger for a CUDA build of torch);
   6. runs the same expansion in-process with timers around each step (reading, growing, writing +
      fsync, and the wait for the source hash, which a background thread computes meanwhile) to
      show where the time goes; there the steps run one after another (``growtool expand`` itself
@@ -130,6 +131,7 @@ def startup(repeats: int = 3) -> dict:
         "cpu_s": med(m["cpu_s"] for m in torch_),
         "growtool_wall_s": med(m["wall_s"] for m in tool),
         "import_only_wall_s": med(m["wall_s"] for m in import_only),
+        "import_only_rss_MB": med(m["peak_rss"] for m in import_only) / MB,  # the floor of expand's peak
         "runs_s": ";".join(f"{m['wall_s']:.2f}" for m in torch_),
         "growtool_runs_s": ";".join(f"{m['wall_s']:.2f}" for m in tool),
         "growtool_module": probe["stdout"].strip(),
@@ -244,6 +246,7 @@ def pair_summary(pairs, start: dict) -> dict:
         "copy_cpu_s": med(c[1] for _, c in pairs),
         "startup_cpu_s": start["cpu_s"],
         "peak_rss_MB": max(m["peak_rss"] for m, _ in pairs) / MB,
+        "import_only_rss_MB": start["import_only_rss_MB"],
         "expand_runs_s": ";".join(f"{m['wall_s']:.2f}" for m, _ in pairs),
         "copy_runs_s": ";".join(f"{c[0]:.2f}" for _, c in pairs),
     }
@@ -505,6 +508,7 @@ SHOW = [
     "expand_cpu_s",
     "copy_cpu_s",
     "peak_rss_MB",
+    "import_only_rss_MB",
     "largest_out_MB",
     "rss_target_MB",
     "rss_ok",

@@ -754,7 +754,8 @@ def write_stream(
     Producing and writing overlap: ``workers`` threads produce the next pieces while piece k is
     written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a time
     (made and not yet written: a worker may run ahead past small tensors while another makes a
-    large one); the bytes are the same as producing them one after another. A regular file is
+    large one) and together at most twice the largest tensor's bytes (so memory does not grow
+    with the number of cores); the bytes are the same as producing them one after another. A regular file is
     written past the page cache where the system allows it (``DirectSink``), else through it
     (``BufferedSink``).
     """
@@ -768,6 +769,8 @@ def write_stream(
     if place is not None:
         place(offsets)
 
+    sizes = [_nbytes(shape, dt) for _, shape, dt in specs]
+
     def make(item):
         name, _, _, rows = item
         return produce(name) if rows is None else produce(name, rows)
@@ -776,7 +779,9 @@ def write_stream(
     try:
         sink.write(memoryview(bytearray(header)))
         done = 0  # bytes of the current tensor written
-        for (name, shape, dt, rows), t in zip(items, prefetch(items, make, ahead=2 * workers, workers=workers)):
+        budget = 2 * max(sizes, default=0)
+        made = prefetch(items, make, ahead=2 * workers, workers=workers, cost=_item_nbytes, budget=budget)
+        for (name, shape, dt, rows), t in zip(items, made):
             want = tuple(shape) if rows is None else (rows[1], *shape[1:])
             if tuple(t.shape) != want or t.dtype != dt:
                 raise RuntimeError(
@@ -798,35 +803,60 @@ def write_stream(
         os.pwrite(fh.fileno(), source_hash.patch(header), 0)  # same length: only these bytes change
 
 
-def prefetch(names: list, produce: Callable[..., torch.Tensor], ahead: int = 1, workers: int = 1):
+def _item_nbytes(item) -> int:
+    """Bytes of a ``write_stream`` item (name, shape, dtype, rows or None): a tensor or a piece."""
+    _, shape, dt, rows = item
+    return _nbytes(shape if rows is None else (rows[1], *shape[1:]), dt)
+
+
+def prefetch(
+    names: list,
+    produce: Callable[..., torch.Tensor],
+    ahead: int = 1,
+    workers: int = 1,
+    cost: Callable[..., int] | None = None,
+    budget: int | None = None,
+):
     """Yield ``produce(name)`` for each name (any item) in order, computed ahead by ``workers``
     threads, each taking the next name in turn; at most ``ahead + workers`` results are made but
-    not yet yielded and released (each result is released when the loop asks for the next). With
-    ``ahead`` 0 every result is made in the caller's thread when asked for. An error in ``produce``
-    is raised here (in order: the first failing name's); leaving the loop early stops the workers."""
+    not yet yielded and released (each result is released when the loop asks for the next), and
+    with ``cost(name)`` (bytes, say) their costs add up to at most ``budget`` (one result alone may
+    exceed it). With ``ahead`` 0 every result is made in the caller's thread when asked for. An
+    error in ``produce`` is raised here (in order: the first failing name's); leaving the loop
+    early stops the workers."""
     import threading
 
     if ahead < 1 or len(names) < 2:
         yield from (produce(n) for n in names)
         return
     workers = max(1, min(workers, len(names)))
-    slots = threading.Semaphore(ahead + workers)
+    cost = cost or (lambda name: 0)
+    budget = budget if budget is not None else 0
+    room = threading.Condition()  # guards claims: the next index, and the results alive with their cost
+    claims = {"next": 0, "alive": 0, "spent": 0}
     done = threading.Condition()
     results: dict[int, tuple[bool, object]] = {}
     stop = threading.Event()
-    next_index = iter(range(len(names)))
-    take = threading.Lock()
+
+    def claim() -> int | None:
+        """The next index once there is room for its result (in order: no result waits on a later one)."""
+        with room:
+            while not stop.is_set() and claims["next"] < len(names):
+                i, c = claims["next"], cost(names[claims["next"]])
+                if claims["alive"] < ahead + workers and (claims["alive"] == 0 or claims["spent"] + c <= budget):
+                    claims.update(next=i + 1, alive=claims["alive"] + 1, spent=claims["spent"] + c)
+                    return i
+                room.wait(0.1)
+        return None
+
+    def release(i: int) -> None:
+        with room:
+            claims["alive"] -= 1
+            claims["spent"] -= cost(names[i])
+            room.notify_all()
 
     def work():
-        while not stop.is_set():
-            while not slots.acquire(timeout=0.1):
-                if stop.is_set():
-                    return
-            with take:
-                i = next(next_index, None)
-            if i is None or stop.is_set():
-                slots.release()
-                return
+        while (i := claim()) is not None:
             try:
                 item = (True, produce(names[i]))
             except BaseException as e:  # handed to the consumer, raised in its thread
@@ -854,9 +884,11 @@ def prefetch(names: list, produce: Callable[..., torch.Tensor], ahead: int = 1, 
                 raise item
             yield item
             del item
-            slots.release()
+            release(i)
     finally:
         stop.set()
+        with room:
+            room.notify_all()
         for t in threads:
             t.join(timeout=5)
 

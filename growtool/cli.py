@@ -541,7 +541,7 @@ def expand(
                 files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
                 source_hash=source_hash,
                 recycle=work.recycle,
-                workers=producers,
+                workers=plan.producers(producers),  # fewer where their memory would break the bound
                 place=work.place,
                 pieces=plan.pieces,
             )

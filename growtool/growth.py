@@ -18,6 +18,7 @@ Steps (each a small class below, with ``apply`` and ``describe``):
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import zlib
@@ -89,6 +90,7 @@ class Workspace:
 
     def __init__(self, threads: int = 1):
         self.threads = threads  # threads a large tensor may be split among (``_row_blocks``)
+        self._splitting = 0  # threads now running row blocks of a split tensor (``lend_threads``)
         self._mine = threading.local()  # .flat, .src: this thread's float32 and source blocks
         self._pool: list[torch.Tensor] = []  # flat uint8 blocks written out and handed back
         self._lent: list[torch.Tensor] = []  # blocks of the outputs handed out (the newest few)
@@ -137,6 +139,22 @@ class Workspace:
         if skip % dtype.itemsize:  # an offset no tensor of this dtype can start at: not placed
             skip = 0
         return block[skip : skip + nbytes].view(dtype).view(shape)
+
+    @contextlib.contextmanager
+    def lend_threads(self, wanted: int):
+        """Up to ``wanted`` threads for one tensor's row blocks (the caller's own included; at least
+        1): what ``threads`` leaves once the other tensors being split have theirs. With every
+        producer growing a large tensor, none gets helpers; with one, it gets the idle cores. So
+        the threads splitting tensors stay within ``threads`` plus one per other producer (8
+        producers splitting 8 ways each would run 64, each helper with a fresh block of memory)."""
+        with self._lock:
+            n = max(1, min(wanted, self.threads - self._splitting))
+            self._splitting += n
+        try:
+            yield n
+        finally:
+            with self._lock:
+                self._splitting -= n
 
     def place(self, offsets: dict[tuple, int]) -> None:
         """The file offsets at which the outputs will be written, keyed (name, first row)
@@ -477,6 +495,34 @@ class Plan:
             return None
         rows = max(1, PIECE // shape[1])
         return [(r0, min(rows, shape[0] - r0)) for r0 in range(0, shape[0], rows)]
+
+    def producer_bytes(self) -> int:
+        """About the most memory one producing thread holds while it makes a tensor (``Workspace``):
+        the float32 tensor it builds a whole tensor in when the output is in another dtype (for a
+        float32 output that tensor is the output itself), or one block of rows; plus the source
+        read and its float32 copy (6 bytes per element for a 2-byte dtype; 4 for float32, whose
+        copy is the read itself)."""
+        old, most = expected_shapes(self.src), 0
+        for name, shape, _ in self.outputs():
+            spec, steps = self.specs[name][0], self.steps[name]
+            pieces = self.pieces(name)
+            rows = pieces[0][1] if pieces else shape[0]
+            src = math.prod(old[name]) * rows // shape[0] if name in old else 0
+            if _whole_steps(spec, steps, shape) < len(steps):
+                f32 = 4 * ROW_BLOCK
+            else:
+                f32 = 4 * math.prod(shape) if self.dtype != torch.float32 else 0
+            most = max(most, f32 + src * (4 if self.dtype == torch.float32 else 4 + self.dtype.itemsize))
+        return most
+
+    def producers(self, threads: int) -> int:
+        """How many of ``threads`` may produce tensors at once (``checkpoint.save(workers=)``) within
+        the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB: the writer
+        holds up to 2 x that tensor (``checkpoint.write_stream``); the producers' own memory gets 1 x
+        it + 128 MB. At least one. (Without this cap a d4096 bf16 model on 8 producers would need
+        about 6 GB against a bound of 1.7 GB.)"""
+        largest = max(math.prod(shape) * self.dtype.itemsize for _, shape, _ in self.outputs())
+        return max(1, min(threads, (largest + (128 << 20)) // max(1, self.producer_bytes())))
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""
@@ -831,7 +877,7 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     whole-tensor path (the rotation's sums are per row), so the bytes are the same; but a block
     stays in the core's cache through every step, where a whole tensor (hundreds of MB for a
     vocabulary) goes through memory once per step. A tensor of 16 blocks or more is split among
-    ``work.threads`` threads (contiguous runs of blocks): the largest readers (FFN) would otherwise
+    the threads ``work.lend_threads`` grants (contiguous runs of blocks): the largest readers (FFN) would otherwise
     be grown on one core while the other producers wait for the writer. (The embedding and the
     head come in pieces of fewer blocks, ``Plan.pieces``, which the producers share.)"""
     plan, shape = c.plan, c.shape
@@ -861,8 +907,6 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
                 dst.copy_(x)  # the one rounding (as .to: the same conversion)
 
     blocks = -(-shape[0] // rows)
-    parts = min(c.work.threads if c.work is not None and blocks >= 16 else 1, blocks)
-    bounds = [blocks * k // parts for k in range(parts + 1)]
     errors: list[BaseException] = []
 
     def guarded(first: int, last: int) -> None:
@@ -871,12 +915,15 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
         except BaseException as e:  # raised in the calling thread below
             errors.append(e)
 
-    helpers = [threading.Thread(target=guarded, args=bounds[k : k + 2], daemon=True) for k in range(1, parts)]
-    for h in helpers:
-        h.start()
-    guarded(bounds[0], bounds[1])
-    for h in helpers:
-        h.join()
+    split = c.work is not None and blocks >= 16
+    with c.work.lend_threads(min(c.work.threads, blocks)) if split else contextlib.nullcontext(1) as parts:
+        bounds = [blocks * k // parts for k in range(parts + 1)]
+        helpers = [threading.Thread(target=guarded, args=bounds[k : k + 2], daemon=True) for k in range(1, parts)]
+        for h in helpers:
+            h.start()
+        guarded(bounds[0], bounds[1])
+        for h in helpers:
+            h.join()
     if errors:
         raise errors[0]
     return out

@@ -441,6 +441,72 @@ def test_prefetch_keeps_order_bounds_what_is_alive_and_raises_the_first_error():
     assert got == list(range(7))
 
 
+def test_prefetch_keeps_the_cost_of_what_is_alive_within_the_budget():
+    """With cost and budget, the results made and not yet released cost at most the budget
+    together (a result costlier than the budget alone is still made, by itself), whatever the
+    number of workers: the writer's memory does not grow with the cores."""
+    import random
+    import threading
+
+    sizes = [random.Random(i).choice([1, 5, 30, 120]) for i in range(80)]
+    alive, over, lock = {}, [], threading.Lock()  # made and not yet taken by the loop: index -> cost
+
+    def produce(i):
+        time.sleep(random.random() * 0.002)
+        with lock:
+            alive[i] = sizes[i]
+            if sum(alive.values()) > 100 and len(alive) > 1:
+                over.append(dict(alive))
+        return i
+
+    for workers, budget in ((2, 100), (8, 100), (8, None)):
+        alive.clear()
+        over.clear()
+        got = []
+        costs = {"cost": sizes.__getitem__, "budget": budget} if budget else {}
+        for i in checkpoint.prefetch(list(range(80)), produce, ahead=2 * workers, workers=workers, **costs):
+            got.append(i)
+            with lock:  # released when the loop asks for the next: counted gone already
+                del alive[i]
+        assert got == list(range(80))
+        if budget:
+            assert not over, over[:3]
+        else:
+            assert over  # without a budget only the count limits (the check above can fail)
+
+
+def test_split_tensors_share_the_workspace_threads():
+    """Workspace.lend_threads: one tensor alone gets every thread; tensors split at the same time
+    share them (each at least its own), so helpers do not multiply with the producers."""
+    from growtool import growth
+
+    work = growth.Workspace(threads=8)
+    with work.lend_threads(8) as a:
+        assert a == 8
+        with work.lend_threads(8) as b:
+            assert b == 1
+    with work.lend_threads(3) as a, work.lend_threads(8) as b, work.lend_threads(8) as c:
+        assert (a, b, c) == (3, 5, 1)
+    with work.lend_threads(8) as a:
+        assert a == 8  # all handed back
+
+
+def test_producers_fit_the_memory_bound():
+    """Plan.producers: every thread where the producers' memory fits beside the writer's (a small
+    float32 growth); one where a single producer's float32 tensor and source already take the
+    room (a d4096 bf16 Llama, whose 6144 x 16512 down_proj is built whole in float32)."""
+    from growtool import growth, recipes
+    from growtool.config import ModelConfig
+
+    small = ModelConfig("llama", vocab_size=256, width=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128)
+    plan = growth.build_plan(small, recipes.load("srio"), 96, dtype=torch.float32)
+    assert plan.producers(8) == 8 and plan.producers(3) == 3
+    big = ModelConfig("llama", vocab_size=32000, width=4096, layers=1, heads=32, kv_heads=8, head_dim=128, ffn=11008)
+    plan = growth.build_plan(big, recipes.load("srio"), 6144, dtype=torch.bfloat16)
+    assert plan.producer_bytes() > 4 * 6144 * 16512  # the whole float32 down_proj
+    assert plan.producers(8) == 1
+
+
 def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     """With pieces (growth.Plan.pieces: the embedding and the head made and written a few rows at a
     time, each read from its own rows of the source) expand writes the same bytes as with whole
