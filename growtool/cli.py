@@ -54,16 +54,26 @@ def machine_is_idle() -> bool:
         return True
 
 
-def map_large_blocks() -> None:
-    """Have glibc map blocks over 4 MB (a block of rows, ``growth.ROW_BLOCK`` float32 elements) on
-    their own and give them back when freed. By default it raises that threshold up to 32 MB as
-    large blocks are freed, and then keeps the freed memory in one arena per thread: with 8
-    producing threads the 1 GB float32 expand peaked at 1.0 GB instead of 0.72 (bench/README,
-    section 3); with 2 the time is the same. Elsewhere than glibc, nothing."""
+def resident_bytes() -> int:
+    """This process's resident memory now (Linux; 256 MB where it cannot be read)."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return 256 << 20
+
+
+def one_malloc_arena() -> None:
+    """Have glibc serve every thread from one arena of memory. By default each thread that
+    allocates gets its own (up to 8 per core), and each keeps the blocks of up to 32 MB freed in
+    it for reuse: with 8 producing threads the 1 GB float32 expand peaked at 1.0 GB instead of
+    0.76 (bench/README, section 3), at the same speed. (Mapping blocks over 4 MB on their own
+    instead, ``M_MMAP_THRESHOLD``, saved as much but cost the 4 GB folder 3 s of page faults.)
+    Call before the threads start; elsewhere than glibc, nothing."""
     import ctypes
 
     try:
-        ctypes.CDLL(None).mallopt(-3, 4 << 20)  # M_MMAP_THRESHOLD (malloc.h)
+        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (malloc.h)
     except (OSError, AttributeError, TypeError):
         pass
 
@@ -80,7 +90,7 @@ def surgery_threading(streaming: bool = False):
     one thread and 11 s on two on a 2-core machine shared with another job)."""
     n, before = surgery_threads(), torch.get_num_threads()
     if streaming:
-        map_large_blocks()
+        one_malloc_arena()
     torch.set_num_threads(1 if streaming else (n if "GROWTOOL_THREADS" in os.environ or machine_is_idle() else 1))
     try:
         yield n
@@ -557,7 +567,7 @@ def expand(
                 files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
                 source_hash=source_hash,
                 recycle=work.recycle,
-                workers=plan.producers(producers),  # fewer where their memory would break the bound
+                workers=plan.producers(producers, resident_bytes()),  # fewer where memory is short
                 place=work.place,
                 pieces=plan.pieces,
             )

@@ -515,14 +515,17 @@ class Plan:
             most = max(most, f32 + src * (4 if self.dtype == torch.float32 else 4 + self.dtype.itemsize))
         return most
 
-    def producers(self, threads: int) -> int:
+    def producers(self, threads: int, resident: int = 256 << 20) -> int:
         """How many of ``threads`` may produce tensors at once (``checkpoint.save(workers=)``) within
-        the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB: the writer
-        holds up to 2 x that tensor (``checkpoint.write_stream``); the producers' own memory gets 1 x
-        it + 128 MB. At least one. (Without this cap a d4096 bf16 model on 8 producers would need
+        the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB. The writer
+        holds up to 2 x that tensor (``checkpoint.write_stream``); ``resident`` is what the process
+        holds before the work (the interpreter and torch: 227 MB with torch's CPU build, 496 MB
+        with a CUDA build); the producers get the rest, 1 x that tensor + 0.5 GB - ``resident``,
+        and at least one producer. (Without this cap a d4096 bf16 model on 8 producers would need
         about 6 GB against a bound of 1.7 GB.)"""
         largest = max(math.prod(shape) * self.dtype.itemsize for _, shape, _ in self.outputs())
-        return max(1, min(threads, (largest + (128 << 20)) // max(1, self.producer_bytes())))
+        room = largest + (512 << 20) - resident
+        return max(1, min(threads, room // max(1, self.producer_bytes())))
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""

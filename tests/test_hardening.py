@@ -492,15 +492,17 @@ def test_split_tensors_share_the_workspace_threads():
 
 
 def test_producers_fit_the_memory_bound():
-    """Plan.producers: every thread where the producers' memory fits beside the writer's (a small
-    float32 growth); one where a single producer's float32 tensor and source already take the
-    room (a d4096 bf16 Llama, whose 6144 x 16512 down_proj is built whole in float32)."""
+    """Plan.producers: every thread where the producers' memory fits beside the writer's and the
+    process's own (a small float32 growth); one where the process already holds the allowance, or
+    where a single producer's float32 tensor and source take the room (a d4096 bf16 Llama, whose
+    6144 x 16512 down_proj is built whole in float32)."""
     from growtool import growth, recipes
     from growtool.config import ModelConfig
 
     small = ModelConfig("llama", vocab_size=256, width=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128)
     plan = growth.build_plan(small, recipes.load("srio"), 96, dtype=torch.float32)
     assert plan.producers(8) == 8 and plan.producers(3) == 3
+    assert plan.producers(8, resident=1 << 30) == 1  # a process already past the bound: one producer
     big = ModelConfig("llama", vocab_size=32000, width=4096, layers=1, heads=32, kv_heads=8, head_dim=128, ffn=11008)
     plan = growth.build_plan(big, recipes.load("srio"), 6144, dtype=torch.bfloat16)
     assert plan.producer_bytes() > 4 * 6144 * 16512  # the whole float32 down_proj
