@@ -754,10 +754,10 @@ def write_stream(
     Producing and writing overlap: ``workers`` threads produce the next pieces while piece k is
     written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a time
     (made and not yet written: a worker may run ahead past small tensors while another makes a
-    large one) and together at most twice the largest tensor's bytes (so memory does not grow
-    with the number of cores); the bytes are the same as producing them one after another. A regular file is
-    written past the page cache where the system allows it (``DirectSink``), else through it
-    (``BufferedSink``).
+    large one) and together at most twice the largest tensor's bytes (so that memory does not grow
+    with the number of cores); the bytes are the same as producing them one after another. A
+    regular file is written past the page cache where the system allows it (``DirectSink``), else
+    through it (``BufferedSink``).
     """
     header = _header_bytes(specs, meta)
     items, offsets, off = [], {}, len(header)  # (name, shape, dtype, rows or None), in file order
@@ -769,8 +769,6 @@ def write_stream(
     if place is not None:
         place(offsets)
 
-    sizes = [_nbytes(shape, dt) for _, shape, dt in specs]
-
     def make(item):
         name, _, _, rows = item
         return produce(name) if rows is None else produce(name, rows)
@@ -779,7 +777,7 @@ def write_stream(
     try:
         sink.write(memoryview(bytearray(header)))
         done = 0  # bytes of the current tensor written
-        budget = 2 * max(sizes, default=0)
+        budget = 2 * max((_nbytes(shape, dt) for _, shape, dt in specs), default=0)
         made = prefetch(items, make, ahead=2 * workers, workers=workers, cost=_item_nbytes, budget=budget)
         for (name, shape, dt, rows), t in zip(items, made):
             want = tuple(shape) if rows is None else (rows[1], *shape[1:])

@@ -67,7 +67,7 @@ def one_malloc_arena() -> None:
     """Have glibc serve every thread from one arena of memory. By default each thread that
     allocates gets its own (up to 8 per core), and each keeps the blocks of up to 32 MB freed in
     it for reuse: with 8 producing threads the 1 GB float32 expand peaked at 1.0 GB instead of
-    0.76 (bench/README, section 3), at the same speed. (Mapping blocks over 4 MB on their own
+    0.78-0.87 (bench/README, section 3), at the same speed. (Mapping blocks over 4 MB on their own
     instead, ``M_MMAP_THRESHOLD``, saved as much but cost the 4 GB folder 3 s of page faults.)
     Call before the threads start; elsewhere than glibc, nothing."""
     import ctypes

@@ -880,8 +880,8 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     whole-tensor path (the rotation's sums are per row), so the bytes are the same; but a block
     stays in the core's cache through every step, where a whole tensor (hundreds of MB for a
     vocabulary) goes through memory once per step. A tensor of 16 blocks or more is split among
-    the threads ``work.lend_threads`` grants (contiguous runs of blocks): the largest readers (FFN) would otherwise
-    be grown on one core while the other producers wait for the writer. (The embedding and the
+    the threads ``work.lend_threads`` grants (contiguous runs of blocks): the largest readers (FFN)
+    would otherwise be grown on one core while the other producers wait for the writer. (The embedding and the
     head come in pieces of fewer blocks, ``Plan.pieces``, which the producers share.)"""
     plan, shape = c.plan, c.shape
     rows = max(1, ROW_BLOCK // shape[1])
