@@ -387,9 +387,9 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     allowance = 64 * 2**20  # fold measured 35-49 MB above the baseline with the hashing thread
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance
-    # the model's size (25x largest) does not show in the peak; two producing threads have up to 6
-    # tensors made and not yet written (checkpoint.write_stream), and up to DirectSink.HELD bytes of
-    # written ones may wait for the disk: 2 layers fill neither
+    # the model's size (25x largest) does not show in the peak; the tensors made and not yet written
+    # cost up to 2 x largest (checkpoint.write_stream), the producers hold a float32 block each, and
+    # up to DirectSink.HELD bytes of written ones may wait for the disk: 2 layers fill none of these
     assert p_big - p_small < 6 * largest + checkpoint.DirectSink.HELD, res
 
 
@@ -473,6 +473,37 @@ def test_prefetch_keeps_the_cost_of_what_is_alive_within_the_budget():
             assert not over, over[:3]
         else:
             assert over  # without a budget only the count limits (the check above can fail)
+
+
+def test_streaming_writer_holds_twice_the_largest_tensor_whatever_the_workers():
+    """checkpoint.write_stream with 8 producing threads: the tensors made and not yet written (and
+    handed back through ``recycle``) hold at most twice the largest tensor's bytes, where the count
+    alone (3 per thread) would let 24 of them wait: memory does not grow with the cores."""
+    import io
+    import random
+    import threading
+
+    mb = 1 << 20
+    specs = [(f"t{i}", (mb // 4,), torch.float32) for i in range(60)]
+    specs[30] = ("t30", (mb,), torch.float32)  # the largest: 4 MB, so the budget is 8 MB
+    alive, most, lock = {}, [0], threading.Lock()
+
+    def produce(name):
+        time.sleep(random.random() * 0.002)
+        t = torch.full(dict((n, s) for n, s, _ in specs)[name], 1.0)
+        with lock:
+            alive[t.data_ptr()] = t.nbytes
+            most[0] = max(most[0], sum(alive.values()))
+        return t
+
+    def recycle(t):
+        with lock:
+            del alive[t.data_ptr()]
+
+    buf = io.BytesIO()
+    checkpoint.write_stream(buf, specs, produce, {}, recycle=recycle, workers=8)
+    assert not alive and len(buf.getvalue()) > 63 * mb
+    assert most[0] <= 2 * 4 * mb + 1 * mb, most[0] / mb  # the budget, and the one being written
 
 
 def test_split_tensors_share_the_workspace_threads():
