@@ -779,8 +779,9 @@ def write_stream(
         done = 0  # bytes of the current tensor written
         budget = 2 * max((_nbytes(shape, dt) for _, shape, dt in specs), default=0)
         made = prefetch(items, make, ahead=2 * workers, workers=workers, cost=_item_nbytes, budget=budget)
-        for (name, shape, dt, rows), t in zip(items, made):
-            want = tuple(shape) if rows is None else (rows[1], *shape[1:])
+        for item, t in zip(items, made):
+            name, shape, dt, rows = item
+            want = _item_shape(item)
             if tuple(t.shape) != want or t.dtype != dt:
                 raise RuntimeError(
                     f"internal: {name} {rows or ''} made {tuple(t.shape)} {t.dtype}, planned {want} {dt}"
@@ -801,10 +802,14 @@ def write_stream(
         os.pwrite(fh.fileno(), source_hash.patch(header), 0)  # same length: only these bytes change
 
 
+def _item_shape(item) -> tuple:
+    """Shape of a ``write_stream`` item (name, shape, dtype, rows or None): a tensor or a piece."""
+    _, shape, _, rows = item
+    return tuple(shape) if rows is None else (rows[1], *shape[1:])
+
+
 def _item_nbytes(item) -> int:
-    """Bytes of a ``write_stream`` item (name, shape, dtype, rows or None): a tensor or a piece."""
-    _, shape, dt, rows = item
-    return _nbytes(shape if rows is None else (rows[1], *shape[1:]), dt)
+    return _nbytes(_item_shape(item), item[2])
 
 
 def prefetch(

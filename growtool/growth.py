@@ -95,7 +95,7 @@ class Workspace:
         self._pool: list[torch.Tensor] = []  # flat uint8 blocks written out and handed back
         self._lent: list[torch.Tensor] = []  # blocks of the outputs handed out (the newest few)
         self._lock = threading.Lock()
-        self._offsets: dict[str, int] = {}  # output name -> file offset (``place``)
+        self._offsets: dict[tuple, int] = {}  # (output name, first row) -> file offset (``place``)
 
     def tensor(self, shape) -> torch.Tensor:
         n = math.prod(shape)
@@ -881,8 +881,9 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     stays in the core's cache through every step, where a whole tensor (hundreds of MB for a
     vocabulary) goes through memory once per step. A tensor of 16 blocks or more is split among
     the threads ``work.lend_threads`` grants (contiguous runs of blocks): the largest readers (FFN)
-    would otherwise be grown on one core while the other producers wait for the writer. (The embedding and the
-    head come in pieces of fewer blocks, ``Plan.pieces``, which the producers share.)"""
+    would otherwise be grown on one core while the other producers wait for the writer. (The
+    embedding and the head come in pieces of fewer blocks, ``Plan.pieces``, which the producers
+    share.)"""
     plan, shape = c.plan, c.shape
     rows = max(1, ROW_BLOCK // shape[1])
     full = c.canvas(shape) if (c.buf or not c.scratch) else None  # earlier steps' float32 tensor / the output
