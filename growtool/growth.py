@@ -22,7 +22,7 @@ import contextlib
 import math
 import threading
 import zlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -47,6 +47,7 @@ class Ctx:
     work: Workspace | None = None  # memory to build it in, reused from tensor to tensor
     scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
     row0: int = 0  # a piece / block of rows (``_row_blocks``): the index of its first row in the whole tensor
+    rows_from: torch.Tensor | None = None  # a block gathered from the source: each row's source row (-1: none)
 
     def canvas(self, shape) -> torch.Tensor:
         """A float32 tensor of ``shape`` for a step's result: the leading corner of one tensor of the
@@ -295,6 +296,12 @@ class ExpandUnits(Step):
 
     def apply(self, t, c):
         plan, spec = c.plan, c.spec
+        if c.rows_from is not None:  # a block of rows already gathered from the source (``_row_blocks``)
+            out = c.canvas(t.shape)
+            if not ops.same_view(out, t):
+                out.copy_(t)  # the source's rows, converted exactly
+            zero = torch.nonzero(c.rows_from < 0).squeeze(1)  # units grown by "zero"
+            return out.index_fill_(0, zero, 0.0) if zero.numel() else out
         counts = [unit_count(plan.src, k) for k in spec.units]
         shape = list(t.shape)
         shape[spec.unit_axis] = sum(plan.units[c.layer][k].n_new * b for k, (_, b) in zip(spec.units, counts))
@@ -316,6 +323,26 @@ class ExpandUnits(Step):
             off_in += n * block
             off_out += e.n_new * block
         return out
+
+    def source_rows(self, plan: Plan, spec: TensorSpec, layer: int) -> torch.Tensor | None:
+        """The source row each grown row copies (-1: a row of zeros), when the unit axis is the rows
+        (readers) and the growth only copies units (old units, "tile", "copy", "zero"): the tensor is
+        then grown by blocks of rows, each gathered from the source (``_row_blocks``). None for
+        mixtures of units ("convex", "mean") and for writers."""
+        if self.writer or spec.unit_axis != 0:
+            return None
+        parts, off_in = [], 0
+        for kind in spec.units:
+            e, (n, block) = plan.units[layer][kind], unit_count(plan.src, kind)
+            if e.added and e.kind not in ("tile", "copy", "zero"):
+                return None
+            parts.append(torch.arange(off_in, off_in + n * block))
+            if e.added and e.kind == "zero":
+                parts.append(torch.full((e.added * block,), -1))
+            elif e.added:
+                parts.append(off_in + (e.index[:, 0:1] * block + torch.arange(block)).reshape(-1))
+            off_in += n * block
+        return torch.cat(parts)
 
     def describe(self, plan, spec):
         kinds = plan.units[0]  # the same expansion kinds in every block
@@ -490,8 +517,9 @@ class Plan:
         pieces=)``, ``grow_tensor(..., rows=)``): a tensor of more than PIECE grown elements whose
         steps are all row-local (the embedding and the head), so that no vocabulary-sized block
         is needed and its first rows are written while the last are grown. None: whole."""
-        spec, shape = self.specs[name][0], self.shapes.get(name)
-        if _whole_steps(spec, self.steps[name], shape) != 0 or shape[0] * shape[1] <= PIECE:
+        shape = self.shapes.get(name)
+        gathers = any(isinstance(s, ExpandUnits) for s in self.steps[name])  # rows that are not the source's
+        if gathers or _whole_steps(self, name, shape) != 0 or shape[0] * shape[1] <= PIECE:
             return None
         rows = max(1, PIECE // shape[1])
         return [(r0, min(rows, shape[0] - r0)) for r0 in range(0, shape[0], rows)]
@@ -504,11 +532,11 @@ class Plan:
         copy is the read itself)."""
         old, most = expected_shapes(self.src), 0
         for name, shape, _ in self.outputs():
-            spec, steps = self.specs[name][0], self.steps[name]
+            steps = self.steps[name]
             pieces = self.pieces(name)
             rows = pieces[0][1] if pieces else shape[0]
             src = math.prod(old[name]) * rows // shape[0] if name in old else 0
-            if _whole_steps(spec, steps, shape) < len(steps):
+            if _whole_steps(self, name, shape) < len(steps):
                 f32 = 4 * ROW_BLOCK
             else:
                 f32 = 4 * math.prod(shape) if self.dtype != torch.float32 else 0
@@ -838,7 +866,7 @@ def grow_tensor(
     scratch = plan.dtype != torch.float32  # else the float32 tensor built is the output itself
     row0 = rows[0] if rows else 0
     c = Ctx(plan, get_once, name, spec, layer, shape=shape, work=work, scratch=scratch, row0=row0)
-    whole = _whole_steps(spec, steps, shape)
+    whole = _whole_steps(plan, name, shape)
     for step in steps[:whole]:
         t = step.apply(t, c)
     if whole < len(steps):
@@ -860,16 +888,21 @@ BLOCKED_FROM = 1 << 20  # grown elements from which a tensor is made by blocks o
 PIECE = 8 * ROW_BLOCK  # grown elements of a piece of a large row-local tensor (``Plan.pieces``)
 
 
-def _whole_steps(spec: TensorSpec, steps: list, shape) -> int:
-    """How many of a tensor's steps run on the whole tensor; the trailing row-local ones run by
-    blocks of rows when the tensor is 2-D with the residual axis last and has BLOCKED_FROM grown
-    elements or more (the embedding, the head, and readers whose steps end in ExpandResidual and
-    Rotate)."""
+def _whole_steps(plan: Plan, name: str, shape) -> int:
+    """How many of ``name``'s steps run on the whole tensor; the others run by blocks of rows when
+    the tensor is 2-D with the residual axis last and has BLOCKED_FROM grown elements or more: the
+    trailing row-local steps (the embedding, the head, readers after their unit growth), and all of
+    a reader's steps when its unit growth only copies rows (``ExpandUnits.source_rows``: FFN
+    readers grown by "tile", any reader grown by "copy") and the steps before it are row-local."""
+    (spec, layer), steps = plan.specs[name], plan.steps[name]
     if shape is None or len(shape) != 2 or spec.res_axis != 1 or shape[0] * shape[1] < BLOCKED_FROM:
         return len(steps)
     k = len(steps)
     while k > 0 and steps[k - 1].row_local:
         k -= 1
+    if k and isinstance(steps[k - 1], ExpandUnits) and all(s.row_local for s in steps[: k - 1]):
+        if steps[k - 1].source_rows(plan, spec, layer) is not None:
+            return 0
     return k
 
 
@@ -879,13 +912,21 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     (a float32 output is built in place). Each element gets exactly the arithmetic of the
     whole-tensor path (the rotation's sums are per row), so the bytes are the same; but a block
     stays in the core's cache through every step, where a whole tensor (hundreds of MB for a
-    vocabulary) goes through memory once per step. A tensor of 16 blocks or more is split among
-    the threads ``work.lend_threads`` grants (contiguous runs of blocks): the largest readers (FFN)
-    would otherwise be grown on one core while the other producers wait for the writer. (The
-    embedding and the head come in pieces of fewer blocks, ``Plan.pieces``, which the producers
-    share.)"""
+    vocabulary) goes through memory once per step. When ``steps`` grow the units by copying rows
+    (``ExpandUnits.source_rows``), ``t`` is the source and each block is gathered from it, a block
+    never straddling two runs of copied rows (a view of the source, no copy). A tensor of 16 blocks
+    or more is split among the threads ``work.lend_threads`` grants (contiguous runs of blocks): the
+    largest readers (FFN) would otherwise be grown on one core while the other producers wait for
+    the writer. (The embedding and the head come in pieces of fewer blocks, ``Plan.pieces``, which
+    the producers share.)"""
     plan, shape = c.plan, c.shape
     rows = max(1, ROW_BLOCK // shape[1])
+    gather = next((s for s in steps if isinstance(s, ExpandUnits)), None)  # ``t`` is then the source
+    src_rows = gather.source_rows(plan, c.spec, c.layer) if gather else None
+    runs = _runs(src_rows) if gather else [(0, 0, shape[0])]
+    if len(runs) > shape[0] // rows + 8:  # rows copied from scattered units ("copy"): gathered by index
+        runs = [(0, -1, shape[0])]
+    spans = [(a + r, min(rows, k - r), s + r if s >= 0 else None) for a, s, k in runs for r in range(0, k, rows)]
     full = c.canvas(shape) if (c.buf or not c.scratch) else None  # earlier steps' float32 tensor / the output
     if not c.scratch:
         out = full
@@ -894,23 +935,25 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     else:
         out = torch.empty(shape, dtype=plan.dtype)
 
-    def run(first: int, last: int) -> None:  # blocks first..last-1
+    def run(first: int, last: int) -> None:  # spans first..last-1
         block = None  # one float32 block of rows, reused (this thread's, from the workspace)
         if full is None:
             n = min(rows, shape[0])
             block = c.work.tensor((n, shape[1])) if c.work is not None else torch.empty(n, shape[1])
-        for r0 in range(first * rows, min(last * rows, shape[0]), rows):
-            n = min(rows, shape[0] - r0)
+        for r0, n, s0 in spans[first:last]:
             buf = full.narrow(0, r0, n) if full is not None else block[:n]
             bc = Ctx(plan, c.get, c.name, c.spec, c.layer, shape=(n, shape[1]), buf=[buf], row0=c.row0 + r0)
-            x = t.narrow(0, r0, n)
+            if not gather:
+                x = t.narrow(0, r0, n)
+            else:
+                bc = replace(bc, rows_from=src_rows[r0 : r0 + n])
+                x = t.narrow(0, s0, n) if s0 is not None else t.index_select(0, bc.rows_from.clamp_min(0))
             for step in steps:
                 x = step.apply(x, bc)
             dst = out.narrow(0, r0, n)
             if not ops.same_view(x, dst):
                 dst.copy_(x)  # the one rounding (as .to: the same conversion)
 
-    blocks = -(-shape[0] // rows)
     errors: list[BaseException] = []
 
     def guarded(first: int, last: int) -> None:
@@ -919,6 +962,7 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
         except BaseException as e:  # raised in the calling thread below
             errors.append(e)
 
+    blocks = len(spans)
     split = c.work is not None and blocks >= 16
     with c.work.lend_threads(min(c.work.threads, blocks)) if split else contextlib.nullcontext(1) as parts:
         bounds = [blocks * k // parts for k in range(parts + 1)]
@@ -931,6 +975,13 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     if errors:
         raise errors[0]
     return out
+
+
+def _runs(src_rows: torch.Tensor) -> list[tuple[int, int, int]]:
+    """(first row, its source row or -1, length) of each run of rows copying consecutive source rows
+    (-1: a run of zero rows)."""
+    starts = [0] + (torch.nonzero(src_rows.diff() != 1).squeeze(1) + 1).tolist() + [src_rows.numel()]
+    return [(a, int(src_rows[a]), b - a) for a, b in zip(starts, starts[1:]) if b > a]
 
 
 _EXACT_IN_F32 = (torch.float32, torch.bfloat16, torch.float16)  # converted to float32 without rounding

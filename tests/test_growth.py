@@ -277,7 +277,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     kv = 2 if ARCHS[family].features.gqa else None
     cfg = make_config(family, width=32, heads=4, kv_heads=kv, ffn=72, vocab=80)
     ck = checkpoint.load(write_ckpt(tmp_path / "a.safetensors", cfg))
-    blocked = pieced = 0
+    blocked = pieced = gathered = 0
     for recipe, sets in (("srio", {}), ("copy", {}), ("srio", {"noise": 0.1})):
         for dt in (torch.float32, torch.bfloat16):
             plan = growth.build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
@@ -294,8 +294,9 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
                     assert got.dtype == dt and got.shape == want[n].shape, n
                     assert torch.equal(got.reshape(-1).view(torch.uint8), want[n].reshape(-1).view(torch.uint8)), n
                     work.recycle(got)
-                    spec = plan.specs[n][0]
-                    blocked += growth._whole_steps(spec, plan.steps[n], shape) < len(plan.steps[n])
+                    whole = growth._whole_steps(plan, n, shape)
+                    blocked += whole < len(plan.steps[n])
+                    gathered += whole == 0 and any(isinstance(s, growth.ExpandUnits) for s in plan.steps[n])
                 monkeypatch.setattr(growth, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
                 for n, shape, _ in plan.outputs():
                     parts = [growth.grow_tensor(n, plan, ck.get, work, read, rows) for rows in plan.pieces(n) or []]
@@ -307,4 +308,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
                         with pytest.raises(ValueError, match="pieces"):
                             growth.grow_tensor(n, plan, ck.get, rows=(0, 1))
     assert blocked >= 2 * 6  # at least the embedding and the head, in every case
+    # readers [out, in] grown from copied rows (FFN "tile" in srio, every reader in copy), gathered
+    # block by block: 2+ readers x 2 layers x 2 dtypes x 2 row blocks x 2 recipes; GPT-2's are [in, out]
+    assert gathered >= 32 if family != "gpt2" else gathered == 0, gathered
     assert pieced >= 2 * 6 * 2  # the embedding and the head (or the tied embedding) come in pieces
