@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -282,6 +283,27 @@ def test_same_input_recipe_seed_give_identical_bytes(tmp_path):
         assert r.exit_code == 0, r.stderr
     assert sha256(outs[0]) == sha256(outs[1]) == sha256(tmp_path / "s7.safetensors")
     assert sha256(tmp_path / "s8.safetensors") != sha256(outs[0])
+
+
+def test_the_program_ends_without_teardown_and_loses_nothing(tmp_path):
+    """``growtool expand`` / ``fold`` end the process with os._exit once done (cli.run): the
+    outputs, their paths on stdout, the messages on stderr and a checkpoint sent to standard output
+    all arrive whole, equal to the in-process command's; errors keep their exit code."""
+    from helpers_hardening import run
+
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, kv_heads=2, ffn=160, attn_gate=True))
+    ref = tmp_path / "ref.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", ref).exit_code == 0
+    out = tmp_path / "g.safetensors"
+    r = run("expand", src, "--width", 96, "-q", "-o", out)
+    assert r.returncode == 0 and r.stdout.decode().strip() == str(out) and "grew llama d64 -> d96" in r.stderr.decode()
+    assert sha256(out) == sha256(ref)
+    r = run("expand", src, "--width", 96, "-q", "-o", "-")
+    assert r.returncode == 0 and hashlib.sha256(r.stdout).hexdigest() == sha256(ref)
+    r = run("fold", out, "--alpha", 1, "-o", tmp_path / "f.safetensors")
+    assert r.returncode == 0 and "folded gates" in r.stderr.decode() and (tmp_path / "f.safetensors").exists()
+    r = run("expand", src, "--width", 96, "-o", out)  # exists: refused, exit 2, one line
+    assert r.returncode == 2 and r.stderr.decode().count("\n") == 1
 
 
 # ---- atomic writes under SIGKILL ------------------------------------------------------------
