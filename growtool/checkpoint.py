@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import errno
 import functools
-import hashlib
 import io
 import json
 import math
@@ -30,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from . import hf_remote, nanogpt
+from . import hf_remote, nanogpt, prehash
 from .config import ModelConfig
 from .errors import GrowError
 from .families import IGNORED, arch_of, expected_shapes
@@ -193,17 +192,7 @@ class Checkpoint:
 
     def sha256(self, stop: threading.Event | None = None) -> str | None:
         """sha256 of the checkpoint's bytes (its files in turn); None if ``stop`` is set meanwhile."""
-        h = hashlib.sha256()
-        if self.raw is not None:
-            h.update(self.raw)
-        buf = memoryview(bytearray(1 << 20))  # one buffer, read into: no allocation per chunk (peak memory)
-        for f in self.files:
-            with open(f, "rb", buffering=0) as fh:
-                while n := fh.readinto(buf):
-                    if stop is not None and stop.is_set():
-                        return None
-                    h.update(buf[:n])
-        return h.hexdigest()
+        return prehash.sha256_of(self.files, self.raw, stop)
 
     def model(self, dtype=torch.float32, progress: Progress | None = None):
         from .model import LM
@@ -213,7 +202,8 @@ class Checkpoint:
 
 class SourceHash:
     """A checkpoint's sha256, computed in a background thread (file reads and hashlib release the
-    GIL) while the output is grown and written, not in a pass of its own before.
+    GIL) while the output is grown and written, not in a pass of its own before; or taken from the
+    child process the ``growtool`` program forked to hash it while torch was imported (``prehash``).
 
     Until it is known, ``token`` stands in for it: 64 random hex characters, the length of the hex
     digest. ``save(..., source_hash=)`` writes the header with the token and, once the tensors are
@@ -232,7 +222,8 @@ class SourceHash:
 
     def _run(self, ck: Checkpoint) -> None:
         try:
-            self._result = (True, ck.sha256(self._stop))
+            early = prehash.take(ck.files) if ck.raw is None and ck.files else None  # hashed as the program began
+            self._result = (True, early or ck.sha256(self._stop))
         except BaseException as e:  # raised in the waiting thread by value()
             self._result = (False, e)
 
@@ -262,6 +253,7 @@ class SourceHash:
     def cancel(self) -> None:
         """Stop hashing (the result is no longer needed) and wait for the thread."""
         self._stop.set()
+        prehash.cancel()
         self._thread.join()
 
 
@@ -419,31 +411,11 @@ def load(src: str | os.PathLike) -> Checkpoint:
 
         return Checkpoint(cfg, lineage, "<stdin>", entries, get, raw=data, tokenizer=_tokenizer_record(meta, "<stdin>"))
     p = Path(s)
-    if not p.exists():
-        raise GrowError(f"{p}: no such file or folder")
-    folder_cfg = None
-    if p.is_dir():
-        folder_cfg = p / "config.json"
-        index = p / "model.safetensors.index.json"
-        if not folder_cfg.exists():
-            raise GrowError(f"{p}: folder has no config.json (not a Hugging Face model folder)")
-        if index.exists():
-            try:
-                wm = json.loads(index.read_text())["weight_map"]
-                files = sorted({p / v for v in wm.values()})
-            except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
-                raise GrowError(f"{index}: not a valid safetensors index (no weight_map)") from None
-            for f in files:
-                if not f.exists():
-                    raise GrowError(f"{index}: shard {f.name} is missing")
-        elif (p / "model.safetensors").exists():
-            files = [p / "model.safetensors"]
-        else:
-            raise GrowError(f"{p}: folder has neither model.safetensors nor model.safetensors.index.json")
-    else:
+    files = prehash.checkpoint_files(s)
+    folder_cfg = p / "config.json" if p.is_dir() else None
+    if not p.is_dir():
         if nanogpt.is_torch_file(p):
             return _load_nanogpt(p)
-        files = [p]
         if (p.parent / "config.json").exists():
             folder_cfg = p.parent / "config.json"
     entries, meta, read = _open_files(files, s)

@@ -692,6 +692,72 @@ def test_source_hash_in_the_written_header_is_the_sources_sha256(tmp_path):
     assert _lineage_hashes(folded) == [true, grown]
 
 
+PREHASH_CHECKS = """
+import os, sys
+from pathlib import Path
+from growtool import prehash
+src, other, true = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
+assert "torch" not in sys.modules
+prehash.start(["expand", "--width", "96", "-o", str(other), str(src), "-q"])
+assert prehash._child["files"] == [src] and prehash.take([src]) == true and prehash._child is None
+for args in (["verify", str(src), str(other)], ["expand", "-"], ["expand", "--width", "96"]):
+    prehash.start(args)
+    assert prehash._child is None, args
+def reaped(pid):
+    try:
+        os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return True
+prehash.start(["expand", str(src)])
+pid = prehash._child["pid"]
+assert prehash.take([other]) is None and reaped(pid)  # another source: not its digest
+prehash.start(["fold", str(src)])
+pid = prehash._child["pid"]
+os.utime(src, ns=(0, 0))  # the source changed since the child began
+assert prehash.take([src]) is None and reaped(pid)
+prehash.start(["expand", str(src)])
+pid = prehash._child["pid"]
+prehash.cancel()
+assert prehash._child is None and prehash.take([src]) is None and reaped(pid)
+print("ok")
+"""
+
+
+def test_the_source_hashed_as_the_program_starts(tmp_path):
+    """``prehash``, in a fresh interpreter as the program runs it (before torch): the child hashes
+    the source named in the arguments (after options and their values, not -o's); ``take`` hands
+    its digest over only for the same files, unchanged, and the child is reaped every way. The
+    installed program records the true hash of a file and of a sharded folder, with and without
+    the early hash."""
+    import hashlib
+
+    from growtool import prehash
+
+    from helpers_hardening import run
+
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, layers=2, vocab=128))
+    true = hashlib.sha256(src.read_bytes()).hexdigest()
+    other = write_ckpt(tmp_path / "o.safetensors", make_config(width=64, heads=4, layers=2, vocab=128), seed=1)
+    copy = tmp_path / "copy.safetensors"
+    copy.write_bytes(src.read_bytes())
+    r = subprocess.run(
+        [sys.executable, "-c", PREHASH_CHECKS, copy, other, true], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0 and r.stdout.strip() == "ok", r.stderr
+
+    folder = tmp_path / "folder"
+    assert cli("expand", src, "--width", 96, "-q", "-o", folder, "--shard-size", "40KB").exit_code == 0
+    shards = sorted(folder.glob("*.safetensors"))
+    assert len(shards) > 1 and prehash.checkpoint_files(str(folder)) == shards
+    folder_hash = hashlib.sha256(b"".join(f.read_bytes() for f in shards)).hexdigest()
+    for env in ({}, {"GROWTOOL_NO_PREHASH": "1"}):
+        for source, want in ((src, true), (folder, folder_hash)):
+            out = tmp_path / f"g{len(env)}-{source.name}.safetensors"
+            r = run("expand", "--width", 128, source, "-q", "-o", out, env={**os.environ, **env})
+            assert r.returncode == 0, r.stderr.decode()
+            assert _lineage_hashes(out)[-1] == want
+
+
 def test_a_failing_source_hash_leaves_no_output(tmp_path, monkeypatch):
     """An error in the hashing thread surfaces as the usual one-line error (exit 2) and nothing is
     written, for a file and a folder target, for expand and fold."""

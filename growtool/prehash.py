@@ -1,0 +1,175 @@
+"""The source checkpoint's sha256, computed by a child process forked as ``growtool expand`` / ``fold``
+starts, before torch is imported.
+
+The program's first second goes to importing torch, on one core. ``start`` (called by the
+``growtool`` script first) finds the command's source among its arguments and forks a process that
+hashes the source's files meanwhile, on a core the import leaves idle; the growth that follows then
+has every core to itself. (A thread could not do this: the import holds the GIL, and a thread that
+hashed during it slowed the start.) ``take(files)`` hands the digest over if the child hashed
+exactly those files, unchanged since it began; otherwise the caller hashes them itself
+(``checkpoint.SourceHash``). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import threading
+from pathlib import Path
+
+from .errors import GrowError
+
+COMMANDS = ("expand", "fold")  # the commands whose lineage records their source's sha256
+FLAGS = ("-q", "--quiet", "--force", "--allow-lossy", "--dry-run", "--debug")  # options without a value
+CHUNK = 1 << 20
+
+_lock = threading.Lock()
+_child: dict | None = None  # pid, fd (the pipe's read end), files, stats, taken (a ``take`` is reading)
+
+
+def checkpoint_files(src: str) -> list[Path]:
+    """The files a checkpoint is read and hashed from, in order: the file itself, or a Hugging Face
+    folder's shards (sorted, from its index) or its model.safetensors. GrowError if there are none."""
+    p = Path(src)
+    if not src or src == "-":
+        raise GrowError("standard input is not a file")
+    if not p.exists():
+        raise GrowError(f"{p}: no such file or folder")
+    if not p.is_dir():
+        return [p]
+    if not (p / "config.json").exists():
+        raise GrowError(f"{p}: folder has no config.json (not a Hugging Face model folder)")
+    index = p / "model.safetensors.index.json"
+    if index.exists():
+        try:
+            files = sorted({p / v for v in json.loads(index.read_text())["weight_map"].values()})
+        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise GrowError(f"{index}: not a valid safetensors index (no weight_map)") from None
+        for f in files:
+            if not f.exists():
+                raise GrowError(f"{index}: shard {f.name} is missing")
+        return files
+    if (p / "model.safetensors").exists():
+        return [p / "model.safetensors"]
+    raise GrowError(f"{p}: folder has neither model.safetensors nor model.safetensors.index.json")
+
+
+def sha256_of(files: list[Path], raw: bytes | None = None, stop=None) -> str | None:
+    """sha256 of ``raw`` followed by the bytes of ``files`` in turn; None once ``stop.is_set()``."""
+    h = hashlib.sha256()
+    if raw is not None:
+        h.update(raw)
+    buf = memoryview(bytearray(CHUNK))  # one buffer, read into: no allocation per chunk
+    for f in files:
+        with open(f, "rb", buffering=0) as fh:
+            while n := fh.readinto(buf):
+                if stop is not None and stop.is_set():
+                    return None
+                h.update(buf[:n])
+    return h.hexdigest()
+
+
+def _stats(files: list[Path]) -> list[tuple]:
+    return [(s.st_dev, s.st_ino, s.st_size, s.st_mtime_ns) for s in (os.stat(f) for f in files)]
+
+
+class _Orphaned:
+    """``stop`` for the child: set once the parent is gone (its process then belongs to another)."""
+
+    def __init__(self):
+        self.parent = os.getppid()
+
+    def is_set(self) -> bool:
+        return os.getppid() != self.parent
+
+
+def start(args: list[str]) -> None:
+    """Fork the hashing child for ``growtool ARGS`` when they name an expand / fold source (its
+    first argument that is not an option or an option's value and resolves to checkpoint files)."""
+    global _child
+    if not hasattr(os, "fork") or len(args) < 2 or args[0] not in COMMANDS or os.environ.get("GROWTOOL_NO_PREHASH"):
+        return
+    for prev, arg in zip(args, args[1:]):
+        if arg.startswith("-") or (prev.startswith("-") and "=" not in prev and prev not in FLAGS):
+            continue
+        try:
+            files = checkpoint_files(arg)
+            stats = _stats(files)
+        except (GrowError, OSError):
+            continue
+        break
+    else:
+        return
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: hash, send the digest, and leave without the parent's cleanup
+        code = 1
+        try:
+            os.close(r)
+            null = os.open(os.devnull, os.O_RDWR)
+            for fd in (0, 1, 2):  # the parent's output (a pipe, maybe) must not wait for this process
+                os.dup2(null, fd)
+            digest = sha256_of(files, stop=_Orphaned())
+            if digest is not None:
+                os.write(w, digest.encode())
+                code = 0
+        finally:
+            os._exit(code)
+    os.close(w)
+    with _lock:
+        _child = {"pid": pid, "fd": r, "files": files, "stats": stats, "taken": False}
+
+
+def take(files: list[Path]) -> str | None:
+    """The child's digest of ``files``, if it hashed exactly these, unchanged from before it began
+    to now; None otherwise (no child, another source, a failure, a change, or ``cancel``). Waits
+    for the child."""
+    global _child
+    with _lock:
+        c = _child
+        if c is None or c["taken"]:
+            return None
+        c["taken"] = True
+    try:
+        data = b""
+        if [Path(f) for f in files] == c["files"]:
+            while chunk := os.read(c["fd"], 64):
+                data += chunk
+        ok = len(data) == 64 and _stats(c["files"]) == c["stats"]
+        return data.decode() if ok else None
+    except OSError:
+        return None
+    finally:
+        with _lock:
+            _child = None
+        _end(c)
+
+
+def cancel() -> None:
+    """Stop the child, if any: its digest is no longer wanted (a ``take`` waiting for it returns
+    None)."""
+    global _child
+    with _lock:
+        c = _child
+        if c is None:
+            return
+        if c["taken"]:  # ``take`` is reading: ending the child ends its read, and ``take`` cleans up
+            _kill(c["pid"])
+            return
+        _child = None
+    _end(c)
+
+
+def _kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _end(c: dict) -> None:
+    _kill(c["pid"])
+    os.waitpid(c["pid"], 0)
+    os.close(c["fd"])
