@@ -22,7 +22,7 @@ from pathlib import Path
 from .errors import GrowError
 
 COMMANDS = ("expand", "fold")  # the commands whose lineage records their source's sha256
-FLAGS = ("-q", "--quiet", "--force", "--allow-lossy", "--dry-run", "--debug")  # options without a value
+FLAGS = ("-q", "--quiet", "--force", "--allow-lossy", "--debug")  # options without a value
 CHUNK = 1 << 20
 
 _lock = threading.Lock()
@@ -89,7 +89,9 @@ def start(args: list[str]) -> None:
     """Fork the hashing child for ``growtool ARGS`` when they name an expand / fold source (its
     first argument that is not an option or an option's value and resolves to checkpoint files)."""
     global _child
-    if not hasattr(os, "fork") or len(args) < 2 or args[0] not in COMMANDS or os.environ.get("GROWTOOL_NO_PREHASH"):
+    if not hasattr(os, "fork") or len(args) < 2 or args[0] not in COMMANDS or "--dry-run" in args:
+        return
+    if os.environ.get("GROWTOOL_NO_PREHASH"):
         return
     for prev, arg in zip(args, args[1:]):
         if arg.startswith("-") or (prev.startswith("-") and "=" not in prev and prev not in FLAGS):

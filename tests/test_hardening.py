@@ -700,7 +700,8 @@ src, other, true = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 assert "torch" not in sys.modules
 prehash.start(["expand", "--width", "96", "-o", str(other), str(src), "-q"])
 assert prehash._child["files"] == [src] and prehash.take([src]) == true and prehash._child is None
-for args in (["verify", str(src), str(other)], ["expand", "-"], ["expand", "--width", "96"]):
+nothing = (["verify", str(src), str(other)], ["expand", "-"], ["expand", "--width", "96"])
+for args in nothing + (["fold", str(src), "--dry-run"],):
     prehash.start(args)
     assert prehash._child is None, args
 def reaped(pid):
