@@ -86,8 +86,10 @@ class _Orphaned:
 
 
 def start(args: list[str]) -> None:
-    """Fork the hashing child for ``growtool ARGS`` when they name an expand / fold source (its
-    first argument that is not an option or an option's value and resolves to checkpoint files)."""
+    """Fork the hashing child for ``growtool ARGS`` when they name an expand / fold source: the
+    first argument that is not an option or an option's value (options other than FLAGS take one)
+    and resolves to checkpoint files. A wrong guess costs only the child's work: ``take`` hands
+    nothing over for other files."""
     global _child
     if not hasattr(os, "fork") or len(args) < 2 or args[0] not in COMMANDS or "--dry-run" in args:
         return
