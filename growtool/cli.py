@@ -281,10 +281,12 @@ def main():
 def run() -> None:
     """The ``growtool`` program (``main`` is the click group, which tests call in-process).
 
-    A streaming ``expand`` / ``fold`` ends the process as soon as its output is renamed into place
-    and its messages are flushed, without the interpreter's teardown: freeing torch's operator
-    registry and every module took 0.1 s of a 2 s expand on a 2-core machine (bench/README,
-    section 3), and the operating system frees the memory anyway."""
+    A finished ``expand`` / ``fold`` / ``train`` ends the process as soon as its messages are
+    flushed, without the interpreter's teardown: its outputs are renamed into place and closed by
+    then, and the operating system frees the memory anyway. Freeing torch's operator registry and
+    every module took 0.1 s of a 2 s expand on a 2-core machine (bench/README, section 3); and a
+    torchrun rank once aborted ("terminate called without an active exception") after its work,
+    at the point where gloo's leftover work objects are freed (pytorch/pytorch#179291)."""
     try:
         main()
     except SystemExit as e:
@@ -1015,6 +1017,7 @@ def train(ckpt, data_files, out, resume, quiet, **settings):
     from .train import train as run
 
     r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
+    Growtool.done = True  # every file is written and closed, the process group (torchrun) destroyed
     if os.environ.get("RANK", "0") != "0":
         return
     err.print(
@@ -1051,5 +1054,5 @@ def demo(out, quick):
     sys.exit(0 if ok else 1)
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # python -m growtool.cli (what torchrun runs)
+    run()

@@ -286,9 +286,10 @@ def test_same_input_recipe_seed_give_identical_bytes(tmp_path):
 
 
 def test_the_program_ends_without_teardown_and_loses_nothing(tmp_path):
-    """``growtool expand`` / ``fold`` end the process with os._exit once done (cli.run): the
-    outputs, their paths on stdout, the messages on stderr and a checkpoint sent to standard output
-    all arrive whole, equal to the in-process command's; errors keep their exit code."""
+    """``growtool expand`` / ``fold`` / ``train`` end the process with os._exit once done (cli.run):
+    the outputs, their paths on stdout, the messages on stderr, a checkpoint sent to standard output
+    and a run's metrics all arrive whole (equal to the in-process command's); errors keep their
+    exit code."""
     from helpers_hardening import run
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, kv_heads=2, ffn=160, attn_gate=True))
@@ -304,6 +305,16 @@ def test_the_program_ends_without_teardown_and_loses_nothing(tmp_path):
     assert r.returncode == 0 and "folded gates" in r.stderr.decode() and (tmp_path / "f.safetensors").exists()
     r = run("expand", src, "--width", 96, "-o", out)  # exists: refused, exit 2, one line
     assert r.returncode == 2 and r.stderr.decode().count("\n") == 1
+    text = tmp_path / "t.txt"
+    text.write_text("the quick brown fox jumps over the lazy dog. " * 200)
+    args = ("--data", text, "--steps", 3, "--batch", 2, "--seq", 16, "--eval-batches", 1, "--device", "cpu", "-q")
+    byte_model = write_ckpt(tmp_path / "b.safetensors", make_config(width=64, heads=4, vocab=256))
+    r = run("train", byte_model, *args, "--out", tmp_path / "run")
+    final = r.stdout.decode().strip()
+    assert r.returncode == 0, r.stderr.decode()
+    assert final.endswith(".safetensors") and checkpoint.load(final).config.width == 64
+    records = [json.loads(x) for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in records] == [0, 1, 2, 3] and "trained 3/3 steps" in r.stderr.decode()
 
 
 # ---- atomic writes under SIGKILL ------------------------------------------------------------
