@@ -521,8 +521,9 @@ class Plan:
         gathers = any(isinstance(s, ExpandUnits) for s in self.steps[name])  # rows that are not the source's
         if gathers or _whole_steps(self, name, shape) != 0 or shape[0] * shape[1] <= PIECE:
             return None
-        rows = max(1, PIECE // shape[1])
-        return [(r0, min(rows, shape[0] - r0)) for r0 in range(0, shape[0], rows)]
+        rows, first = max(1, PIECE // shape[1]), max(1, ROW_BLOCK // shape[1])  # the first piece one block:
+        starts = [0, *range(first, shape[0], rows)]  # the disk starts sooner (the embedding opens the file)
+        return [(a, b - a) for a, b in zip(starts, starts[1:] + [shape[0]])]
 
     def producer_bytes(self) -> int:
         """About the most memory one producing thread holds while it makes a tensor (``Workspace``):

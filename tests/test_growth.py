@@ -264,7 +264,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     for each recipe and output dtype. ROW_BLOCK and BLOCKED_FROM are made tiny so that these small tensors take
     that path (1-row blocks, and blocks of several rows with a remainder). The same for pieces
     (Plan.pieces: the embedding and the head grown a few rows at a time from those rows of the
-    source); other tensors have no pieces."""
+    source, one block of rows first); other tensors have no pieces."""
     import functools
 
     from growtool import growth
@@ -300,7 +300,8 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
                 monkeypatch.setattr(growth, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
                 for n, shape, _ in plan.outputs():
                     parts = [growth.grow_tensor(n, plan, ck.get, work, read, rows) for rows in plan.pieces(n) or []]
-                    if parts:
+                    if parts:  # one block first (the disk starts sooner), then PIECE rows
+                        assert [k for _, k in plan.pieces(n)[:2]] == [max(1, row_block // 48), 3 * row_block // 48], n
                         got = torch.cat(parts)
                         assert torch.equal(got.view(torch.uint8), want[n].view(torch.uint8)), n
                         pieced += 1
