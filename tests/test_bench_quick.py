@@ -51,6 +51,9 @@ def test_surgery_quick(tmp_path):
         assert math.isclose(r["ratio_no_startup"], (r["expand_s"] - r["startup_s"]) / r["copy_s"])
         assert positive(r["pair_ratio"], r["growtool_startup_s"])  # the median of the per-pair ratios
         assert positive(r["import_only_s"])  # start-up without the interpreter's exit
+        imports = r["import_runs_s"].split(";")  # timed in each pair, just before its expand
+        assert len(imports) == len(r["expand_runs_s"].split(";")) == 1  # --quick: one pair
+        assert math.isclose(r["pair_ratio_no_import"], (r["expand_s"] - r["import_only_s"]) / r["copy_s"])
         assert r["target_ok"] == (r["pair_ratio_no_import"] <= r["target"])
         assert r["rss_ok"] == (r["peak_rss_MB"] <= r["rss_target_MB"])
         # the expanding process held at least its largest output tensor
