@@ -377,6 +377,8 @@ class ExpandResidual(Step):
 class ZeroOldWrites(Step):
     def apply(self, t, c):
         plan, spec = c.plan, c.spec
+        if plan.res[spec.group].kind == "zero":
+            return t  # the new dims were padded with zeros (``ExpandResidual``): nothing to clear
         kind = spec.units[0]
         n_base = (plan.cfg.base_heads if kind == "q" else plan.cfg.base_ffn) * unit_count(plan.src, kind)[1]
         d, D = plan.src.width, plan.cfg.width
