@@ -1,6 +1,7 @@
 """The growth contract end to end through the CLI: expand, verify, fold, inspect, on the shipped fixtures."""
 
 import json
+import os
 
 import pytest
 import torch
@@ -313,3 +314,40 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     # block by block: 2+ readers x 2 layers x 2 dtypes x 2 row blocks x 2 recipes; GPT-2's are [in, out]
     assert gathered >= 32 if family != "gpt2" else gathered == 0, gathered
     assert pieced >= 2 * 6 * 2  # the embedding and the head (or the tied embedding) come in pieces
+
+
+def _vm_flags(address: int) -> list[str] | None:
+    """The VmFlags of this process's mapping holding ``address`` (/proc/self/smaps)."""
+    mapping = None
+    with open("/proc/self/smaps") as f:
+        for line in f:
+            head = line.split()[0]
+            if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms ..."
+                lo, hi = (int(x, 16) for x in head.split("-"))
+                mapping = lo <= address < hi
+            elif mapping and head == "VmFlags:":
+                return line.split()[1:]
+    return None
+
+
+@pytest.mark.skipif(
+    not os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled"), reason="no transparent huge pages"
+)
+def test_workspace_memory_is_advised_as_huge_pages():
+    """Every block the workspace makes (float32 blocks, source blocks, pooled outputs) is asked for
+    2 MB pages (growth.fresh: madvise MADV_HUGEPAGE, the "hg" flag of its mapping), since a fresh 4 KB
+    page costs a fault on first touch. The advice changes no byte (the tests above grow from these
+    blocks); here the flag itself is checked."""
+    from growtool import growth
+
+    work = growth.Workspace()
+    made = [
+        work.tensor((1024, 2048)),  # 8 MB float32
+        work.source(6 << 20),
+        work.output((2048, 2048), torch.bfloat16),
+    ]
+    for t in made:
+        inner = -(-t.data_ptr() // growth.HUGE) * growth.HUGE  # the first 2 MB boundary inside it
+        assert inner + growth.HUGE <= t.data_ptr() + t.untyped_storage().nbytes()
+        flags = _vm_flags(inner)
+        assert flags is not None and "hg" in flags, flags
