@@ -45,16 +45,19 @@ def fresh(nbytes: int) -> torch.Tensor:
     /sys/kernel/mm/transparent_hugepage/enabled = "madvise" or "always"). Fresh memory costs a page
     fault on its first touch, one per 4 KB page: on this machine 300 MB of new memory took 230-410 ms
     to fill the first time and 25-45 ms the second; as 2 MB pages, 56-69 ms the first time
-    (bench/README, round 7). The 1 GB expand touches about 280 MB of new memory. Blocks under 2 MB,
-    or where madvise is missing or refused, are plain memory; the bytes are the same either way."""
-    t = torch.empty(nbytes, dtype=torch.uint8)
-    if nbytes >= 2 * HUGE:
-        madvise = _madvise()
-        if madvise is not None:
-            start = -(-t.data_ptr() // HUGE) * HUGE  # the 2 MB-aligned part: the only part that can be huge
-            end = (t.data_ptr() + nbytes) // HUGE * HUGE
-            madvise(start, end - start, 14)  # MADV_HUGEPAGE; a refusal only means 4 KB pages
-    return t
+    (bench/README, round 7). Only whole 2 MB pages can be huge, so the memory starts on a 2 MB
+    boundary and the advice covers it to the end of its last 2 MB page (up to 2 MB more of
+    resident memory per block; the space before the boundary is never touched). The result is a
+    view: its storage starts earlier. Under 1 MB, or without madvise, plain memory; the bytes
+    computed in it are the same either way."""
+    madvise = _madvise() if nbytes >= HUGE // 2 else None
+    if madvise is None:
+        return torch.empty(nbytes, dtype=torch.uint8)
+    span = -(-nbytes // HUGE) * HUGE  # whole 2 MB pages
+    raw = torch.empty(span + HUGE, dtype=torch.uint8)
+    skip = -raw.data_ptr() % HUGE
+    madvise(raw.data_ptr() + skip, span, 14)  # MADV_HUGEPAGE; a refusal only means 4 KB pages
+    return raw[skip : skip + nbytes]
 
 
 def _madvise():
@@ -206,7 +209,7 @@ class Workspace:
         """``t`` (an output of ``grow_tensor``) is written and dropped: its block may be reused."""
         with self._lock:
             for i, block in enumerate(self._lent):
-                if t.untyped_storage().data_ptr() == block.data_ptr():
+                if t.untyped_storage().data_ptr() == block.untyped_storage().data_ptr():
                     del self._lent[i]
                     if block.numel() <= self.POOL_MAX:  # an embedding's block, kept idle through every
                         # layer, would add to the peak when the head is made: such blocks are freed

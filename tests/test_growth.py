@@ -337,7 +337,7 @@ def test_workspace_memory_is_advised_as_huge_pages():
     """Every block the workspace makes (float32 blocks, source blocks, pooled outputs) is asked for
     2 MB pages (growth.fresh: madvise MADV_HUGEPAGE, the "hg" flag of its mapping), since a fresh 4 KB
     page costs a fault on first touch. The advice changes no byte (the tests above grow from these
-    blocks); here the flag itself is checked."""
+    blocks); here the flag itself is checked, and that a block handed back is reused."""
     from growtool import growth
 
     work = growth.Workspace()
@@ -351,3 +351,6 @@ def test_workspace_memory_is_advised_as_huge_pages():
         assert inner + growth.HUGE <= t.data_ptr() + t.untyped_storage().nbytes()
         flags = _vm_flags(inner)
         assert flags is not None and "hg" in flags, flags
+    work.recycle(made[2])  # written: the next output of that size is made in the same block
+    again = work.output((2048, 2048), torch.bfloat16)
+    assert again.untyped_storage().data_ptr() == made[2].untyped_storage().data_ptr()
