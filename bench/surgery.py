@@ -33,12 +33,19 @@ many layers as it takes), expands it to 1.5x width into a folder (``--shard-size
 output folder (every file copied and fsynced) right after, and reports expand / copy with start-up
 included (issue 10: <= 1.3) and peak RSS (``--repeats`` pairs, default 1). Files: sharded.csv,
 sharded.json. Every generated file is deleted at the end.
+
+``--against PROGRAM`` instead alternates bf16 expands of the 1 GB checkpoint by this environment's
+growtool and by PROGRAM (another install's ``growtool``, e.g. an older commit's in its own venv),
+writing to tmpfs so that the disk is out of it: medians of wall, CPU and page faults per arm, the
+per-pair gains, and whether both wrote the same bytes (``--repeats`` pairs, default 10). Files:
+against.csv, against.json.
 """
 
 from __future__ import annotations
 
 import cProfile
 import functools
+import hashlib
 import io
 import json
 import os
@@ -46,6 +53,7 @@ import pstats
 import shutil
 import statistics
 import struct
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -401,6 +409,49 @@ def bench_dtype(
     return row, {"dtype": name, **{k: round(v, 3) for k, v in steps.items()}}
 
 
+# ---- two growtools, alternating, with the disk taken out ---------------------------------------
+
+
+def bench_against(other: str, cfg: ModelConfig, width: int, repeats: int, tmp: Path) -> dict:
+    """``repeats`` pairs of bf16 expands of the same source, one by this environment's growtool and
+    one by ``other`` (another install's ``growtool``, e.g. an older commit's), the order alternating,
+    the output written to tmpfs (/dev/shm where there is one): with no disk to wait for, the stream
+    is as CPU-bound as on a disk faster than the growth, so what one version saves shows. Reports per
+    arm the medians of wall, CPU seconds and minor page faults, the medians of the per-pair
+    differences (other - this), and whether both wrote the same bytes (sha256)."""
+    src = tmp / "src-bfloat16.safetensors"
+    write_random_checkpoint(src, cfg, torch.bfloat16)
+    out_dir = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp
+    arms = {"this": GROWTOOL, "other": other}
+    runs: dict[str, list[dict]] = {k: [] for k in arms}
+    digests = {}
+    for i in range(repeats):
+        for arm in list(arms) if i % 2 == 0 else list(arms)[::-1]:
+            out = out_dir / f"growtool-against-{os.getpid()}-{arm}.safetensors"
+            cmd = [arms[arm], "expand", str(src), "--width", str(width), "-o", str(out), "--quiet"]
+            t0 = time.perf_counter()
+            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+            _, status, ru = os.wait4(p.pid, 0)
+            wall = time.perf_counter() - t0
+            if os.waitstatus_to_exitcode(status) != 0:
+                raise SystemExit(f"{arms[arm]} expand failed: {p.stderr.read().decode(errors='replace')[-2000:]}")
+            p.stderr.close()
+            runs[arm].append({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "minflt": ru.ru_minflt})
+            if i == 0:
+                digests[arm] = hashlib.sha256(out.read_bytes()).hexdigest()
+            out.unlink()
+    src.unlink()
+    med = statistics.median
+    row = {"pairs": repeats, "other": other, "same_bytes": digests["this"] == digests["other"]}
+    for key in ("wall_s", "cpu_s", "minflt"):
+        for arm in arms:
+            row[f"{arm}_{key}"] = med(r[key] for r in runs[arm])
+        row[f"gain_{key}"] = med(o[key] - t[key] for t, o in zip(runs["this"], runs["other"]))
+    row["this_runs_s"] = ";".join(f"{r['wall_s']:.2f}" for r in runs["this"])
+    row["other_runs_s"] = ";".join(f"{r['wall_s']:.2f}" for r in runs["other"])
+    return row
+
+
 # ---- a >= 4 GB bfloat16 Hugging Face folder ----------------------------------------------------
 
 
@@ -550,6 +601,7 @@ def main():
         p.add_argument("--profile", action="store_true", help="also write a cProfile of the in-process expansion")
         p.add_argument("--sharded-gb", type=float, default=None, help="only the sharded bf16 HF folder of ~N GB")
         p.add_argument("--repeats", type=int, default=None, help="expand + copy pairs (3; 1 with --quick / sharded)")
+        p.add_argument("--against", default=None, help="only: alternate bf16 expands with this other growtool program")
 
     args = parse_args("surgery", __doc__, extra)
     torch.manual_seed(0)
@@ -561,6 +613,18 @@ def main():
         str(Path(__file__).resolve().parent.parent)
     ):
         print(f"note: the growtool run is {start['growtool_module']}", file=sys.stderr)
+    if args.against:
+        cfg = llama_config(args.quick)
+        repeats = args.repeats or (1 if args.quick else 10)
+        try:
+            row = bench_against(args.against, cfg, cfg.width * 3 // 2, repeats, tmp)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
+        write_csv(d / "against.csv", [row])
+        write_json(d / "against.json", {"config": cfg.to_hf(), "machine": machine(), "row": row})
+        print(table([row], f"this growtool against {args.against}: bf16 expand to tmpfs, {repeats} pair(s)"))
+        print(f"\nwrote {d}/against.csv, against.json")
+        return
     if args.sharded_gb:
         repeats = args.repeats or 1
         try:

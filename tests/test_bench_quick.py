@@ -113,3 +113,26 @@ def test_write_chunks_quick(tmp_path):
     ]
     assert len(rows) == 10 and positive(*(r["seconds"] for r in rows))
     assert not list(d.glob("tmp-*"))  # the written files are removed
+
+
+def test_surgery_against_another_growtool_quick(tmp_path):
+    """``--against``: alternating expands by two growtool programs (here the same one twice), with
+    per-arm medians, per-pair gains and a check that both wrote the same bytes."""
+    grow = str(Path(sys.executable).with_name("growtool"))
+    p = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "surgery.py"), "--quick", "--against", grow, "--repeats", "2"]
+        + ["--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert p.returncode == 0, p.stderr[-3000:]
+    d = tmp_path / "surgery"
+    files_ok(d, ["against.csv", "against.json"])
+    row = json.loads((d / "against.json").read_text())["row"]
+    assert row["pairs"] == 2 and row["other"] == grow and row["same_bytes"] is True
+    for arm in ("this", "other"):
+        assert positive(row[f"{arm}_wall_s"], row[f"{arm}_cpu_s"], row[f"{arm}_minflt"])
+        assert len(row[f"{arm}_runs_s"].split(";")) == 2
+    shm = Path("/dev/shm")
+    assert not (list(shm.glob("growtool-against-*")) if shm.is_dir() else [])  # outputs removed
