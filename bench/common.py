@@ -105,8 +105,8 @@ def median_time(fn, repeats: int, warmup: int = 1) -> tuple[float, list[float]]:
 
 def run_measured(cmd: list[str], stdin=None) -> dict:
     """Run ``cmd``; return its exit code, wall seconds, CPU seconds (user + system), peak RSS in
-    bytes (this child only, from ``os.wait4``'s rusage: Linux reports ru_maxrss in KiB), and
-    stdout / stderr text. CPU seconds are less sensitive than wall time to a busy machine."""
+    bytes (this child only, from ``os.wait4``'s rusage: Linux reports ru_maxrss in KiB), minor
+    page faults, and stdout / stderr text. CPU seconds are less sensitive than wall time to a busy machine."""
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         t0 = time.perf_counter()
         p = subprocess.Popen(cmd, stdin=stdin, stdout=out, stderr=err)
@@ -120,6 +120,7 @@ def run_measured(cmd: list[str], stdin=None) -> dict:
             "wall_s": wall,
             "cpu_s": ru.ru_utime + ru.ru_stime,
             "peak_rss": ru.ru_maxrss * 1024,
+            "minflt": ru.ru_minflt,  # minor page faults (first touches of memory, among others)
             "stdout": out.read().decode(errors="replace"),
             "stderr": err.read().decode(errors="replace"),
         }

@@ -53,7 +53,6 @@ import pstats
 import shutil
 import statistics
 import struct
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -429,14 +428,10 @@ def bench_against(other: str, cfg: ModelConfig, width: int, repeats: int, tmp: P
         for arm in list(arms) if i % 2 == 0 else list(arms)[::-1]:
             out = out_dir / f"growtool-against-{os.getpid()}-{arm}.safetensors"
             cmd = [arms[arm], "expand", str(src), "--width", str(width), "-o", str(out), "--quiet"]
-            t0 = time.perf_counter()
-            p = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-            _, status, ru = os.wait4(p.pid, 0)
-            wall = time.perf_counter() - t0
-            if os.waitstatus_to_exitcode(status) != 0:
-                raise SystemExit(f"{arms[arm]} expand failed: {p.stderr.read().decode(errors='replace')[-2000:]}")
-            p.stderr.close()
-            runs[arm].append({"wall_s": wall, "cpu_s": ru.ru_utime + ru.ru_stime, "minflt": ru.ru_minflt})
+            m = run_measured(cmd)
+            if m["rc"] != 0:
+                raise SystemExit(f"{arms[arm]} expand failed (exit {m['rc']}): {m['stderr'].strip()[-2000:]}")
+            runs[arm].append({k: m[k] for k in ("wall_s", "cpu_s", "minflt")})
             if i == 0:
                 digests[arm] = hashlib.sha256(out.read_bytes()).hexdigest()
             out.unlink()

@@ -70,12 +70,9 @@ def one_malloc_arena() -> None:
     0.78-0.87 (bench/README, section 3), at the same speed. (Mapping blocks over 4 MB on their own
     instead, ``M_MMAP_THRESHOLD``, saved as much but cost the 4 GB folder 3 s of page faults.)
     Call before the threads start; elsewhere than glibc, nothing."""
-    import ctypes
-
-    try:
-        ctypes.CDLL(None).mallopt(-8, 1)  # M_ARENA_MAX (malloc.h)
-    except (OSError, AttributeError, TypeError):
-        pass
+    mallopt = checkpoint.linux_call("mallopt", "c_int", "c_int")
+    if mallopt is not None:
+        mallopt(-8, 1)  # M_ARENA_MAX (malloc.h)
 
 
 @contextlib.contextmanager

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import sys
 import threading
 import zlib
 from dataclasses import dataclass, field, replace
@@ -28,7 +27,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from . import ops
-from .checkpoint import Checkpoint
+from .checkpoint import Checkpoint, linux_call
 from .config import ModelConfig
 from .errors import GrowError
 from .families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
@@ -36,7 +35,6 @@ from .families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_c
 # ---- memory ---------------------------------------------------------------------------------
 
 HUGE = 2 << 20  # a transparent huge page (x86-64, and arm64 with 4 KB pages)
-_MADVISE: list = []  # libc's madvise, once looked up (None: not Linux / not found)
 
 
 def fresh(nbytes: int) -> torch.Tensor:
@@ -50,7 +48,7 @@ def fresh(nbytes: int) -> torch.Tensor:
     resident memory per block; the space before the boundary is never touched). The result is a
     view: its storage starts earlier. Under 1 MB, or without madvise, plain memory; the bytes
     computed in it are the same either way."""
-    madvise = _madvise() if nbytes >= HUGE // 2 else None
+    madvise = linux_call("madvise", "c_void_p", "c_size_t", "c_int") if nbytes >= HUGE // 2 else None
     if madvise is None:
         return torch.empty(nbytes, dtype=torch.uint8)
     span = -(-nbytes // HUGE) * HUGE  # whole 2 MB pages
@@ -58,21 +56,6 @@ def fresh(nbytes: int) -> torch.Tensor:
     skip = -raw.data_ptr() % HUGE
     madvise(raw.data_ptr() + skip, span, 14)  # MADV_HUGEPAGE; a refusal only means 4 KB pages
     return raw[skip : skip + nbytes]
-
-
-def _madvise():
-    if not _MADVISE:
-        fn = None
-        if sys.platform.startswith("linux"):
-            try:
-                import ctypes
-
-                fn = ctypes.CDLL(None, use_errno=True).madvise
-                fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-            except (OSError, AttributeError):
-                fn = None
-        _MADVISE.append(fn)
-    return _MADVISE[0]
 
 
 # ---- steps ----------------------------------------------------------------------------------
