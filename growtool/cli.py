@@ -797,9 +797,10 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
+    work = growth.Workspace()  # memory reused from tensor to tensor
     try:
         with (
-            surgery_threading(streaming=True) as producers,
+            surgery_threading(streaming=True),
             Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar,
         ):
             path = checkpoint.save(
@@ -807,7 +808,7 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
                 cfg,
                 lineage,
                 specs,
-                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt),
+                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt, work),
                 force=force,
                 inputs=[grown],
                 shard_size=shard_size,
@@ -815,7 +816,9 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
                 tokenizer=carry.record,
                 files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
                 source_hash=source_hash,
-                workers=producers,
+                recycle=work.recycle,
+                workers=1,  # reading and writing: on a disk one producer was faster than two, in less memory
+                place=work.place,
             )
     finally:
         source_hash.cancel()

@@ -316,6 +316,55 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     assert pieced >= 2 * 6 * 2  # the embedding and the head (or the tied embedding) come in pieces
 
 
+def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
+    """fold makes each output in the workspace's pooled blocks (growth.fold_tensor with a Workspace):
+    a source of the output's element size is read straight into its output block (as it is, or
+    scaled / converted there), any other into the source block. The bytes equal fold_tensor's
+    without a workspace, for float32 and bfloat16 grown models folded at alpha 0.5 (gated writers
+    scaled) into float32, bfloat16 and float16; and the command reads every tensor into
+    workspace memory."""
+    from growtool import growth
+
+    from helpers_hardening import make_config, write_ckpt
+
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=32, heads=4, ffn=72, vocab=80))
+    grown = {}
+    for dt in ("float32", "bfloat16"):
+        grown[dt] = tmp_path / f"g-{dt}.safetensors"
+        assert cli("expand", src, "--width", 48, "--dtype", dt, "-q", "-o", grown[dt]).exit_code == 0
+    scaled = 0
+    for path in grown.values():
+        ck = checkpoint.load(path)
+        names = list(checkpoint.expected_shapes(growth.fold_config(ck.config)))
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            work = growth.Workspace()
+            work.POOL_MIN = 0  # every source and output in reused blocks
+            for n in names:
+                want = growth.fold_tensor(n, ck.config, 0.5, ck.get, dt)
+                got = growth.fold_tensor(n, ck.config, 0.5, ck.get, dt, work)
+                assert got.dtype == dt and torch.equal(
+                    got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)
+                )
+                scaled += not torch.equal(want.float(), ck.get(n).to(dt).float())
+                work.recycle(got)
+    assert scaled >= 2 * 3 * 2 * 2  # o_proj and down_proj of both layers, for each source and dtype
+
+    reads = []
+    real_read = checkpoint.read_tensor
+
+    def read(*a, **kw):
+        reads.append(kw.get("into", a[4] if len(a) > 4 else None))
+        return real_read(*a, **kw)
+
+    monkeypatch.setattr(checkpoint, "read_tensor", read)
+    out = tmp_path / "f.safetensors"
+    assert cli("fold", grown["float32"], "--alpha", 0.5, "--dtype", "bfloat16", "-q", "-o", out).exit_code == 0
+    assert len(reads) >= len(names) and all(into is not None for into in reads)
+    ck, folded = checkpoint.load(grown["float32"]), checkpoint.load(out)
+    for n in names:
+        assert torch.equal(folded.get(n), growth.fold_tensor(n, ck.config, 0.5, ck.get, torch.bfloat16)), n
+
+
 def _vm_flags(address: int) -> list[str] | None:
     """The VmFlags of this process's mapping holding ``address`` (/proc/self/smaps)."""
     mapping = None
