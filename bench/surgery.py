@@ -36,9 +36,9 @@ sharded.json. Every generated file is deleted at the end.
 
 ``--against PROGRAM`` instead alternates bf16 expands of the 1 GB checkpoint by this environment's
 growtool and by PROGRAM (another install's ``growtool``, e.g. an older commit's in its own venv),
-writing to tmpfs so that the disk is out of it: medians of wall, CPU and page faults per arm, the
-per-pair gains, and whether both wrote the same bytes (``--repeats`` pairs, default 10). Files:
-against.csv, against.json.
+then folds (``--alpha 0.5``) of the expansion, writing to tmpfs so that the disk is out of it:
+per command, medians of wall, CPU and page faults per arm, the per-pair gains, and whether both
+wrote the same bytes (``--repeats`` pairs, default 10). Files: against.csv, against.json.
 """
 
 from __future__ import annotations
@@ -411,40 +411,49 @@ def bench_dtype(
 # ---- two growtools, alternating, with the disk taken out ---------------------------------------
 
 
-def bench_against(other: str, cfg: ModelConfig, width: int, repeats: int, tmp: Path) -> dict:
+def bench_against(other: str, cfg: ModelConfig, width: int, repeats: int, tmp: Path) -> list[dict]:
     """``repeats`` pairs of bf16 expands of the same source, one by this environment's growtool and
     one by ``other`` (another install's ``growtool``, e.g. an older commit's), the order alternating,
     the output written to tmpfs (/dev/shm where there is one): with no disk to wait for, the stream
-    is as CPU-bound as on a disk faster than the growth, so what one version saves shows. Reports per
-    arm the medians of wall, CPU seconds and minor page faults, the medians of the per-pair
-    differences (other - this), and whether both wrote the same bytes (sha256)."""
-    src = tmp / "src-bfloat16.safetensors"
+    is as CPU-bound as on a disk faster than the growth, so what one version saves shows. Then the
+    same for ``fold --alpha 0.5`` of this growtool's expansion (a gated model: its writers are
+    scaled). Reports per command and arm the medians of wall, CPU seconds and minor page faults,
+    the medians of the per-pair differences (other - this), and whether both wrote the same bytes
+    (sha256)."""
+    src, grown = tmp / "src-bfloat16.safetensors", tmp / "grown-bfloat16.safetensors"
     write_random_checkpoint(src, cfg, torch.bfloat16)
     out_dir = Path("/dev/shm") if Path("/dev/shm").is_dir() else tmp
     arms = {"this": GROWTOOL, "other": other}
-    runs: dict[str, list[dict]] = {k: [] for k in arms}
-    digests = {}
-    for i in range(repeats):
-        for arm in list(arms) if i % 2 == 0 else list(arms)[::-1]:
-            out = out_dir / f"growtool-against-{os.getpid()}-{arm}.safetensors"
-            cmd = [arms[arm], "expand", str(src), "--width", str(width), "-o", str(out), "--quiet"]
-            m = run_measured(cmd)
-            if m["rc"] != 0:
-                raise SystemExit(f"{arms[arm]} expand failed (exit {m['rc']}): {m['stderr'].strip()[-2000:]}")
-            runs[arm].append({k: m[k] for k in ("wall_s", "cpu_s", "minflt")})
-            if i == 0:
-                digests[arm] = hashlib.sha256(out.read_bytes()).hexdigest()
-            out.unlink()
+    rows, expand = [], [str(src), "--width", str(width)]
+    for op, args in (("expand", expand), ("fold", [str(grown), "--alpha", "0.5"])):
+        if op == "fold":  # its input: this growtool's expansion
+            made = run_measured([GROWTOOL, "expand", *expand, "-o", str(grown), "--quiet"])
+            if made["rc"] != 0:
+                raise SystemExit(f"growtool expand failed (exit {made['rc']}): {made['stderr'].strip()[-2000:]}")
+        runs: dict[str, list[dict]] = {k: [] for k in arms}
+        digests = {}
+        for i in range(repeats):
+            for arm in list(arms) if i % 2 == 0 else list(arms)[::-1]:
+                out = out_dir / f"growtool-against-{os.getpid()}-{arm}.safetensors"
+                m = run_measured([arms[arm], op, *args, "-o", str(out), "--quiet"])
+                if m["rc"] != 0:
+                    raise SystemExit(f"{arms[arm]} {op} failed (exit {m['rc']}): {m['stderr'].strip()[-2000:]}")
+                runs[arm].append({k: m[k] for k in ("wall_s", "cpu_s", "minflt")})
+                if i == 0:
+                    digests[arm] = hashlib.sha256(out.read_bytes()).hexdigest()
+                out.unlink()
+        med = statistics.median
+        row = {"command": op, "pairs": repeats, "other": other, "same_bytes": digests["this"] == digests["other"]}
+        for key in ("wall_s", "cpu_s", "minflt"):
+            for arm in arms:
+                row[f"{arm}_{key}"] = med(r[key] for r in runs[arm])
+            row[f"gain_{key}"] = med(o[key] - t[key] for t, o in zip(runs["this"], runs["other"]))
+        row["this_runs_s"] = ";".join(f"{r['wall_s']:.2f}" for r in runs["this"])
+        row["other_runs_s"] = ";".join(f"{r['wall_s']:.2f}" for r in runs["other"])
+        rows.append(row)
     src.unlink()
-    med = statistics.median
-    row = {"pairs": repeats, "other": other, "same_bytes": digests["this"] == digests["other"]}
-    for key in ("wall_s", "cpu_s", "minflt"):
-        for arm in arms:
-            row[f"{arm}_{key}"] = med(r[key] for r in runs[arm])
-        row[f"gain_{key}"] = med(o[key] - t[key] for t, o in zip(runs["this"], runs["other"]))
-    row["this_runs_s"] = ";".join(f"{r['wall_s']:.2f}" for r in runs["this"])
-    row["other_runs_s"] = ";".join(f"{r['wall_s']:.2f}" for r in runs["other"])
-    return row
+    grown.unlink()
+    return rows
 
 
 # ---- a >= 4 GB bfloat16 Hugging Face folder ----------------------------------------------------
@@ -612,12 +621,12 @@ def main():
         cfg = llama_config(args.quick)
         repeats = args.repeats or (1 if args.quick else 10)
         try:
-            row = bench_against(args.against, cfg, cfg.width * 3 // 2, repeats, tmp)
+            rows = bench_against(args.against, cfg, cfg.width * 3 // 2, repeats, tmp)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
-        write_csv(d / "against.csv", [row])
-        write_json(d / "against.json", {"config": cfg.to_hf(), "machine": machine(), "row": row})
-        print(table([row], f"this growtool against {args.against}: bf16 expand to tmpfs, {repeats} pair(s)"))
+        write_csv(d / "against.csv", rows)
+        write_json(d / "against.json", {"config": cfg.to_hf(), "machine": machine(), "rows": rows})
+        print(table(rows, f"this growtool against {args.against}: bf16 expand and fold to tmpfs, {repeats} pair(s)"))
         print(f"\nwrote {d}/against.csv, against.json")
         return
     if args.sharded_gb:

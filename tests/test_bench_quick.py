@@ -116,8 +116,8 @@ def test_write_chunks_quick(tmp_path):
 
 
 def test_surgery_against_another_growtool_quick(tmp_path):
-    """``--against``: alternating expands by two growtool programs (here the same one twice), with
-    per-arm medians, per-pair gains and a check that both wrote the same bytes."""
+    """``--against``: alternating expands, then folds, by two growtool programs (here the same one
+    twice), with per-arm medians, per-pair gains and a check that both wrote the same bytes."""
     grow = str(Path(sys.executable).with_name("growtool"))
     p = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "surgery.py"), "--quick", "--against", grow, "--repeats", "2"]
@@ -129,10 +129,12 @@ def test_surgery_against_another_growtool_quick(tmp_path):
     assert p.returncode == 0, p.stderr[-3000:]
     d = tmp_path / "surgery"
     files_ok(d, ["against.csv", "against.json"])
-    row = json.loads((d / "against.json").read_text())["row"]
-    assert row["pairs"] == 2 and row["other"] == grow and row["same_bytes"] is True
-    for arm in ("this", "other"):
-        assert positive(row[f"{arm}_wall_s"], row[f"{arm}_cpu_s"], row[f"{arm}_minflt"])
-        assert len(row[f"{arm}_runs_s"].split(";")) == 2
+    rows = json.loads((d / "against.json").read_text())["rows"]
+    assert [r["command"] for r in rows] == ["expand", "fold"]
+    for row in rows:
+        assert row["pairs"] == 2 and row["other"] == grow and row["same_bytes"] is True
+        for arm in ("this", "other"):
+            assert positive(row[f"{arm}_wall_s"], row[f"{arm}_cpu_s"], row[f"{arm}_minflt"])
+            assert len(row[f"{arm}_runs_s"].split(";")) == 2
     shm = Path("/dev/shm")
     assert not (list(shm.glob("growtool-against-*")) if shm.is_dir() else [])  # outputs removed
