@@ -1050,7 +1050,9 @@ def fold_config(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
 
 
-def fold_tensor(name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dtype, work: Workspace | None = None):
+def fold_tensor(
+    name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dtype, work: Workspace | None = None
+) -> torch.Tensor:
     """Bake gate ``alpha`` into the writers: gated units' output weights times alpha.
 
     A gated unit's write is gate * W_col * h; with the gate fixed at alpha, alpha * W_col is the same
@@ -1079,15 +1081,21 @@ def fold_tensor(name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dty
         t.narrow(*part).mul_(alpha)
         return t.to(dtype)
     key, size = (name, 0), math.prod(expected_shapes(cfg)[name]) * dtype.itemsize
-    t = get(
-        name, into=lambda nbytes: work.output((nbytes,), torch.uint8, key) if nbytes == size else work.source(nbytes)
-    )
+    placed = []  # the output block the source was read into (never a checkpoint's own tensor)
+
+    def into(nbytes: int) -> torch.Tensor:
+        if nbytes != size:
+            return work.source(nbytes)
+        placed.append(work.output((nbytes,), torch.uint8, key))
+        return placed[0]
+
+    t = get(name, into=into)
     if part is None and t.dtype == dtype:
-        return t  # read into the output's block
+        return t  # as read: in the output's block (or a held checkpoint's tensor, as .to returns it)
     f = work.tensor(t.shape).copy_(t)
     if part is not None:
         f.narrow(*part).mul_(alpha)
-    out = t.view(dtype) if t.dtype.itemsize == dtype.itemsize else work.output(t.shape, dtype, key)
+    out = t.view(dtype) if placed else work.output(t.shape, dtype, key)
     return out.copy_(f)  # as .to: the same conversion
 
 

@@ -321,8 +321,8 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     a source of the output's element size is read straight into its output block (as it is, or
     scaled / converted there), any other into the source block. The bytes equal fold_tensor's
     without a workspace, for float32 and bfloat16 grown models folded at alpha 0.5 (gated writers
-    scaled) into float32, bfloat16 and float16; and the command reads every tensor into
-    workspace memory."""
+    scaled) into float32, bfloat16 and float16, also from a checkpoint held in memory (whose
+    tensors are left unchanged); and the command reads every tensor into workspace memory."""
     from growtool import growth
 
     from helpers_hardening import make_config, write_ckpt
@@ -348,6 +348,14 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
                 scaled += not torch.equal(want.float(), ck.get(n).to(dt).float())
                 work.recycle(got)
     assert scaled >= 2 * 3 * 2 * 2  # o_proj and down_proj of both layers, for each source and dtype
+    # a checkpoint held in memory (standard input, nanoGPT) hands out its own tensors: never changed
+    held = ck.tensors()  # the bfloat16 model
+    before = {n: t.clone() for n, t in held.items()}
+    mem = checkpoint.Checkpoint(ck.config, [], "held", ck.entries, held.__getitem__)
+    for n in names:
+        got = growth.fold_tensor(n, ck.config, 0.5, mem.get, torch.float16, growth.Workspace())
+        assert torch.equal(got, growth.fold_tensor(n, ck.config, 0.5, ck.get, torch.float16)), n
+    assert all(torch.equal(held[n], before[n]) for n in held)
 
     reads = []
     real_read = checkpoint.read_tensor
