@@ -72,6 +72,10 @@ def rotate_sq_(v: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
 def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
     """One plan step's moment rule (module docstring); ``p`` = 1 for m, 2 for v."""
     plan, spec = c.plan, c.spec
+    if isinstance(step, growth.PadRotate):  # its parts, one after another
+        for part in step.parts:
+            t = _step_moment(part, t, c, p)
+        return t
     if isinstance(step, (growth.Keep, growth.ZeroNewUnits, growth.PadZero, growth.ZeroOldWrites)):
         return step.apply(t, c)  # keeps or zeroes entries: the same on the moments
     if isinstance(step, growth.BreakSymmetry):  # noise on the weights, not their gradients' history

@@ -12,6 +12,7 @@ Steps (each a small class below, with ``apply`` and ``describe``):
   ExpandResidual  grow the residual axis by a kind; "tile" units fill the new-new block
   ZeroOldWrites   old (ungated) units write nothing into the new residual dims
   Rotate          the SRIO rotation along the residual axis
+  PadRotate       ExpandResidual by zeros + Rotate in one pass that skips the zeros (same bytes)
   BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
 """
@@ -74,6 +75,7 @@ class Ctx:
     scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
     row0: int = 0  # a piece / block of rows (``_row_blocks``): the index of its first row in the whole tensor
     rows_from: torch.Tensor | None = None  # a block gathered from the source: each row's source row (-1: none)
+    out: torch.Tensor | None = None  # the output (block) in the plan's dtype, for a last step that rounds into it
 
     def canvas(self, shape) -> torch.Tensor:
         """A float32 tensor of ``shape`` for a step's result: the leading corner of one tensor of the
@@ -203,6 +205,7 @@ class Workspace:
 class Step:
     raw = False  # takes the source tensor in its stored dtype (float32 / bfloat16 / float16), converting exactly
     row_local = False  # on a 2-D tensor with the residual axis last, row r of the result is made from row r alone
+    rounds = False  # as the last step, rounds its result into ``Ctx.out`` when given one (and returns it)
 
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -427,6 +430,78 @@ class Rotate(Step):
 
 
 @dataclass(frozen=True)
+class PadRotate(Step):
+    """``parts`` = ExpandResidual padding the new dims with 0 (units grown by "tile" in the new-new
+    block), [ZeroOldWrites,] Rotate, done at once and rounded into the output (``Ctx.out``) - the
+    same bytes as running ``parts`` and rounding (``ops.rotate_half_into``). Every vector along
+    the residual axis is [x; 0], or [0; tile(x)] for a tiled unit, so its zero half is never added
+    to or converted, nor, with the residual axis last (readers, embedding, head), written or summed:
+    a third of the elements of the FFN and the embedding (bf16 1 GB: bench/README, round 9).
+    Writers [out, in] still write and sum the zeros (``ops.rotate_half_into``: ``sums``)."""
+
+    parts: tuple
+    row_local: bool = True
+    raw = True
+    rounds = True
+
+    def apply(self, t, c):
+        plan, spec, ax = c.plan, c.spec, c.spec.res_axis
+        if isinstance(plan.eps, torch.Tensor):  # a learned angle (learned.py): differentiable, through the parts
+            for step in self.parts:
+                t = step.apply(t, c)
+            return t
+        d, D, ua = plan.src.width, plan.cfg.width, spec.unit_axis
+        shape = list(t.shape)
+        shape[ax] = D
+        grown = c.canvas(shape)  # float32: the output itself, or scratch
+        x = c.canvas(t.shape)  # its leading d residual entries
+        if not ops.same_view(x, t):
+            x.copy_(t)  # the source's entries, converted exactly
+        out = c.out if c.out is not None else grown
+        sums = None
+        if ax != t.dim() - 1:  # vectors along a strided axis (writers [out, in]): summed whole (ops.rotate_half_into)
+            self.parts[0].apply(x, c)  # the zeros and tiles written into ``grown``
+            sums = ops.rotation_sums(grown, d, ax)
+        tiled = self.parts[0].tile and _tiled_ranges(plan, spec, c.layer, c.row0, t.shape[ua])
+        if not tiled:  # every vector [x; 0]
+            return ops.rotate_half_into(out, x, d, plan.eps, ax, zero_new=True, sums=sums)
+        n, done = t.shape[ua], 0
+        for lo, hi in tiled + [(n, n)]:
+            if lo > done:  # [x; 0]
+                part = (ua, done, lo - done)
+                cut = sums and tuple(v.narrow(*part) for v in sums)
+                ops.rotate_half_into(out.narrow(*part), x.narrow(*part), d, plan.eps, ax, True, cut)
+            if hi > lo:  # [0; y], y the units' old entries tiled over the new dims
+                part = (ua, lo, hi - lo)
+                y = grown.narrow(*part).narrow(ax, d, D - d)
+                if sums is None:
+                    ops.tile_into(y, x.narrow(*part), ax)
+                cut = sums and tuple(v.narrow(*part) for v in sums)
+                ops.rotate_half_into(out.narrow(*part), y, d, plan.eps, ax, False, cut)
+            done = hi
+        return out
+
+    def describe(self, plan, spec):
+        return ", ".join(s.describe(plan, spec) for s in self.parts)
+
+
+def _fuse_pad_rotate(steps: list[Step], plan) -> list[Step]:
+    """``steps`` with a trailing ExpandResidual that pads zeros, [ZeroOldWrites (a no-op then),]
+    Rotate made into one PadRotate."""
+    for k in (2, 3):
+        tail = steps[-k:]
+        if (
+            len(steps) >= k
+            and isinstance(tail[0], ExpandResidual)
+            and plan.res[tail[0].key].kind == "zero"
+            and isinstance(tail[-1], Rotate)
+            and all(isinstance(s, ZeroOldWrites) for s in tail[1:-1])
+        ):
+            return steps[:-k] + [PadRotate(tuple(tail), row_local=all(s.row_local for s in tail))]
+    return steps
+
+
+@dataclass(frozen=True)
 class BreakSymmetry(Step):
     """Recipe ``noise``: noise on new units that keeps the function at gate 0 (ops.break_symmetry_).
     Readers: the rows of new units whose outputs are gated, or whose writes are zero. Writers: the
@@ -492,19 +567,26 @@ def _tile_into_new_block(
     pass through the gate, so the function at gate 0 is unchanged whatever they hold. ``out`` and
     ``t_units`` may be a block of rows (the unit axis) starting at unit row ``row0``.
     """
-    d, D, off = plan.src.width, plan.cfg.width, 0
-    rows = out.shape[spec.unit_axis]
+    d, D = plan.src.width, plan.cfg.width
+    for lo, hi in _tiled_ranges(plan, spec, layer, row0, out.shape[spec.unit_axis]):
+        dst = out.narrow(spec.unit_axis, lo, hi - lo)  # may hold t_units' rows in its first d columns:
+        src = t_units.narrow(spec.unit_axis, lo, hi - lo).narrow(spec.res_axis, 0, d)
+        ops.tile_into(dst.narrow(spec.res_axis, d, D - d), src, spec.res_axis)  # new column j = old j mod d,
+        dst.narrow(spec.res_axis, 0, d).zero_()  # read before they are zeroed
+
+
+def _tiled_ranges(plan, spec: TensorSpec, layer: int, row0: int, rows: int) -> list[tuple[int, int]]:
+    """[lo, hi) along the unit axis of the units grown by "tile", within ``rows`` units from ``row0``."""
+    ranges, off = [], 0
     for kind in spec.units:
         e, block = plan.units[layer][kind], unit_count(plan.src, kind)[1]
         if ops.KINDS[e.kind].fills_new_new_block and e.added:
             lo = max(off + e.n * block, row0) - row0  # the new units' rows within this block
             hi = min(off + e.n_new * block, row0 + rows) - row0
             if hi > lo:
-                dst = out.narrow(spec.unit_axis, lo, hi - lo)  # may hold t_units' rows in its first d columns:
-                src = t_units.narrow(spec.unit_axis, lo, hi - lo).narrow(spec.res_axis, 0, d)
-                ops.tile_into(dst.narrow(spec.res_axis, d, D - d), src, spec.res_axis)  # new column j = old j mod d,
-                dst.narrow(spec.res_axis, 0, d).zero_()  # read before they are zeroed
+                ranges.append((lo, hi))
         off += e.n_new * block
+    return ranges
 
 
 # ---- the plan -------------------------------------------------------------------------------
@@ -626,6 +708,10 @@ def qk_scale(plan: Plan, spec: TensorSpec) -> float:
 
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     """The steps that make the grown tensor ``name`` from its source."""
+    return _fuse_pad_rotate(_steps(spec, name, plan), plan)
+
+
+def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     role, rot = spec.role, [Rotate()] if plan.eps != 1.0 else []
     a, f = arch_of(plan.src), embed_factor(plan)
     if role == "growth_gate":
@@ -894,12 +980,17 @@ def grow_tensor(
         t = t.float()
     scratch = plan.dtype != torch.float32  # else the float32 tensor built is the output itself
     row0 = rows[0] if rows else 0
-    c = Ctx(plan, get_once, name, spec, layer, shape=shape, work=work, scratch=scratch, row0=row0)
     whole = _whole_steps(plan, name, shape)
+    out = None
+    if scratch and steps and steps[-1].rounds and whole == len(steps):  # the last step rounds into it
+        out = work.output(shape, plan.dtype, (name, row0)) if work is not None else torch.empty(shape, dtype=plan.dtype)
+    c = Ctx(plan, get_once, name, spec, layer, shape=shape, work=work, scratch=scratch, row0=row0, out=out)
     for step in steps[:whole]:
         t = step.apply(t, c)
     if whole < len(steps):
         return _row_blocks(t, steps[whole:], c)
+    if out is not None:
+        return t if ops.same_view(t, out) else out.copy_(t)
     if work is not None and scratch and t.dim():
         return work.output(t.shape, plan.dtype, (name, row0)).copy_(t)  # the one rounding (as .to: the same conversion)
     out = t.to(plan.dtype).contiguous()  # the one rounding to the output dtype
@@ -971,7 +1062,9 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
             block = c.work.tensor((n, shape[1])) if c.work is not None else torch.empty(n, shape[1])
         for r0, n, s0 in spans[first:last]:
             buf = full.narrow(0, r0, n) if full is not None else block[:n]
-            bc = Ctx(plan, c.get, c.name, c.spec, c.layer, shape=(n, shape[1]), buf=[buf], row0=c.row0 + r0)
+            dst = out.narrow(0, r0, n)
+            to = dst if c.scratch and steps[-1].rounds else None  # the last step rounds into the output
+            bc = Ctx(plan, c.get, c.name, c.spec, c.layer, shape=(n, shape[1]), buf=[buf], row0=c.row0 + r0, out=to)
             if not gather:
                 x = t.narrow(0, r0, n)
             else:
@@ -979,7 +1072,6 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
                 x = t.narrow(0, s0, n) if s0 is not None else t.index_select(0, bc.rows_from.clamp_min(0))
             for step in steps:
                 x = step.apply(x, bc)
-            dst = out.narrow(0, r0, n)
             if not ops.same_view(x, dst):
                 dst.copy_(x)  # the one rounding (as .to: the same conversion)
 

@@ -50,6 +50,51 @@ def rotate_(x: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
     return x
 
 
+def rotate_half_into(
+    out: torch.Tensor, x: torch.Tensor, d: int, eps: float, axis: int, zero_new: bool, sums=None
+) -> torch.Tensor:
+    """``out`` <- R(eps) v, rounded once to ``out``'s dtype, for vectors v along ``axis`` with a zero
+    half: v = [x; 0] (``zero_new``: x holds their d old entries) or v = [0; x] (x: their g = D - d
+    new entries); ``out`` has D entries along ``axis``, ``x`` is float32 and is overwritten with its
+    half of R v (before rounding; it may be that half of ``out`` itself).
+
+    Bit for bit ``rotate_`` on the materialised v, rounded: the zero half sums to +0, so a, b and
+    the two added constants are those ``rotate_`` computes, and each zero entry becomes 0 + its
+    half's constant. But the zeros are never added to or converted, and where ``axis`` is the
+    last (contiguous) one never written or summed either: the zero half of ``out`` is one constant
+    per vector. Along another axis torch's sum of one vector depends on the vectors summed with
+    it, so the caller passes ``sums`` = (a, b) as ``rotate_`` computes them on the whole
+    materialised tensor (``rotation_sums``), cut to these vectors.
+    """
+    s = math.sqrt(max(0.0, 1.0 - eps * eps))
+    xm, om = x.movedim(axis, -1), out.movedim(axis, -1)
+    g = om.shape[-1] - d
+    zero = torch.zeros(*xm.shape[:-1], 1)
+    if sums is not None:
+        a, b = (v.movedim(axis, -1) for v in sums)
+    elif zero_new:
+        a, b = xm.sum(-1, keepdim=True) / math.sqrt(d), zero / math.sqrt(g)
+    else:
+        a, b = zero / math.sqrt(d), xm.sum(-1, keepdim=True) / math.sqrt(g)
+    c_old = ((eps - 1.0) * a - s * b) / math.sqrt(d)  # as in rotate_
+    c_new = ((eps - 1.0) * b + s * a) / math.sqrt(g)
+    kept, filled = (om[..., :d], om[..., d:]) if zero_new else (om[..., d:], om[..., :d])
+    xm += c_old if zero_new else c_new
+    if not same_view(kept, xm):
+        kept.copy_(xm)  # the one rounding (as .to: the same conversion)
+    filled.copy_((zero + (c_new if zero_new else c_old)).to(out.dtype).expand(filled.shape))
+    return out
+
+
+def rotation_sums(v: torch.Tensor, d: int, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(a, b) = (<u_old, v>, <u_grow, v>) of each vector along ``axis``, as ``rotate_`` computes them;
+    size 1 along ``axis``."""
+    vm = v.movedim(axis, -1)
+    a = vm[..., :d].sum(-1, keepdim=True) / math.sqrt(d)
+    b = vm[..., d:].sum(-1, keepdim=True) / math.sqrt(vm.shape[-1] - d)
+    return a.movedim(-1, axis), b.movedim(-1, axis)
+
+
 def exact_layernorm_eps(d: int, D: int) -> float:
     """The angle LayerNorm absorbs: R(eps*) u_old = 1_D / sqrt(D) exactly when eps* = sqrt(d/D).
 
@@ -177,11 +222,16 @@ def expand_axis(
         tile_into(new, old, axis, block)
     else:  # mixtures of old blocks, gathered along ``axis`` itself (no transposed copies)
         k = e.index.shape[1]
+        idx = e.index.t() if block == 1 else e.index.t().unsqueeze(2) * block + torch.arange(block)
+        terms = None  # along a later axis, all k terms in one gather (index_select there copies a
+        if axis:  # strided ``old`` whole, then copies one strided slice per index: 2.6x slower)
+            flat = idx.reshape(-1)
+            shape = list(old.shape)
+            shape[axis] = flat.numel()
+            terms = torch.gather(old, axis, along(flat, axis, old.dim()).expand(shape))
         for j in range(k):
-            idx = e.index[:, j]
-            if block > 1:
-                idx = (idx.unsqueeze(1) * block + torch.arange(block)).reshape(-1)
-            term = old.index_select(axis, idx)
+            n_j = e.added * block
+            term = terms.narrow(axis, j * n_j, n_j) if axis else old.index_select(axis, idx[j].reshape(-1))
             if e.kind in ("tile", "copy"):  # weight 1 there: the product is the entry itself
                 wj = None
             else:

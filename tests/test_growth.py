@@ -316,6 +316,53 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     assert pieced >= 2 * 6 * 2  # the embedding and the head (or the tied embedding) come in pieces
 
 
+@pytest.mark.parametrize("family", ["llama", "gpt2", "phi3", "gpt_neox"])
+def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
+    """growth.PadRotate (padding the new dims with zeros, [ZeroOldWrites,] and the rotation in one
+    step that never touches the zeros, rounded straight into the output) gives the bytes of its
+    parts run one after another and rounded: every output tensor, in float32, bfloat16 and
+    float16, whole and by blocks of rows, with and without a workspace, at 1.5x width and at 2.5x
+    (more new dims than old: tiled units repeat the old ones). Fused qkv / gate_up tensors (phi3,
+    gpt_neox) hold several unit kinds; GPT-2 rotates only its writers ([in, out] layout)."""
+    import copy
+
+    from growtool import growth
+    from growtool.families import ARCHS
+
+    from helpers_hardening import make_config, random_tensors
+
+    if family not in ARCHS:
+        pytest.skip(f"no {family}")
+    kv = 2 if ARCHS[family].features.gqa else None
+    cfg = make_config(family, width=32, heads=4, kv_heads=kv, ffn=72, vocab=80)
+    src = random_tensors(cfg, seed=5)
+    for width in (48, 80):
+        for dt in (torch.float32, torch.bfloat16, torch.float16):
+            low = {n: v.to(dt) for n, v in src.items()}
+            plan = growth.build_plan(cfg, recipes.load("srio"), width, seed=1, dtype=dt)
+            parts = copy.copy(plan)
+            parts.steps = {
+                n: [p for s in steps for p in (s.parts if isinstance(s, growth.PadRotate) else [s])]
+                for n, steps in plan.steps.items()
+            }
+            fused = [n for n, steps in plan.steps.items() if isinstance(steps[-1], growth.PadRotate)]
+            assert len(fused) >= 2 * cfg.layers, fused  # at least the FFN's reader(s) and writer in each block
+            for row_block in (None, 40):
+                if row_block:  # 1-row blocks for the tensors of 4 rows or more
+                    monkeypatch.setattr(growth, "ROW_BLOCK", row_block)
+                    monkeypatch.setattr(growth, "BLOCKED_FROM", 4 * row_block)
+                work = growth.Workspace(threads=2)
+                work.POOL_MIN = 0
+                for n, _, _ in plan.outputs():
+                    want = growth.grow_tensor(n, parts, low.__getitem__)
+                    for w in (None, work):
+                        got = growth.grow_tensor(n, plan, low.__getitem__, w)
+                        assert got.dtype == dt and got.shape == want.shape, n
+                        assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), n
+                    work.recycle(got)
+            assert all(torch.equal(low[n], src[n].to(dt)) for n in src)  # sources untouched
+
+
 def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     """fold makes each output in the workspace's pooled blocks (growth.fold_tensor with a Workspace):
     a source of the output's element size is read straight into its output block (as it is, or
