@@ -69,7 +69,7 @@ def rotate_half_into(
     s = math.sqrt(max(0.0, 1.0 - eps * eps))
     xm, om = x.movedim(axis, -1), out.movedim(axis, -1)
     g = om.shape[-1] - d
-    zero = torch.zeros(*xm.shape[:-1], 1)
+    zero = xm.new_zeros((*xm.shape[:-1], 1))
     if sums is not None:
         a, b = (v.movedim(axis, -1) for v in sums)
     elif zero_new:
@@ -223,8 +223,8 @@ def expand_axis(
     else:  # mixtures of old blocks, gathered along ``axis`` itself (no transposed copies)
         k = e.index.shape[1]
         idx = e.index.t() if block == 1 else e.index.t().unsqueeze(2) * block + torch.arange(block)
-        terms = None  # along a later axis, all k terms in one gather (index_select there copies a
-        if axis:  # strided ``old`` whole, then copies one strided slice per index: 2.6x slower)
+        terms = None  # along a later axis, all k terms in one gather (index_select there first copied
+        if axis:  # the strided ``old`` whole, then one strided slice per index)
             flat = idx.reshape(-1)
             shape = list(old.shape)
             shape[axis] = flat.numel()
