@@ -40,14 +40,22 @@ def rotate_(x: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
     else:
         s = math.sqrt(max(0.0, 1.0 - eps * eps))
     xm = x.movedim(axis, -1)
-    D = xm.shape[-1]
-    g = D - d
-    a = xm[..., :d].sum(-1, keepdim=True) / math.sqrt(d)  # <u_old, x>
-    b = xm[..., d:].sum(-1, keepdim=True) / math.sqrt(g)  # <u_grow, x>
-    # R x = x + (eps-1)(a u_old + b u_grow) + s (a u_grow - b u_old)
-    xm[..., :d] += ((eps - 1.0) * a - s * b) / math.sqrt(d)
-    xm[..., d:] += ((eps - 1.0) * b + s * a) / math.sqrt(g)
+    c_old, c_new = _shifts(*_sums(xm, d), d, xm.shape[-1] - d, eps, s)
+    xm[..., :d] += c_old
+    xm[..., d:] += c_new
     return x
+
+
+def _sums(xm: torch.Tensor, d: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """a = <u_old, x>, b = <u_grow, x> of each vector x along ``xm``'s last axis (kept, size 1)."""
+    a = xm[..., :d].sum(-1, keepdim=True) / math.sqrt(d)
+    return a, xm[..., d:].sum(-1, keepdim=True) / math.sqrt(xm.shape[-1] - d)
+
+
+def _shifts(a, b, d: int, g: int, eps, s) -> tuple[torch.Tensor, torch.Tensor]:
+    """What R adds to each old and each new entry of a vector with sums a, b (``_sums``), s =
+    sqrt(1 - eps^2): R x = x + (eps-1)(a u_old + b u_grow) + s (a u_grow - b u_old)."""
+    return ((eps - 1.0) * a - s * b) / math.sqrt(d), ((eps - 1.0) * b + s * a) / math.sqrt(g)
 
 
 def rotate_half_into(
@@ -76,8 +84,7 @@ def rotate_half_into(
         a, b = xm.sum(-1, keepdim=True) / math.sqrt(d), zero / math.sqrt(g)
     else:
         a, b = zero / math.sqrt(d), xm.sum(-1, keepdim=True) / math.sqrt(g)
-    c_old = ((eps - 1.0) * a - s * b) / math.sqrt(d)  # as in rotate_
-    c_new = ((eps - 1.0) * b + s * a) / math.sqrt(g)
+    c_old, c_new = _shifts(a, b, d, g, eps, s)  # as in rotate_
     kept, filled = (om[..., :d], om[..., d:]) if zero_new else (om[..., d:], om[..., :d])
     xm += c_old if zero_new else c_new
     if not same_view(kept, xm):
@@ -89,9 +96,7 @@ def rotate_half_into(
 def rotation_sums(v: torch.Tensor, d: int, axis: int) -> tuple[torch.Tensor, torch.Tensor]:
     """(a, b) = (<u_old, v>, <u_grow, v>) of each vector along ``axis``, as ``rotate_`` computes them;
     size 1 along ``axis``."""
-    vm = v.movedim(axis, -1)
-    a = vm[..., :d].sum(-1, keepdim=True) / math.sqrt(d)
-    b = vm[..., d:].sum(-1, keepdim=True) / math.sqrt(vm.shape[-1] - d)
+    a, b = _sums(v.movedim(axis, -1), d)
     return a.movedim(-1, axis), b.movedim(-1, axis)
 
 
