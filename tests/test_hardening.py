@@ -770,6 +770,28 @@ def test_the_source_hashed_as_the_program_starts(tmp_path):
             assert _lineage_hashes(out)[-1] == want
 
 
+def test_the_hash_through_maps_is_the_hash(tmp_path, monkeypatch):
+    """The hashing child reads through memory maps, a window at a time: the same digest as
+    hashlib over the bytes, for files that end mid-window, span several windows, or are empty,
+    after a ``raw`` prefix; and None once ``stop`` is set."""
+    import hashlib
+    import threading
+
+    from growtool import prehash
+
+    monkeypatch.setattr(prehash, "WINDOW", 3 * 4096)  # windows start on page boundaries
+    sizes = (0, 1, 4096, 3 * 4096, 3 * 4096 + 5, 10 * 4096 + 7)
+    files = []
+    for k, n in enumerate(sizes):
+        files.append(tmp_path / f"f{k}")
+        files[-1].write_bytes(bytes((7 * i + k) % 251 for i in range(n)))
+    want = hashlib.sha256(b"head" + b"".join(f.read_bytes() for f in files)).hexdigest()
+    assert prehash.sha256_of(files, b"head", mapped=True) == want == prehash.sha256_of(files, b"head")
+    stop = threading.Event()
+    stop.set()
+    assert prehash.sha256_of(files[-1:], mapped=True, stop=stop) is None
+
+
 def test_a_failing_source_hash_leaves_no_output(tmp_path, monkeypatch):
     """An error in the hashing thread surfaces as the usual one-line error (exit 2) and nothing is
     written, for a file and a folder target, for expand and fold."""
