@@ -138,3 +138,18 @@ def test_surgery_against_another_growtool_quick(tmp_path):
             assert len(row[f"{arm}_runs_s"].split(";")) == 2
     shm = Path("/dev/shm")
     assert not (list(shm.glob("growtool-against-*")) if shm.is_dir() else [])  # outputs removed
+
+
+def test_fused_probe_quick(tmp_path):
+    """bench/fused_probe.py: the C loop it times computes what growtool's torch path computes (all
+    but a few elements equal, those within a rounding of the sums' order), and both take time."""
+    import shutil
+
+    import pytest
+
+    if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
+        pytest.skip("no C compiler")
+    res = json.loads((run_bench("fused_probe", tmp_path) / "fused_probe.json").read_text())
+    assert positive(res["torch_ms"], res["fused_ms"], res["output_rms"])
+    assert res["elements_differing"] <= res["of"] // 1000
+    assert res["max_abs_difference"] <= 0.05 * res["output_rms"]
