@@ -66,27 +66,34 @@ def checkpoint_files(src: str) -> list[Path]:
 def sha256_of(files: list[Path], raw: bytes | None = None, stop=None, mapped: bool = False) -> str | None:
     """sha256 of ``raw`` followed by the bytes of ``files`` in turn; None once ``stop.is_set()``.
 
-    ``mapped``: read the files through memory maps of WINDOW bytes at a time instead of with
+    ``mapped``: read the files through memory maps (``_mapped_chunks``) instead of with
     ``readinto``; for the hashing child only, since a file truncated meanwhile kills the process
     that maps it (SIGBUS), which the child may do and the command may not."""
     h = hashlib.sha256()
     if raw is not None:
         h.update(raw)
-    buf = memoryview(bytearray(CHUNK))  # one buffer, read into: no allocation per chunk
-    flags = mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)  # a window's pages mapped at once
     for f in files:
         with open(f, "rb", buffering=0) as fh:
-            size = os.fstat(fh.fileno()).st_size if mapped else 0
-            for off in range(0, size, WINDOW):
+            for chunk in _mapped_chunks(fh) if mapped else _read_chunks(fh):
                 if stop is not None and stop.is_set():
                     return None
-                with mmap.mmap(fh.fileno(), min(WINDOW, size - off), flags, mmap.PROT_READ, offset=off) as m:
-                    h.update(m)
-            while not mapped and (n := fh.readinto(buf)):
-                if stop is not None and stop.is_set():
-                    return None
-                h.update(buf[:n])
+                h.update(chunk)
     return h.hexdigest()
+
+
+def _read_chunks(fh):
+    buf = memoryview(bytearray(CHUNK))  # one buffer, read into: no allocation per chunk
+    while n := fh.readinto(buf):
+        yield buf[:n]
+
+
+def _mapped_chunks(fh):
+    """The file as maps of WINDOW bytes, each populated at once (MAP_POPULATE, where there is one)
+    and unmapped once hashed."""
+    size, flags = os.fstat(fh.fileno()).st_size, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0)
+    for off in range(0, size, WINDOW):
+        with mmap.mmap(fh.fileno(), min(WINDOW, size - off), flags, mmap.PROT_READ, offset=off) as m:
+            yield m
 
 
 def _stats(files: list[Path]) -> list[tuple]:
