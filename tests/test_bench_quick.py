@@ -142,7 +142,9 @@ def test_surgery_against_another_growtool_quick(tmp_path):
 
 def test_fused_probe_quick(tmp_path):
     """bench/fused_probe.py: the C loop it times computes what growtool's torch path computes (all
-    but a few elements equal, those within a rounding of the sums' order), and both take time."""
+    but a few elements equal, those within a rounding of the sums' order); its exact variants (torch's
+    sums between two C passes; one loop with torch's summation order mirrored) give every byte; and
+    each takes time."""
     import shutil
 
     import pytest
@@ -153,3 +155,7 @@ def test_fused_probe_quick(tmp_path):
     assert positive(res["torch_ms"], res["fused_ms"], res["output_rms"])
     assert res["elements_differing"] <= res["of"] // 1000
     assert res["max_abs_difference"] <= 0.05 * res["output_rms"]
+    assert positive(res["exact_ms"], res["exact_fused_ms"])
+    assert res["exact_elements_differing"] == 0
+    assert res["lanes"] in (8, 16) and res["mirrored_sums_differing"] == 0 and res["mirrored_sums_of"] > 1000
+    assert res["exact_fused_elements_differing"] == 0
