@@ -41,6 +41,41 @@ def perturbed(model, scale=0.2, seed=0):
     return model
 
 
+def grown_gpt2(d: Path, layers: int) -> tuple[Path, str, str]:
+    """A small text and a gated GPT-2 (width 32, tied head) saved in ``d``, then grown to width 48 by
+    srio: (text, source path, grown path). For the data-parallel tests."""
+    from growtool import checkpoint, growth, recipes
+    from growtool.config import ModelConfig
+    from growtool.init import init_model
+
+    text = d / "d.txt"
+    text.write_text(
+        " ".join(
+            f"the {w} sees {v} number {i % 7}."
+            for i, (w, v) in enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))
+        )
+    )
+    cfg = ModelConfig(
+        family="gpt2",
+        vocab_size=256,
+        width=32,
+        layers=layers,
+        heads=4,
+        kv_heads=4,
+        head_dim=8,
+        ffn=64,
+        context=16,
+        norm_eps=1e-5,
+        tie=True,
+        attn_gate=True,
+    )
+    source = checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg, gamma=0.5, seed=0).tensors())
+    ck = checkpoint.load(source)
+    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
+    grown = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+    return text, source, checkpoint.save_tensors(str(d / "g.safetensors"), plan.cfg, [], grown)
+
+
 @pytest.fixture(params=sorted(FIXTURES))
 def fixture_ckpt(request):
     return FIXTURES[request.param]

@@ -9,10 +9,10 @@ import sys
 import pytest
 import torch
 
-from growtool import checkpoint, growth, recipes
-from growtool.config import ModelConfig
-from growtool.init import init_model
+from growtool import checkpoint
 from growtool.train import train
+
+from conftest import grown_gpt2
 
 ARGS = dict(steps=12, batch=8, seq=16, eval_every=4, eval_batches=2, lr=3e-3, seed=1)
 
@@ -21,41 +21,10 @@ ARGS = dict(steps=12, batch=8, seq=16, eval_every=4, eval_batches=2, lr=3e-3, se
 def test_torchrun_two_processes_match_one(tmp_path, mode):
     """``grown``: a grown checkpoint trained; ``grow_at``: the plain source grown inside the run (every
     rank grows its model and optimizer identically, and DDP is rebuilt around the new model)."""
-    text = tmp_path / "d.txt"
-    text.write_text(
-        " ".join(
-            f"the {w} sees {v} number {i % 7}."
-            for i, (w, v) in enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))
-        )
-    )
-    cfg = ModelConfig(
-        family="gpt2",
-        vocab_size=256,
-        width=32,
-        layers=1,
-        heads=4,
-        kv_heads=4,
-        head_dim=8,
-        ffn=64,
-        context=16,
-        norm_eps=1e-5,
-        tie=True,
-        attn_gate=True,
-    )
-    ck = checkpoint.load(
-        checkpoint.save_tensors(str(tmp_path / "a.safetensors"), cfg, [], init_model(cfg, gamma=0.5, seed=0).tensors())
-    )
-    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    grown = checkpoint.save_tensors(
-        str(tmp_path / "g.safetensors"),
-        plan.cfg,
-        [],
-        {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
-    )
-
+    text, source, grown = grown_gpt2(tmp_path, layers=1)
     extra = {}
     if mode == "grow_at":
-        grown = str(tmp_path / "a.safetensors")
+        grown = source
         extra = dict(grow_at=("0.5:48",), gate_warmup_tokens=128)
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [

@@ -13,11 +13,11 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from growtool import checkpoint, growth, recipes
-from growtool.config import ModelConfig
+from growtool import checkpoint
 from growtool.errors import GrowError
-from growtool.init import init_model
 from growtool.train import STATE, train
+
+from conftest import grown_gpt2
 
 ARGS = dict(steps=20, batch=8, seq=16, eval_every=5, eval_batches=2, lr=3e-3, seed=1, save_every=4)
 ARGS["gate_warmup_tokens"] = 10 * ARGS["batch"] * ARGS["seq"]  # the gates ramp over the first 10 steps
@@ -62,34 +62,7 @@ def same_losses(a, b, steps):
 def grown_run(tmp_path_factory):
     """A grown, gated GPT-2 (tied head) and the uninterrupted single-process run of it."""
     d = tmp_path_factory.mktemp("fsdp")
-    text = d / "d.txt"
-    text.write_text(
-        " ".join(
-            f"the {w} sees {v} number {i % 7}."
-            for i, (w, v) in enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))
-        )
-    )
-    cfg = ModelConfig(
-        family="gpt2",
-        vocab_size=256,
-        width=32,
-        layers=2,
-        heads=4,
-        kv_heads=4,
-        head_dim=8,
-        ffn=64,
-        context=16,
-        norm_eps=1e-5,
-        tie=True,
-        attn_gate=True,
-    )
-    ck = checkpoint.load(
-        checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg, gamma=0.5, seed=0).tensors())
-    )
-    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    grown = checkpoint.save_tensors(
-        str(d / "g.safetensors"), plan.cfg, [], {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
-    )
+    text, _, grown = grown_gpt2(d, layers=2)
     one = one_process(grown, text, d / "one")
     ref = metrics(one["metrics"])
     assert ref[-1]["val_loss"] < ref[0]["val_loss"] - 0.05  # it trained: the curves are not flat by accident
