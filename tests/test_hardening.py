@@ -396,9 +396,10 @@ print("RESULT " + json.dumps(res))
 def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     """One process grows a 2-layer model, then the same model with 8 layers (~75 MB in, ~135 MB out,
     30x its largest tensor). VmHWM (peak resident set, file-backed pages included) must stay within
-    the import baseline + 3 x the largest output tensor + a fixed 64 MB allowance (the bound of issue
-    10 allows 0.5 GB; the model's output alone is 135 MB), and must not grow with the number of layers
-    by more than three largest tensors."""
+    the import baseline + 3 x the largest output tensor + the written bytes that may wait for the disk
+    (DirectSink.HELD, 32 MB) + a fixed 64 MB allowance (the bound of issue 10 allows 0.5 GB; the
+    model's output alone is 135 MB), and must not grow with the number of layers by more than a few
+    largest tensors."""
     kw = dict(width=384, heads=6, ffn=1536, vocab=256, context=64)
     small, big = tmp_path / "small.safetensors", tmp_path / "big.safetensors"
     write_ckpt(small, make_config(layers=2, **kw))
@@ -417,7 +418,9 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     total = (tmp_path / "b.safetensors").stat().st_size
     assert total > 25 * largest
     base, (p_small, p_big, p_fold) = res["baseline"], res["peaks"]
-    allowance = 64 * 2**20  # fold measured 35-49 MB above the baseline with the hashing thread
+    # two producing threads: the 2-layer expand alone peaks 42-51 MB above the baseline, the 8-layer
+    # fold 64-86 MB (its hashing thread too); with one thread the fold measured 35-49 MB
+    allowance = checkpoint.DirectSink.HELD + 64 * 2**20
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance, (base, res["peaks"], largest)
     # the model's size (25x largest) does not show in the peak; the tensors made and not yet written
