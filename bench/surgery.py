@@ -13,7 +13,7 @@ For float32 and bfloat16 (same parameter count) it
      previous file does not land in the next measurement;
   5. repeats 2-4 (3 pairs; 1 with --quick) and reports medians and the median of the per-pair
      ratios: expand / copy, and (expand - start-up) / copy with start-up = ``python -c "import
-     torch"`` timed in the same environment (median of 3; issue 10's targets: <= 1.2 float32,
+     torch"`` timed in the same environment (median of 3; once with --quick; issue 10's targets: <= 1.2 float32,
      <= 1.3 bfloat16) and, checked against the targets, with start-up = the same import ended by
      ``os._exit`` (that run spends 0.3-0.5 s after the import collecting torch's objects at exit,
      which growtool does not pay), timed in each pair just before its expand (and, as
@@ -149,7 +149,6 @@ def startup(repeats: int = 3) -> dict:
     # does not pay it, so subtracting that run flatters expand by as much
     import_only = [run_measured(IMPORT_ONLY) for _ in range(repeats)]
     tool = [run_measured([GROWTOOL, "--help"]) for _ in range(repeats)]
-    probe = run_measured([sys.executable, "-c", "import growtool; print(growtool.__file__)"])
     med = statistics.median
     return {
         "wall_s": med(m["wall_s"] for m in torch_),
@@ -159,10 +158,18 @@ def startup(repeats: int = 3) -> dict:
         "import_only_rss_MB": med(m["peak_rss"] for m in import_only) / MB,  # the floor of expand's peak
         "runs_s": ";".join(f"{m['wall_s']:.2f}" for m in torch_),
         "growtool_runs_s": ";".join(f"{m['wall_s']:.2f}" for m in tool),
-        "growtool_module": probe["stdout"].strip(),
+        "growtool_module": which_growtool(),
         "bytecode_compiled": compiled,
         "dont_write_bytecode": bool(os.environ.get("PYTHONDONTWRITEBYTECODE")),
     }
+
+
+def which_growtool() -> str:
+    """The growtool module this environment runs (a note is printed when it is not this checkout's)."""
+    where = run_measured([sys.executable, "-c", "import growtool; print(growtool.__file__)"])["stdout"].strip()
+    if where and not where.startswith(str(Path(__file__).resolve().parent.parent)):
+        print(f"note: the growtool run is {where}", file=sys.stderr)
+    return where
 
 
 def write_random_checkpoint(path: Path, cfg: ModelConfig, dtype: torch.dtype, seed: int = 0) -> None:
@@ -625,12 +632,9 @@ def main():
     tmp = Path(args.out) / "tmp" / "surgery"
     tmp.mkdir(parents=True, exist_ok=True)
     d = args.dir
-    start = startup()
-    if start["growtool_module"] and not start["growtool_module"].startswith(
-        str(Path(__file__).resolve().parent.parent)
-    ):
-        print(f"note: the growtool run is {start['growtool_module']}", file=sys.stderr)
-    if args.against:
+    if args.against:  # no start-up timings: both arms pay their own start-up in every run
+        compile_growtool()
+        which_growtool()
         cfg = llama_config(args.quick)
         repeats = args.repeats or (1 if args.quick else 10)
         try:
@@ -642,6 +646,7 @@ def main():
         print(table(rows, f"this growtool against {args.against}: bf16 expand and fold to tmpfs, {repeats} pair(s)"))
         print(f"\nwrote {d}/against.csv, against.json")
         return
+    start = startup(1 if args.quick else 3)
     if args.sharded_gb:
         repeats = args.repeats or 1
         try:

@@ -347,8 +347,10 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
             }
             fused = [n for n, steps in plan.steps.items() if isinstance(steps[-1], growth.PadRotate)]
             assert len(fused) >= 2 * cfg.layers, fused  # at least the FFN's reader(s) and writer in each block
-            for row_block in (None, 40):
-                if row_block:  # 1-row blocks for the tensors of 4 rows or more
+            for row_block in (None, 250):
+                # blocks of 5 rows at width 48, 3 at 80 (the last block short; 16+ blocks, shared by
+                # the threads) for the tensors of 1,000 grown elements or more
+                if row_block:
                     monkeypatch.setattr(growth, "ROW_BLOCK", row_block)
                     monkeypatch.setattr(growth, "BLOCKED_FROM", 4 * row_block)
                 work = growth.Workspace(threads=2)
