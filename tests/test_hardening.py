@@ -595,10 +595,10 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
 
     monkeypatch.setattr(checkpoint, "save", save)
     outs = {}
-    for piece in (1 << 40, 100):  # whole tensors, then pieces of 2 rows (48 grown columns)
+    for piece in (1 << 40, 400):  # whole tensors, then pieces of 5 rows (72 grown columns)
         monkeypatch.setattr(growth, "PIECE", piece)
-        monkeypatch.setattr(growth, "ROW_BLOCK", 40)  # a piece is several blocks of rows
-        monkeypatch.setattr(growth, "BLOCKED_FROM", 160)
+        monkeypatch.setattr(growth, "ROW_BLOCK", 150)  # a piece is blocks of 2, 2 and 1 rows
+        monkeypatch.setattr(growth, "BLOCKED_FROM", 600)
         for name, source in (("f32", src), ("bf16", low)):
             out = tmp_path / f"{name}-{piece}.safetensors"
             heard.clear()
@@ -615,11 +615,12 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
             outs[name, piece, "stdout"] = r.stdout_bytes
         plan = growth.build_plan(checkpoint.load(src).config, recipes.load("srio"), 72)
         pieced = [n for n, _, _ in plan.outputs() if plan.pieces(n)]
-        assert (len(pieced) == 2) == (piece == 100), pieced  # the embedding and the head
+        assert (len(pieced) == 2) == (piece == 400), pieced  # the embedding and the head
+        assert all(len(plan.pieces(n)) > 20 for n in pieced)
     for (name, piece, kind), got in outs.items():
-        if piece == 100:
+        if piece == 400:
             assert got == outs[name, 1 << 40, kind], (name, kind)
-    assert len(outs[("f32", 100, "folder")]) > 3  # several shards
+    assert len(outs[("f32", 400, "folder")]) > 3  # several shards
 
 
 def test_checkpoint_reads_rows_of_a_tensor(tmp_path):
