@@ -144,6 +144,15 @@ def cpu_tensors(model: LM) -> dict[str, torch.Tensor]:
     return {n: t.detach().float().cpu().clone() for n, t in model.tensors().items()}
 
 
+def matrix_record(run: Run) -> dict:
+    """Condensation metrics of the model's matrices, computed where the weights live (no copy to the
+    CPU). FSDP: every rank must call (the full tensors are gathered to rank 0); DDP: the lead rank
+    alone computes them. Other ranks get {}."""
+    if fsdp.is_sharded(run.model):
+        return matrix_metrics(run.model.cfg, fsdp.full_tensors(run.model))
+    return matrix_metrics(run.model.cfg, {n: t.detach() for n, t in run.model.tensors().items()}) if run.lead else {}
+
+
 def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:
     """(plain config, tensors) of a gated model with its gates baked in at ``gate``."""
     cfg, t = model.cfg, cpu_tensors(model) if tensors is None else tensors
@@ -462,7 +471,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
             model.set_gates(g_eval)
         rec["val_loss"] = evaluate(model, run.val, dev)
     if step % s["metrics_every"] == 0 or step == s["steps"]:
-        rec["matrix"] = matrix_metrics(model.cfg, cpu_tensors(model))
+        rec["matrix"] = matrix_record(run)
     return rec
 
 
@@ -491,7 +500,7 @@ def loop(run: Run, module, progress: bool) -> int:
             "tokens": 0,
             "gate": g,
             "val_loss": evaluate(run.model, run.val, run.dev),
-            "matrix": matrix_metrics(run.model.cfg, cpu_tensors(run.model)),
+            "matrix": matrix_record(run),
         }
         log(stages.annotate(run, rec0, None))
     bar = Progress(progress and run.lead, s["steps"], run.start)
