@@ -869,7 +869,7 @@ def inspect(ckpt, metrics, as_json):
     if metrics:
         from .metrics import matrix_metrics
 
-        info["metrics"] = matrix_metrics(cfg, {n: ck.get(n) for n in ck.names()})
+        info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return

@@ -8,6 +8,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
+
 import torch
 
 from .families import tensor_specs
@@ -43,11 +45,12 @@ def unit_rows(w: torch.Tensor, spec) -> torch.Tensor:
     return w
 
 
-def matrix_metrics(cfg, tensors: dict[str, torch.Tensor]) -> dict[str, dict[str, float]]:
-    """{tensor name: {"stable_rank", "row_cosine"}} for every weight matrix of a model."""
-    out = {}
+def matrix_metrics(cfg, get: Callable[[str], torch.Tensor], names: Iterable[str]) -> dict[str, dict[str, float]]:
+    """{tensor name: {"stable_rank", "row_cosine"}} for every weight matrix of a model among ``names``,
+    each tensor taken with ``get`` (a checkpoint's reads it from disk) and dropped before the next."""
+    out, have = {}, set(names)
     for name, spec in tensor_specs(cfg).items():
-        if spec.role in ("reader", "writer", "embedding", "head") and name in tensors:
-            w = unit_rows(tensors[name].detach(), spec)
+        if spec.role in ("reader", "writer", "embedding", "head") and name in have:
+            w = unit_rows(get(name).detach(), spec)
             out[name] = {"stable_rank": stable_rank(w), "row_cosine": row_cosine(w)}
     return out

@@ -148,9 +148,8 @@ def matrix_record(run: Run) -> dict:
     """Condensation metrics of the model's matrices, computed where the weights live (no copy to the
     CPU). FSDP: every rank must call (the full tensors are gathered to rank 0); DDP: the lead rank
     alone computes them. Other ranks get {}."""
-    if fsdp.is_sharded(run.model):
-        return matrix_metrics(run.model.cfg, fsdp.full_tensors(run.model))
-    return matrix_metrics(run.model.cfg, {n: t.detach() for n, t in run.model.tensors().items()}) if run.lead else {}
+    tensors = fsdp.full_tensors(run.model) if fsdp.is_sharded(run.model) else run.model.tensors() if run.lead else {}
+    return matrix_metrics(run.model.cfg, tensors.__getitem__, tensors)
 
 
 def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:

@@ -1,10 +1,17 @@
 """Condensation metrics (growtool.metrics): stable rank and row cosine on matrices whose values are
 known, and the stable rank against an SVD on random matrices of either orientation."""
 
+import json
+import weakref
+
 import pytest
 import torch
 
-from growtool.metrics import row_cosine, stable_rank
+from growtool import checkpoint
+from growtool.metrics import matrix_metrics, row_cosine, stable_rank
+
+from conftest import cli
+from helpers_hardening import make_config, random_tensors, write_ckpt
 
 
 @pytest.mark.parametrize("shape", [(7, 7), (24, 96), (96, 24), (300, 40)])
@@ -33,3 +40,29 @@ def test_row_cosine_of_known_rows():
     w = torch.tensor([[1.0, 0.0], [1.0, 1.0], [-1.0, 0.0]])  # |cos| 1/sqrt2, 1, 1/sqrt2 per pair
     assert row_cosine(w) == pytest.approx((2 / 2**0.5 + 1) / 3)
     assert row_cosine(torch.ones(1, 4)) == 0.0
+
+
+def test_inspect_metrics_reads_one_tensor_at_a_time(tmp_path, monkeypatch):
+    """``growtool inspect --metrics`` holds one tensor of the checkpoint at a time (a 7B model's
+    matrices need not fit in memory together) and reports the metrics of the tensors themselves."""
+    cfg = make_config(width=32, layers=3, vocab=64)
+    src = write_ckpt(tmp_path / "a.safetensors", cfg, seed=3)
+    live, most = [0], [0]
+    real_get = checkpoint.Checkpoint.get
+
+    def get(self, name, *a, **kw):
+        t = real_get(self, name, *a, **kw)
+        live[0] += 1
+        most[0] = max(most[0], live[0])
+        weakref.finalize(t, lambda: live.__setitem__(0, live[0] - 1))
+        return t
+
+    monkeypatch.setattr(checkpoint.Checkpoint, "get", get)
+    r = cli("inspect", src, "--metrics", "--json")
+    assert r.exit_code == 0, r.stderr
+    got = json.loads(r.stdout)["metrics"]
+    tensors = random_tensors(cfg, seed=3)
+    want = matrix_metrics(cfg, tensors.__getitem__, tensors)
+    assert got.keys() == want.keys() and all(got[n] == pytest.approx(want[n], rel=1e-6) for n in want)
+    assert len(got) == 7 * cfg.layers + 2  # q, k, v, o, gate, up, down per block; embedding, head
+    assert most[0] <= 2
