@@ -18,7 +18,7 @@ from .families import tensor_specs
 def stable_rank(w: torch.Tensor) -> float:
     """||W||_F^2 / ||W||_2^2, with ||W||_2^2 the largest eigenvalue of the smaller Gram matrix (W W^T
     or W^T W, float32 product, float64 eigenvalues) on the tensor's own device: what an SVD gives to
-    ~1e-6 relative, 6-10x faster on a CPU (a 2048 x 8192 matrix: 1.4 s against 15 s here)."""
+    ~1e-6 relative, 3-10x faster on a CPU (192 x 512: 7.6 against 25 ms; 2048 x 8192: 1.4 against 15 s)."""
     w = w.float()
     fro2 = float((w * w).sum())
     gram = w @ w.T if w.shape[0] <= w.shape[1] else w.T @ w
