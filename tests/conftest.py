@@ -8,7 +8,11 @@ import pytest
 import torch
 from click.testing import CliRunner
 
+from growtool import checkpoint, growth, recipes
 from growtool.cli import main
+from growtool.init import init_model
+
+from helpers_hardening import make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = {p.stem: p for p in sorted((ROOT / "fixtures").glob("*.safetensors"))}
@@ -44,10 +48,6 @@ def perturbed(model, scale=0.2, seed=0):
 def grown_gpt2(d: Path, layers: int) -> tuple[Path, str, str]:
     """A small text and a gated GPT-2 (width 32, tied head) saved in ``d``, then grown to width 48 by
     srio: (text, source path, grown path). For the data-parallel tests."""
-    from growtool import checkpoint, growth, recipes
-    from growtool.config import ModelConfig
-    from growtool.init import init_model
-
     text = d / "d.txt"
     text.write_text(
         " ".join(
@@ -55,20 +55,7 @@ def grown_gpt2(d: Path, layers: int) -> tuple[Path, str, str]:
             for i, (w, v) in enumerate(zip(["cat", "dog", "fox", "owl"] * 100, ["a hat", "the sea", "one tree"] * 134))
         )
     )
-    cfg = ModelConfig(
-        family="gpt2",
-        vocab_size=256,
-        width=32,
-        layers=layers,
-        heads=4,
-        kv_heads=4,
-        head_dim=8,
-        ffn=64,
-        context=16,
-        norm_eps=1e-5,
-        tie=True,
-        attn_gate=True,
-    )
+    cfg = make_config("gpt2", width=32, layers=layers, heads=4, ffn=64, vocab=256, context=16, tie=True, attn_gate=True)
     source = checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg, gamma=0.5, seed=0).tensors())
     ck = checkpoint.load(source)
     plan = growth.build_plan(cfg, recipes.load("srio"), 48)
