@@ -5,9 +5,12 @@ benchmarks' business, on a quiet machine)."""
 import csv
 import json
 import math
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -145,10 +148,6 @@ def test_fused_probe_quick(tmp_path):
     but a few elements equal, those within a rounding of the sums' order); its exact variants (torch's
     sums between two C passes; one loop with torch's summation order mirrored) give every byte; and
     each takes time."""
-    import shutil
-
-    import pytest
-
     if not (shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")):
         pytest.skip("no C compiler")
     res = json.loads((run_bench("fused_probe", tmp_path) / "fused_probe.json").read_text())
