@@ -89,8 +89,8 @@ def worker(mode: str, ckpt: str, text: str, out: str, result: str) -> None:
     """One rank: load, train STEPS steps, save the resumable state; write this rank's numbers."""
     import torch
 
-    from growtool import train as T
-    from growtool.train_settings import Settings
+    from growtool.training import train as T
+    from growtool.training.train_settings import Settings
 
     torch.set_num_threads(1)
     sampler = Sampler()
@@ -154,9 +154,10 @@ def worker(mode: str, ckpt: str, text: str, out: str, result: str) -> None:
 
 def make_checkpoint(work: Path, sz: dict) -> str:
     """A grown (gated) Llama from an initialised smaller one."""
-    from growtool import checkpoint, growth, recipes
-    from growtool.config import ModelConfig
+    from growtool.grow import growth, recipes
     from growtool.init import init_model
+    from growtool.io import checkpoint
+    from growtool.nn.config import ModelConfig
 
     cfg = ModelConfig(
         "llama",

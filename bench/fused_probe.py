@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 from common import parse_args, write_json
 
-from growtool import ops
+from growtool.grow import ops
 
 SOURCE = r"""
 #include <math.h>

@@ -138,7 +138,7 @@ def main() -> None:
             ]
             t = res["throughput"] = train(big, a.data, work / "throughput", t_args, dev, 400)
             if t.get("median_tok_s"):
-                from growtool import checkpoint
+                from growtool.io import checkpoint
 
                 cfg = checkpoint.load(str(big)).config
                 t["params"] = cfg.n_params()

@@ -132,7 +132,7 @@ def options(p):
 
 
 def _config(P, family, width):
-    from growtool.config import ModelConfig
+    from growtool.nn.config import ModelConfig
 
     heads = width // P["head_dim"]
     common = dict(vocab_size=256, width=width, layers=P["layers"], heads=heads, head_dim=P["head_dim"], ffn=4 * width)
@@ -150,8 +150,8 @@ def _config(P, family, width):
 
 
 def _init(P, family, width, seed, path):
-    from growtool import checkpoint
     from growtool.init import init_model
+    from growtool.io import checkpoint
 
     cfg = _config(P, family, width)
     return checkpoint.save_tensors(
@@ -171,7 +171,7 @@ def _option_kw(option: str, recipe: str, run: Path, variant: str, T: int) -> dic
     """train keywords for ``recipe`` with the options named in ``option`` ("rewarm+mup", "" = none)."""
     import yaml
 
-    from growtool import recipes
+    from growtool.grow import recipes
 
     kw = {"grow_schedule": "continue"}  # the one-schedule baseline; the "rewarm" option re-warms
     for o in filter(None, option.split("+")):
@@ -196,7 +196,8 @@ def job(P, family, variant, seed):
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    from growtool import checkpoint, growth, recipes
+    from growtool.grow import growth, recipes
+    from growtool.io import checkpoint
 
     t0 = time.time()
     d, D, D2, T = P["width"], P["grow_to"], P["to_2x"], P["tokens"]

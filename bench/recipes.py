@@ -10,11 +10,11 @@ On real text (byte level; default ../shared/data/tinyshakespeare.txt), for each 
        srio            the full recipe at the closed-form angle eps = sqrt(d/D)
        srio_eps0.5/0.95  srio at two other angles (--set rotation.eps=...): exact on Llama
                        (RMSNorm), lossy on GPT-2 (LayerNorm absorbs only sqrt(d/D))
-       srio_lo         SRIO-LO: the angle learned (growtool.learned.learn_srio_eps), then srio at it
+       srio_lo         SRIO-LO: the angle learned (growtool.lab.learned.learn_srio_eps), then srio at it
        srio_noconvex   --set attention.new_heads=zero attention.new_columns=zero
        srio_notile     --set ffn.new_units=zero ffn.new_columns=zero
        copy            Net2Net-style duplicated units with split outputs, no gate
-       ligo            LiGO-style learned linear operator (growtool.learned.LiGO), no gate
+       ligo            LiGO-style learned linear operator (growtool.lab.learned.LiGO), no gate
   3. scratch: the wide model from gamma init, trained on as many tokens as give the same FLOPs
      as base + growth phase (FLOPs = 6 x parameters x tokens per phase).
 
@@ -120,7 +120,7 @@ def _setup():
 
 
 def _config(P, width):
-    from growtool.config import ModelConfig
+    from growtool.nn.config import ModelConfig
 
     heads = width // P["head_dim"]
     return ModelConfig(
@@ -161,8 +161,8 @@ def _train(P, ckpt, out, tokens, seed, gated):
 
 def job_base(P, seed):
     _setup()
-    from growtool import checkpoint
     from growtool.init import init_model
+    from growtool.io import checkpoint
 
     cfg = _config(P, P["width"])
     run = Path(P["work"]) / f"s{seed}"
@@ -180,8 +180,8 @@ def job_base(P, seed):
 
 def job_scratch(P, seed, tokens):
     _setup()
-    from growtool import checkpoint
     from growtool.init import init_model
+    from growtool.io import checkpoint
 
     cfg = _config(P, P["grow_to"])
     run = Path(P["work"]) / f"s{seed}"
@@ -198,7 +198,7 @@ def job_scratch(P, seed, tokens):
 
 
 def _batches(P, seed):
-    from growtool import data
+    from growtool.training import data
 
     tok = data.get_tokenizer("byte")
     ds = data.Dataset(data.load_tokens([P["data"]], tok, P["work"] + "/cache", 256), P["seq"], P["batch"])
@@ -221,7 +221,9 @@ def _new_units_zero(src, ck) -> float:
 
 def job_grow(P, name, seed, base_final):
     _setup()
-    from growtool import checkpoint, growth, learned, recipes
+    from growtool.grow import growth, recipes
+    from growtool.io import checkpoint
+    from growtool.lab import learned
 
     how, recipe, sets = RECIPES[name]
     run = Path(P["work"]) / f"s{seed}"

@@ -2,7 +2,7 @@
 
 A grid of Llama-family models (untied head, SwiGLU FFN 4 x width, head_dim 16), each created with
 gamma-initialisation (sigma = fan_in^-gamma, embeddings width^-gamma: ``init_model``'s default
-embed_gamma = gamma) and trained with ``growtool.train.train`` on byte-level real text
+embed_gamma = gamma) and trained with ``growtool.training.train.train`` on byte-level real text
 (default /work/shared/data/tinyshakespeare.txt) for the same number of steps:
 
     width in {64, 128} x gamma in {0.5, 0.75, 1.0, 1.25} x RMSNorm eps in {1e-5, 1e-12}
@@ -134,7 +134,7 @@ def run_name(width, gamma, eps, gate, seed) -> str:
 
 
 def model_config(spec):
-    from growtool.config import ModelConfig
+    from growtool.nn.config import ModelConfig
 
     w = spec["width"]
     return ModelConfig(
@@ -157,9 +157,9 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
     """Initialise and train one model (in a worker process); return its result row."""
     import torch
 
-    from growtool import checkpoint
     from growtool.init import init_model
-    from growtool.train import read_metrics, train
+    from growtool.io import checkpoint
+    from growtool.training.train import read_metrics, train
 
     torch.set_num_threads(threads)
     run = Path(root) / "runs" / spec["name"]
@@ -295,7 +295,7 @@ def kind_of(name: str) -> str:
 
 def condensation(run_dir: Path) -> list[dict]:
     """Per logged step and matrix kind: stable rank and row cosine, averaged over the layers."""
-    from growtool.train import read_metrics
+    from growtool.training.train import read_metrics
 
     out = []
     for r in read_metrics(run_dir / "train" / "metrics.jsonl"):
@@ -361,7 +361,7 @@ def val_windows(args):
     """Every non-overlapping (seq + 1)-token window of the trainer's validation tail."""
     import torch
 
-    from growtool import data
+    from growtool.training import data
 
     toks = data.load_tokens([args.data], data.get_tokenizer("byte"), args.work / "cache", 256)
     ds = data.Dataset(toks, args.seq, args.batch)
@@ -372,8 +372,8 @@ def token_compare(rows, args) -> list[dict]:
     """gamma 1 (B) vs gamma 0.5 (A), seed 0, largest width, paper setting and masked setting."""
     import torch
 
-    from growtool import checkpoint
-    from growtool.compare import compare_models
+    from growtool.io import checkpoint
+    from growtool.lab.compare import compare_models
 
     torch.set_num_threads(max(1, args.jobs * args.threads))
     w = max(args.widths)
@@ -449,7 +449,7 @@ def main():
     grid_table = pivot(rows)
     print(table(grid_table, "validation loss (nats/byte), mean over seeds"), file=sys.stderr)
 
-    from growtool.train import read_metrics
+    from growtool.training.train import read_metrics
 
     curves = []
     for r in rows:

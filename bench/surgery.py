@@ -61,10 +61,11 @@ from pathlib import Path
 import torch
 from common import MB, cpu_seconds, fsync_file, machine, parse_args, run_measured, table, write_csv, write_json
 
-from growtool import checkpoint, growth, recipes
 from growtool.cli import surgery_threading
-from growtool.config import ModelConfig
-from growtool.families import expected_shapes, tensor_specs
+from growtool.grow import growth, recipes
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
+from growtool.nn.families import expected_shapes, tensor_specs
 
 GROWTOOL = str(Path(sys.executable).with_name("growtool"))
 GB = 1024**3

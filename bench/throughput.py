@@ -2,9 +2,9 @@
 warm-up gates.
 
 1. Against transformers, per family (Llama, GPT-2), one configuration, float32 on CPU, a fixed
-   thread count, the same batches (``growtool.data.Dataset``), AdamW with the trainer's parameter
+   thread count, the same batches (``growtool.training.data.Dataset``), AdamW with the trainer's parameter
    groups, gradient clipping at 1:
-   * ``growtool.train``   - the real trainer (``growtool.train.train``); step seconds from its own
+   * ``growtool.train``   - the real trainer (``growtool.training.train.train``); step seconds from its own
                             per-step ``tok_s`` in metrics.jsonl (evaluation and saving fall outside it);
    * ``growtool loop``    - growtool's ``LM`` in the plain loop below;
    * ``transformers loop`` - ``LlamaForCausalLM`` / ``GPT2LMHeadModel`` (sdpa attention) loaded from the
@@ -37,11 +37,13 @@ import torch
 import torch.nn.functional as F
 from common import machine, parse_args, table, write_csv, write_json
 
-from growtool import checkpoint, data, growth, recipes
-from growtool.config import ModelConfig
-from growtool.families import expected_shapes
+from growtool.grow import growth, recipes
 from growtool.init import init_model
-from growtool.model import LM
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
+from growtool.nn.families import expected_shapes
+from growtool.nn.model import LM
+from growtool.training import data
 
 SIZES = {  # width, layers, heads, batch, seq, warm-up steps, timed steps, repeats
     "quick": dict(width=64, layers=2, heads=4, batch=4, seq=64, warmup=1, steps=3, repeats=1),
@@ -146,7 +148,7 @@ def hf_loss(model):
 
 def trainer_step_times(ckpt: Path, text: Path, work: Path, run: int, sz: dict) -> list[float]:
     """Step seconds of ``growtool.train`` from its metrics.jsonl (``batch * seq / tok_s``)."""
-    from growtool.train import train
+    from growtool.training.train import train
 
     out = work / f"train-{ckpt.stem}-{run}"
     n = sz["warmup"] + sz["steps"]
@@ -197,7 +199,7 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
 
     x = ds.train_batch(0, 0)[0]
     diff = max_logit_diff(ours(), lambda i: hf()(input_ids=i).logits, x)
-    times = {"growtool.train": [], "growtool loop": [], "transformers loop": []}
+    times = {"growtool.training.train": [], "growtool loop": [], "transformers loop": []}
     ratios = {k: [] for k in times}  # transformers step / this step, for measurements adjacent in time
     for _ in range(sz["repeats"]):  # the two plain loops, alternating step by step
         m, h = ours(), hf()
@@ -219,8 +221,8 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
     for r in range(sz["repeats"]):
         tr = trainer_step_times(ckpt, text, work, r, sz)
         alone.append(hf_alone())
-        times["growtool.train"] += tr
-        ratios["growtool.train"].append(statistics.median(alone[-2] + alone[-1]) / statistics.median(tr))
+        times["growtool.training.train"] += tr
+        ratios["growtool.training.train"].append(statistics.median(alone[-2] + alone[-1]) / statistics.median(tr))
     tok = sz["batch"] * sz["seq"]
     rows = []
     for impl, ts in times.items():

@@ -15,8 +15,8 @@ import torch
 from common import MB, machine, parse_args, run_measured, table, write_json
 from surgery import GROWTOOL, llama_config, write_random_checkpoint
 
-from growtool import checkpoint
-from growtool.config import ModelConfig
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
 from growtool.verify import compare, random_batches
 
 GB = 1024**3

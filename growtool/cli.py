@@ -27,9 +27,11 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from . import checkpoint, growth, recipes, tokenizer  # noqa: E402
-from .errors import GrowError, check_range  # noqa: E402
-from .families import ARCHS  # noqa: E402
+from growtool import tokenizer  # noqa: E402
+from growtool.grow import growth, recipes  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.errors import GrowError, check_range  # noqa: E402
+from growtool.nn.families import ARCHS  # noqa: E402
 
 gc.freeze()
 if _GC_WAS_ON:
@@ -378,8 +380,8 @@ def init(
     force,
 ):
     """Create a new model with gamma-initialisation."""
-    from .config import ModelConfig
-    from .init import init_model
+    from growtool.init import init_model
+    from growtool.nn.config import ModelConfig
 
     if width % heads:
         raise GrowError(f"heads {heads} do not divide width {width}")
@@ -595,8 +597,8 @@ def expand(
     if carry.note:
         err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
     if plan.lossy:
-        from .model import LM
-        from .verify import compare, random_batches
+        from growtool.nn.model import LM
+        from growtool.verify import compare, random_batches
 
         src = ck.model()
         grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
@@ -616,7 +618,7 @@ def expand(
 
 def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet):
     """``expand RUN_DIR``: grow a run's resumable state (model + optimizer) into a new run folder."""
-    from .stages import expand_run
+    from growtool.training.stages import expand_run
 
     if out in (None, "-"):
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
@@ -667,7 +669,15 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
     limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
-    from .verify import LOW_PRECISION, StreamedHead, figures, random_batches, reads, streamed_hidden, text_batches
+    from growtool.verify import (
+        LOW_PRECISION,
+        StreamedHead,
+        figures,
+        random_batches,
+        reads,
+        streamed_hidden,
+        text_batches,
+    )
 
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
@@ -713,7 +723,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
     gen = None
     if gen_tokens is not None:
-        from .sample import compare_generations, verify_prompts
+        from growtool.sample import compare_generations, verify_prompts
 
         ma, mb = a.model(), b.model()
         gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), gen_tokens, alpha)
@@ -867,7 +877,7 @@ def inspect(ckpt, metrics, as_json):
         "tensors": {n: list(ck.shape(n)) for n in ck.names()},
     }
     if metrics:
-        from .metrics import matrix_metrics
+        from growtool.metrics import matrix_metrics
 
         info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
     if as_json:
@@ -947,9 +957,9 @@ def inspect(ckpt, metrics, as_json):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
     """Continue --prompt with CKPT and its own tokenizer; prints the continuation on stdout."""
-    from .data import tokenizer_for
-    from .sample import eos_id, generate
-    from .train import pick_device
+    from growtool.sample import eos_id, generate
+    from growtool.training.data import tokenizer_for
+    from growtool.training.train import pick_device
 
     ck = checkpoint.load(ckpt)
     if alpha is not None and not ck.config.gated:
@@ -985,7 +995,7 @@ def settings_options(fn):
     ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
     from dataclasses import fields
 
-    from .train_settings import Settings, option, value_type
+    from growtool.training.train_settings import Settings, option, value_type
 
     for f in reversed(fields(Settings)):
         m, kind = f.metadata, value_type(f.name)
@@ -1014,7 +1024,7 @@ def settings_options(fn):
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 def train(ckpt, data_files, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
-    from .train import train as run
+    from growtool.training.train import train as run
 
     r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
     Growtool.done = True  # every file is written and closed, the process group (torchrun) destroyed
@@ -1048,7 +1058,7 @@ def train(ckpt, data_files, out, resume, quiet, **settings):
 @click.option("--quick", is_flag=True, help="tiny models and short runs (well under a minute)")
 def demo(out, quick):
     """init -> train -> expand -> verify -> train -> expand -> verify -> train, on a generated corpus."""
-    from .demo import run_demo
+    from growtool.demo import run_demo
 
     ok = run_demo(out, quick=quick)
     sys.exit(0 if ok else 1)

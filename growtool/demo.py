@@ -25,12 +25,14 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from . import checkpoint, data, growth, recipes
-from .config import ModelConfig
-from .errors import GrowError
-from .init import init_model
-from .train import evaluate, train
-from .verify import compare, random_batches
+from growtool.grow import growth, recipes
+from growtool.init import init_model
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.training import data
+from growtool.training.train import evaluate, train
+from growtool.verify import compare, random_batches
 
 err = Console(stderr=True)
 

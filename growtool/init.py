@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import torch
 
-from .config import ModelConfig
-from .families import arch_of, tensor_specs
-from .model import LM
+from growtool.nn.config import ModelConfig
+from growtool.nn.families import arch_of, tensor_specs
+from growtool.nn.model import LM
 
 
 def init_sigma(name: str, spec, shape, cfg: ModelConfig, gamma: float, embed_gamma: float) -> float | None:

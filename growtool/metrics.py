@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable
 
 import torch
 
-from .families import tensor_specs
+from growtool.nn.families import tensor_specs
 
 
 def stable_rank(w: torch.Tensor) -> float:

@@ -7,9 +7,9 @@ import sys
 
 
 def main() -> None:
-    from . import prehash
+    from growtool.io import prehash
 
     prehash.start(sys.argv[1:])  # before torch is imported: the fork is cheap, and the import leaves a core idle
-    from .cli import run
+    from growtool.cli import run
 
     run()

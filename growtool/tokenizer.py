@@ -20,7 +20,7 @@ import hashlib
 from dataclasses import dataclass
 from pathlib import Path
 
-from .errors import GrowError
+from growtool.nn.errors import GrowError
 
 TOKENIZER_FILES = (
     "tokenizer.json",
@@ -126,7 +126,7 @@ class Carry:
 
     def files(self, cfg, lineage: list, source: str, name: str) -> dict[str, bytes]:
         """The files for a folder output: the carried tokenizer files and a model card (README.md)."""
-        from .card import model_card
+        from growtool.io.card import model_card
 
         out = dict(self.found.files) if self.found else {}
         out["README.md"] = model_card(cfg, lineage, source, name, self.found).encode()
@@ -137,7 +137,7 @@ def carry(ck, explicit: str | None = None) -> Carry:
     """The tokenizer an output of ``ck`` takes along (``explicit`` = an attached ``--tokenizer``,
     refused with GrowError when it does not fit the model's vocabulary)."""
     if explicit is not None:
-        from .data import tokenizer_for
+        from growtool.training.data import tokenizer_for
 
         tokenizer_for(ck, explicit)  # checks the tokenizer against the vocabulary
     found, note = resolve(ck, explicit)
@@ -148,7 +148,7 @@ def carry(ck, explicit: str | None = None) -> Carry:
 
 def write_files(folder: Path, files: dict[str, bytes]) -> None:
     """Write ``files`` into ``folder``, each atomically."""
-    from .checkpoint import atomic_file
+    from growtool.io.checkpoint import atomic_file
 
     for n, b in files.items():
         atomic_file(folder / n, lambda fh, b=b: fh.write(b))

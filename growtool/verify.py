@@ -20,8 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .families import arch_of
-from .model import LM, Block, head_logits, hidden, logit_scale, make_norm
+from growtool.nn.families import arch_of
+from growtool.nn.model import LM, Block, head_logits, hidden, logit_scale, make_norm
 
 
 @dataclass

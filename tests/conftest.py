@@ -8,9 +8,10 @@ import pytest
 import torch
 from click.testing import CliRunner
 
-from growtool import checkpoint, growth, recipes
 from growtool.cli import main
+from growtool.grow import growth, recipes
 from growtool.init import init_model
+from growtool.io import checkpoint
 
 from helpers_hardening import make_config
 

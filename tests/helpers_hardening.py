@@ -13,10 +13,10 @@ from pathlib import Path
 import torch
 from click.testing import CliRunner
 
-from growtool import checkpoint
 from growtool.cli import main
-from growtool.config import ModelConfig
 from growtool.init import init_model
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
 
 GROWTOOL = str(Path(sys.executable).parent / "growtool")
 NOBODY = 65534

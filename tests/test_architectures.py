@@ -16,7 +16,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from growtool import checkpoint  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
 
 from conftest import cli, perturbed, verify_json  # noqa: E402
 
@@ -262,8 +262,8 @@ def test_unknown_hf_keys_survive_grow_and_fold(tmp_path):
     ],
 )
 def test_rope_scaling_is_named_when_refused(rope, tmp_path):
-    from growtool.config import ModelConfig
-    from growtool.errors import GrowError
+    from growtool.nn.config import ModelConfig
+    from growtool.nn.errors import GrowError
 
     hf = {
         "model_type": "llama",
@@ -300,8 +300,8 @@ def test_bf16_growth_error_is_below_the_sources_own_bf16_noise(name, tmp_path):
 def test_embedding_scale_compensation_uses_the_dtype_rounded_factor():
     """Gemma multiplies embeddings by sqrt(width) cast to the weights' dtype: in bf16 sqrt(96) is
     9.8125, not 9.798; the grown embedding takes sqrt(64) / 9.8125 there, the exact ratio in float32."""
-    from growtool import growth, recipes
-    from growtool.config import ModelConfig
+    from growtool.grow import growth, recipes
+    from growtool.nn.config import ModelConfig
 
     cfg = ModelConfig("gemma", 32, 64, 1, 4, 4, 16, 128, context=16, tie=True)
     plans = {dt: growth.build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}

@@ -21,8 +21,9 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from growtool import checkpoint, growth, recipes
-from growtool.families import ARCHS
+from growtool.grow import growth, recipes
+from growtool.io import checkpoint
+from growtool.nn.families import ARCHS
 
 from helpers_hardening import (
     cli,

@@ -77,7 +77,7 @@ def test_throughput_quick(tmp_path):
     assert res["threads"] >= 1
     rows = res["rows"]
     assert {(r["family"], r["impl"]) for r in rows} == {
-        (f, i) for f in ("llama", "gpt2") for i in ("growtool.train", "growtool loop", "transformers loop")
+        (f, i) for f in ("llama", "gpt2") for i in ("growtool.training.train", "growtool loop", "transformers loop")
     }
     for r in rows:
         assert positive(r["tok_s"], r["step_ms"], r["vs_transformers"])

@@ -7,10 +7,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from growtool.compare import bin_tokens, compare_models, js_divergence, token_stats
-from growtool.config import ModelConfig
-from growtool.errors import GrowError
 from growtool.init import init_model
+from growtool.lab.compare import bin_tokens, compare_models, js_divergence, token_stats
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
 
 V = 32
 

@@ -9,8 +9,8 @@ import sys
 import pytest
 import torch
 
-from growtool import checkpoint
-from growtool.train import train
+from growtool.io import checkpoint
+from growtool.training.train import train
 
 from conftest import grown_gpt2
 

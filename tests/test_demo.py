@@ -6,8 +6,8 @@ import math
 import pytest
 import torch
 
-from growtool import checkpoint
 from growtool.demo import make_corpus
+from growtool.io import checkpoint
 
 from conftest import cli
 

@@ -15,8 +15,9 @@ import time
 
 import pytest
 
-from growtool import checkpoint, growth
 from growtool import cli as cli_mod
+from growtool.grow import growth
+from growtool.io import checkpoint
 
 from helpers_hardening import cli, listing, make_config, run, sha256, write_ckpt
 
@@ -226,7 +227,7 @@ def test_internal_error_is_exit_3_names_itself_and_leaves_nothing(tmp_path, monk
 
 SLOW = """
 import sys, time
-from growtool import growth
+from growtool.grow import growth
 import growtool.cli as c
 grow = growth.grow_tensor
 made = []

@@ -13,7 +13,9 @@ import torch
 transformers = pytest.importorskip("transformers")
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
-from growtool import checkpoint, data, tokenizer  # noqa: E402
+from growtool import tokenizer  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
+from growtool.training import data  # noqa: E402
 
 from conftest import FIXTURES, cli, perturbed  # noqa: E402
 

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.distributed.checkpoint as dcp
 
-from growtool import checkpoint
-from growtool.errors import GrowError
-from growtool.train import STATE, train
+from growtool.io import checkpoint
+from growtool.nn.errors import GrowError
+from growtool.training.train import STATE, train
 
 from conftest import grown_gpt2
 

@@ -6,10 +6,10 @@ units take the source's moments by the stated rule, and the second-moment rotati
 import pytest
 import torch
 
-from growtool import growth, ops, recipes
-from growtool.grow_state import grow_moment, rotate_sq_
+from growtool.grow import growth, ops, recipes
+from growtool.grow.grow_state import grow_moment, rotate_sq_
 from growtool.init import init_model
-from growtool.model import LM
+from growtool.nn.model import LM
 
 from helpers_hardening import make_config
 

@@ -6,8 +6,9 @@ import os
 import pytest
 import torch
 
-from growtool import checkpoint, recipes
-from growtool.model import LM
+from growtool.grow import recipes
+from growtool.io import checkpoint
+from growtool.nn.model import LM
 
 from conftest import FIXTURES, cli, sh, verify_json
 
@@ -197,7 +198,7 @@ def test_inspect_reports_family_shapes_gates_and_lineage(tmp_path):
 
 def test_grown_model_is_a_bigger_trainable_model():
     """Gate open, the grown model is an ordinary width-D model: parameters scale as planned."""
-    from growtool import growth
+    from growtool.grow import growth
 
     ck = checkpoint.load(FIXTURES["llama-gqa"])
     plan = growth.build_plan(ck.config, recipes.load("srio"), 96)
@@ -224,8 +225,8 @@ def test_zero_filled_new_units_are_exact_but_warned_as_dead(tmp_path):
 def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
     """bfloat16 / float16 sources grow in float32 and are rounded once at the end: the result equals
     the float32 growth of the (exactly) upcast source, rounded; with or without a reused workspace."""
-    from growtool import growth, recipes
-    from growtool.families import ARCHS
+    from growtool.grow import growth, recipes
+    from growtool.nn.families import ARCHS
 
     from helpers_hardening import make_config, random_tensors
 
@@ -268,8 +269,8 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     source, one block of rows first); other tensors have no pieces."""
     import functools
 
-    from growtool import growth
-    from growtool.families import ARCHS
+    from growtool.grow import growth
+    from growtool.nn.families import ARCHS
 
     from helpers_hardening import make_config, write_ckpt
 
@@ -326,8 +327,8 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
     gpt_neox) hold several unit kinds; GPT-2 rotates only its writers ([in, out] layout)."""
     import copy
 
-    from growtool import growth
-    from growtool.families import ARCHS
+    from growtool.grow import growth
+    from growtool.nn.families import ARCHS
 
     from helpers_hardening import make_config, random_tensors
 
@@ -372,7 +373,7 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     without a workspace, for float32 and bfloat16 grown models folded at alpha 0.5 (gated writers
     scaled) into float32, bfloat16 and float16, also from a checkpoint held in memory (whose
     tensors are left unchanged); and the command reads every tensor into workspace memory."""
-    from growtool import growth
+    from growtool.grow import growth
 
     from helpers_hardening import make_config, write_ckpt
 
@@ -444,7 +445,7 @@ def test_workspace_memory_is_advised_as_huge_pages():
     2 MB pages (growth.fresh: madvise MADV_HUGEPAGE, the "hg" flag of its mapping), since a fresh 4 KB
     page costs a fault on first touch. The advice changes no byte (the tests above grow from these
     blocks); here the flag itself is checked, and that a block handed back is reused."""
-    from growtool import growth
+    from growtool.grow import growth
 
     work = growth.Workspace()
     made = [

@@ -6,11 +6,11 @@ import pytest
 import torch
 from test_stages import KW, strip, world  # noqa: F401  (the module fixture)
 
-from growtool import growth, recipes
-from growtool.config import ModelConfig
+from growtool.grow import growth, recipes
 from growtool.init import init_model
-from growtool.model import LM
-from growtool.train import STATE, lr_at, read_metrics, train
+from growtool.nn.config import ModelConfig
+from growtool.nn.model import LM
+from growtool.training.train import STATE, lr_at, read_metrics, train
 
 
 def _cfg(family):
@@ -74,7 +74,7 @@ def test_noise_zero_is_byte_identical_to_a_recipe_without_it():
 
 
 def test_noise_is_refused_out_of_range():
-    from growtool.errors import GrowError
+    from growtool.nn.errors import GrowError
 
     with pytest.raises(GrowError, match="noise"):
         recipes.load("srio", {"noise": -1})

@@ -26,9 +26,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from growtool import checkpoint, hf_remote, recipes
-from growtool.checkpoint import DTYPE_NAME
-from growtool.config import ModelConfig
+from growtool.grow import recipes
+from growtool.io import checkpoint, hf_remote
+from growtool.io.checkpoint import DTYPE_NAME
+from growtool.nn.config import ModelConfig
 from growtool.verify import compare, random_batches
 
 from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
@@ -545,7 +546,7 @@ def test_streaming_writer_holds_twice_the_largest_tensor_whatever_the_workers():
 def test_split_tensors_share_the_workspace_threads():
     """Workspace.lend_threads: one tensor alone gets every thread; tensors split at the same time
     share them (each at least its own), so helpers do not multiply with the producers."""
-    from growtool import growth
+    from growtool.grow import growth
 
     work = growth.Workspace(threads=8)
     with work.lend_threads(8) as a:
@@ -563,8 +564,8 @@ def test_producers_fit_the_memory_bound():
     process's own (a small float32 growth); one where the process already holds the allowance, or
     where a single producer's float32 tensor and source take the room (a d4096 bf16 Llama, whose
     6144 x 16512 down_proj is built whole in float32)."""
-    from growtool import growth, recipes
-    from growtool.config import ModelConfig
+    from growtool.grow import growth, recipes
+    from growtool.nn.config import ModelConfig
 
     small = ModelConfig("llama", vocab_size=256, width=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128)
     plan = growth.build_plan(small, recipes.load("srio"), 96, dtype=torch.float32)
@@ -581,7 +582,7 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     time, each read from its own rows of the source) expand writes the same bytes as with whole
     tensors: one file, a sharded folder, and standard output; float32 and bfloat16; and the
     progress hook still hears each tensor once, with all of its bytes."""
-    from growtool import growth
+    from growtool.grow import growth
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=2, vocab=200))
     low = tmp_path / "low.safetensors"
@@ -710,7 +711,7 @@ def test_source_hash_in_the_written_header_is_the_sources_sha256(tmp_path):
 PREHASH_CHECKS = """
 import os, sys
 from pathlib import Path
-from growtool import prehash
+from growtool.io import prehash
 src, other, true = Path(sys.argv[1]), Path(sys.argv[2]), sys.argv[3]
 assert "torch" not in sys.modules
 prehash.start(["expand", "--width", "96", "-o", str(other), str(src), "-q"])
@@ -747,7 +748,7 @@ def test_the_source_hashed_as_the_program_starts(tmp_path):
     the early hash."""
     import hashlib
 
-    from growtool import prehash
+    from growtool.io import prehash
 
     from helpers_hardening import run
 
@@ -781,7 +782,7 @@ def test_the_hash_through_maps_is_the_hash(tmp_path, monkeypatch):
     import hashlib
     import threading
 
-    from growtool import prehash
+    from growtool.io import prehash
 
     monkeypatch.setattr(prehash, "WINDOW", 3 * 4096)  # windows start on page boundaries
     sizes = (0, 1, 4096, 3 * 4096, 3 * 4096 + 5, 10 * 4096 + 7)

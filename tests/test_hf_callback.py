@@ -15,9 +15,10 @@ pytest.importorskip("accelerate")  # transformers.Trainer needs it
 
 from safetensors import safe_open  # noqa: E402
 
-from growtool import checkpoint, growth  # noqa: E402
-from growtool.errors import GrowError  # noqa: E402
-from growtool.hf_callback import GateRampCallback  # noqa: E402
+from growtool.grow import growth  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.training.hf_callback import GateRampCallback  # noqa: E402
 
 from conftest import cli, perturbed  # noqa: E402
 

@@ -10,9 +10,9 @@ import math
 import pytest
 import torch
 
-from growtool import checkpoint
-from growtool.config import ModelConfig
 from growtool.init import init_model
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
 
 from conftest import cli
 

@@ -5,12 +5,14 @@ import itertools
 import pytest
 import torch
 
-from growtool import checkpoint, growth, learned, ops, recipes
-from growtool.config import ModelConfig
-from growtool.errors import GrowError
-from growtool.families import expected_shapes, tensor_specs, unit_count
+from growtool.grow import growth, ops, recipes
 from growtool.init import init_model
-from growtool.model import LM
+from growtool.io import checkpoint
+from growtool.lab import learned
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.nn.families import expected_shapes, tensor_specs, unit_count
+from growtool.nn.model import LM
 from growtool.verify import compare, random_batches
 
 from conftest import perturbed

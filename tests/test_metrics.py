@@ -7,7 +7,7 @@ import weakref
 import pytest
 import torch
 
-from growtool import checkpoint
+from growtool.io import checkpoint
 from growtool.metrics import matrix_metrics, row_cosine, stable_rank
 
 from conftest import cli

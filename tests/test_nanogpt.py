@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from growtool import checkpoint
+from growtool.io import checkpoint
 
 from conftest import cli
 

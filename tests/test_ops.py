@@ -4,7 +4,7 @@ import math
 
 import torch
 
-from growtool import ops
+from growtool.grow import ops
 
 
 def u_vectors(d, D):

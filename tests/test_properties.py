@@ -12,10 +12,10 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from growtool import growth, recipes
-from growtool.config import ModelConfig
-from growtool.families import ARCHS, expected_shapes
-from growtool.model import LM
+from growtool.grow import growth, recipes
+from growtool.nn.config import ModelConfig
+from growtool.nn.families import ARCHS, expected_shapes
+from growtool.nn.model import LM
 from growtool.verify import compare, random_batches
 
 from helpers_hardening import random_tensors

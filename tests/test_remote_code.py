@@ -10,7 +10,7 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from growtool import checkpoint  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
 
 from conftest import cli, perturbed  # noqa: E402
 

@@ -8,9 +8,9 @@ import pytest
 import torch
 from test_train import make_text, tiny_cfg
 
-from growtool import checkpoint
 from growtool.init import init_model
-from growtool.train import STATE, lr_at, read_metrics, train
+from growtool.io import checkpoint
+from growtool.training.train import STATE, lr_at, read_metrics, train
 
 from conftest import cli
 
@@ -158,8 +158,8 @@ def test_runs_saved_before_the_growth_settings_still_resume(world, tmp_path):
 def test_gpt2_run_folder_grows_and_resumes_at_the_sources_loss(world, tmp_path):
     """LayerNorm, tied head: the residual rotated by R(sqrt(d/D)), the embedding mean-filled; the moments
     follow (rotated m, (R o R) v) and the first update after the growth sees the source's function."""
-    from growtool import recipes
-    from growtool.stages import expand_run
+    from growtool.grow import recipes
+    from growtool.training.stages import expand_run
 
     cfg = tiny_cfg(family="gpt2", kv_heads=4, tie=True, norm_eps=1e-5, attn_gate=False)
     base = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=1).tensors())

@@ -9,11 +9,13 @@ import numpy as np
 import pytest
 import torch
 
-from growtool import checkpoint, data, growth, recipes
-from growtool.config import ModelConfig
-from growtool.errors import GrowError
+from growtool.grow import growth, recipes
 from growtool.init import init_model
-from growtool.train import evaluate, gate_at, lr_at, train
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.training import data
+from growtool.training.train import evaluate, gate_at, lr_at, train
 
 from conftest import cli
 

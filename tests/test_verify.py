@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from growtool import checkpoint
+from growtool.io import checkpoint
 from growtool.verify import compare, figures, random_batches, streamed_logits
 
 from conftest import FIXTURES, cli

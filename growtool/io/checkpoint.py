@@ -29,10 +29,10 @@ from pathlib import Path
 
 import torch
 
-from . import hf_remote, nanogpt, prehash
-from .config import ModelConfig
-from .errors import GrowError
-from .families import IGNORED, arch_of, expected_shapes
+from growtool.io import hf_remote, nanogpt, prehash
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.nn.families import IGNORED, arch_of, expected_shapes
 
 DTYPES = {
     "F64": torch.float64,
@@ -195,7 +195,7 @@ class Checkpoint:
         return prehash.sha256_of(self.files, self.raw, stop)
 
     def model(self, dtype=torch.float32, progress: Progress | None = None):
-        from .model import LM
+        from growtool.nn.model import LM
 
         return LM.from_tensors(self.config, self.tensors(progress), dtype=dtype)
 

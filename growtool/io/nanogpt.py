@@ -18,9 +18,9 @@ from pathlib import Path
 
 import torch
 
-from .config import ModelConfig
-from .errors import GrowError
-from .families import IGNORED, expected_shapes
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.nn.families import IGNORED, expected_shapes
 
 LINEARS = re.compile(r"\.(attn\.c_attn|attn\.c_proj|mlp\.c_fc|mlp\.c_proj)\.weight$")
 

@@ -35,9 +35,9 @@ import math
 
 import torch
 
-from . import growth, ops
-from .errors import GrowError
-from .families import unit_count
+from growtool.grow import growth, ops
+from growtool.nn.errors import GrowError
+from growtool.nn.families import unit_count
 
 # ---- one tensor's moments --------------------------------------------------------------------
 
@@ -150,7 +150,7 @@ def param_groups(model, mup: bool = False) -> list[list[str]]:
     order: the matrices (weight decay), then the rest. With ``mup`` the matrices split in two groups:
     the hidden matrices (readers and writers of the blocks, whose learning rate follows 1/width after
     a growth), then the embedding and head."""
-    from .families import tensor_specs
+    from growtool.nn.families import tensor_specs
 
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     mats, rest = [n for n, p in params if p.dim() >= 2], [n for n, p in params if p.dim() < 2]

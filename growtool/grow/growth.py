@@ -27,11 +27,11 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from . import ops
-from .checkpoint import Checkpoint, linux_call
-from .config import ModelConfig
-from .errors import GrowError
-from .families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+from growtool.grow import ops
+from growtool.io.checkpoint import Checkpoint, linux_call
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
 
 # ---- memory ---------------------------------------------------------------------------------
 
@@ -1109,7 +1109,7 @@ _EXACT_IN_F32 = (torch.float32, torch.bfloat16, torch.float16)  # converted to f
 
 
 def lineage_entry(plan: Plan, source_sha256: str) -> dict:
-    from . import __version__
+    from growtool import __version__
 
     return {
         "op": "expand",

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from .errors import GrowError
+from growtool.nn.errors import GrowError
 
 FIELDS = ("loss_a", "loss_b", "gain", "gap", "abs_gap", "js")
 

@@ -45,14 +45,16 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from . import checkpoint, data, fsdp, grow_state, growth, stages
-from .checkpoint import atomic_file
-from .errors import GrowError
-from .families import expected_shapes
-from .metrics import matrix_metrics
-from .model import LM
-from .tokenizer import Carry, write_files
-from .train_settings import Settings, resume_keys, saved_setting
+from growtool.grow import grow_state, growth
+from growtool.io import checkpoint
+from growtool.io.checkpoint import atomic_file
+from growtool.metrics import matrix_metrics
+from growtool.nn.errors import GrowError
+from growtool.nn.families import expected_shapes
+from growtool.nn.model import LM
+from growtool.tokenizer import Carry, write_files
+from growtool.training import data, fsdp, stages
+from growtool.training.train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 

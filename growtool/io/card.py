@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from .hf_remote import needs_remote
+from growtool.io.hf_remote import needs_remote
 
 
 def _stage(st: dict) -> str:

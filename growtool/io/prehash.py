@@ -20,7 +20,7 @@ import signal
 import threading
 from pathlib import Path
 
-from .errors import GrowError
+from growtool.nn.errors import GrowError
 
 COMMANDS = ("expand", "fold")  # the commands whose lineage records their source's sha256
 FLAGS = ("-q", "--quiet", "--force", "--allow-lossy", "--debug")  # options without a value

@@ -28,8 +28,8 @@ from pathlib import Path
 
 import yaml
 
-from .errors import GrowError
-from .ops import KINDS
+from growtool.grow.ops import KINDS
+from growtool.nn.errors import GrowError
 
 UNIT_MODES = tuple(k for k, v in KINDS.items() if v.units)
 COLUMN_MODES = tuple(k for k, v in KINDS.items() if v.columns)
@@ -49,7 +49,7 @@ DEFAULTS = {
 
 def _recipe_dir() -> Path:
     """recipes/ of the source tree, or the copy an installed wheel carries (growtool_recipes)."""
-    here = Path(__file__).resolve().parent.parent / "recipes"
+    here = Path(__file__).resolve().parents[2] / "recipes"
     if here.is_dir():
         return here
     try:

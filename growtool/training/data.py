@@ -25,8 +25,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from .checkpoint import atomic_file
-from .errors import GrowError
+from growtool.io.checkpoint import atomic_file
+from growtool.nn.errors import GrowError
 
 
 def file_sha256(path: Path) -> str:
@@ -159,7 +159,7 @@ def get_tokenizer(spec: str) -> Tokenizer:
     """``"byte"``, or a path to a Hugging Face ``tokenizer.json`` or a folder holding one."""
     if spec == "byte":
         return Tokenizer("byte", 256, "byte")
-    from .tokenizer import from_path
+    from growtool.tokenizer import from_path
 
     return _hf_tokenizer(from_path(spec), spec)
 
@@ -170,7 +170,7 @@ def tokenizer_for(ck, spec: str | None = None) -> Tokenizer:
     a vocabulary of 256. Raises GrowError (one line) when there is none, or when the tokenizer and
     the model's vocabulary do not match (byte on a vocabulary other than 256, or a tokenizer with
     more ids than the vocabulary)."""
-    from .tokenizer import resolve
+    from growtool.tokenizer import resolve
 
     vocab = ck.config.vocab_size
     if spec == "byte":

@@ -27,10 +27,11 @@ from pathlib import Path
 
 import torch
 
-from . import checkpoint, grow_state, growth, recipes
-from .errors import GrowError
-from .families import expected_shapes
-from .train_settings import saved_setting
+from growtool.grow import grow_state, growth, recipes
+from growtool.io import checkpoint
+from growtool.nn.errors import GrowError
+from growtool.nn.families import expected_shapes
+from growtool.training.train_settings import saved_setting
 
 # ---- the schedule ----------------------------------------------------------------------------
 
@@ -126,7 +127,7 @@ def grow_model(
 
     ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1.
     ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (grow_state.param_groups)."""
-    from .model import LM
+    from growtool.nn.model import LM
 
     cfg = model.cfg
     src_names = grow_state.param_order(model, mup)
@@ -161,7 +162,7 @@ def due(run, step: int) -> int | None:
 
 def grow_run(run, step: int, width: int) -> None:
     """Grow ``run``'s model and optimizer in place before update ``step`` (the schedule's growth)."""
-    from .train import make_optimizer, run_gate
+    from growtool.training.train import make_optimizer, run_gate
 
     stage = len(run.growths) + 1
     r = recipes.load(run.s["grow_recipe"])
@@ -172,7 +173,7 @@ def grow_run(run, step: int, width: int) -> None:
     partial = {"op": "train", "step": step, "tokens": step * B * T, "complete": False, "stage": stage - 1}
     run.lineage = run.lineage + [partial, {**entry, "step": step}]
     run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"], "from": run.model.cfg.width}]
-    from . import fsdp
+    from growtool.training import fsdp
 
     fsdp.place(new, run.dev, run.world, False, run.opts.activation_checkpointing)
     run.model = new
@@ -220,8 +221,8 @@ def expand_run(
     RNG and settings, the growth recorded) and ``metrics.jsonl`` (the source's records up to the step).
     ``growtool train CKPT --data ... --out OUT --resume`` with the source run's command line then
     continues it. Returns (plan, step). Written to a temporary folder, then renamed into place."""
-    from .train import MODEL, STATE, read_metrics, run_gate_for
-    from .train_settings import default_gate_tokens
+    from growtool.training.train import MODEL, STATE, read_metrics, run_gate_for
+    from growtool.training.train_settings import default_gate_tokens
 
     src, out = Path(src), Path(out)
     if not (src / STATE).exists() or not (src / MODEL).exists():
@@ -262,7 +263,7 @@ def expand_run(
     records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        from .train import save_bytes, write_metrics
+        from growtool.training.train import save_bytes, write_metrics
 
         tensors = {n: v.detach().float() for n, v in new.tensors().items()}
         checkpoint.save_tensors(str(tmp / MODEL), plan.cfg, lineage, tensors, tokenizer=last.tokenizer)

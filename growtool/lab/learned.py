@@ -51,12 +51,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.func import functional_call
 
-from . import growth, ops, recipes
-from .checkpoint import save, save_tensors
-from .config import ModelConfig
-from .errors import GrowError
-from .families import arch_of, tensor_specs, unit_count
-from .model import LM
+from growtool.grow import growth, ops, recipes
+from growtool.io.checkpoint import save, save_tensors
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.nn.families import arch_of, tensor_specs, unit_count
+from growtool.nn.model import LM
 
 Batches = Iterator[tuple[torch.Tensor, torch.Tensor]]
 

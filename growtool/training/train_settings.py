@@ -1,7 +1,7 @@
 """The trainer's settings, defined once.
 
 Every field of ``Settings`` is a ``growtool train`` option (``--name-with-dashes``, its help, default
-and range from here), a keyword of ``growtool.train.train``, and, unless marked otherwise, part of
+and range from here), a keyword of ``growtool.training.train.train``, and, unless marked otherwise, part of
 the settings saved with a run and compared when the run is resumed. Adding a setting is one field
 here (plus using it in train.py); tests/test_train_settings.py checks that every field reaches the
 CLI and the resume check.
@@ -13,7 +13,7 @@ import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 
-from .errors import GrowError, check_range
+from growtool.nn.errors import GrowError, check_range
 
 # what the saved settings hold beyond the fields: the run's identity, compared on resume too
 IDENTITY = ("data_sha256", "source_sha256")
@@ -151,13 +151,13 @@ class Settings:
             if value_type(f.name) is int and (not isinstance(v, int) or isinstance(v, bool)):
                 raise GrowError(f"{option(f.name)} must be an integer, got {v!r}")
             check_range(option(f.name), v, m["low"], m["high"], m["low_open"])
-        from .stages import parse_grow_at
+        from growtool.training.stages import parse_grow_at
 
         parse_grow_at(self.grow_at)
 
     def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
         """The run's saved settings: defaults filled in from the data, the model and the run length."""
-        from .stages import resolve_grow_at
+        from growtool.training.stages import resolve_grow_at
 
         seq = self.seq or min(context, 128)
         per_step = self.batch * seq

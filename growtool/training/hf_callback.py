@@ -2,7 +2,7 @@
 ``TrainerCallback``s: TRL's trainers subclass it).
 
     from transformers import AutoModelForCausalLM, Trainer
-    from growtool.hf_callback import GateRampCallback
+    from growtool.training.hf_callback import GateRampCallback
 
     model = AutoModelForCausalLM.from_pretrained("grown", trust_remote_code=True)  # growtool expand's folder
     ramp = GateRampCallback(tokens=40_000_000, tokens_per_step=256 * 1024)
@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from .errors import GrowError
+from growtool.nn.errors import GrowError
 
 try:
     from transformers import TrainerCallback

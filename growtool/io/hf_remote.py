@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from .config import ModelConfig
+from growtool.nn.config import ModelConfig
 
 CORE = ("model.py", "config.py", "families.py", "errors.py")
 
@@ -127,7 +127,7 @@ def folder_files(cfg: ModelConfig) -> dict[str, bytes]:
     """The modeling files a remote-code folder needs (none for a stock architecture)."""
     if not needs_remote(cfg):
         return {}
-    here = Path(__file__).resolve().parent
+    here = Path(__file__).resolve().parent.parent / "nn"
     files = {name: (here / name).read_bytes() for name in CORE}
     files["configuration_growtool.py"] = CONFIGURATION.encode()
     files["modeling_growtool.py"] = MODELING.encode()

@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from .errors import GrowError
+from growtool.nn.errors import GrowError
 
 DCP_PREFIX = "last-"
 
@@ -95,7 +95,7 @@ def full_tensors(model) -> dict[str, torch.Tensor]:
     if not sd:
         return {}
     if model.cfg.tie:  # the tied head is the embedding; checkpoints store it once
-        from .families import arch_of
+        from growtool.nn.families import arch_of
 
         sd.pop(arch_of(model.cfg).modules["head"] + ".weight", None)
     return {n: t.detach().float().clone() for n, t in sd.items()}

@@ -1,0 +1,1 @@
+"""Growth: the plan, the tensor operators, the recipes and the optimizer-state growth."""

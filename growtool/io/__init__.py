@@ -1,0 +1,1 @@
+"""Checkpoint input and output: safetensors, folders, nanoGPT, remote-code folders, model cards."""

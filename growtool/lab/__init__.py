@@ -1,0 +1,1 @@
+"""Research operators used by the benchmarks: learned growth, token-level model comparison."""
