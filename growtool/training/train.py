@@ -53,7 +53,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, write_files
-from growtool.training import data, fsdp, stages
+from growtool.training import data, dcp_safe, fsdp, stages
 from growtool.training.train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
@@ -365,7 +365,8 @@ def restore(run: Run, resume: bool) -> None:
     fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
     if state is not None and state.get("sharded"):
-        fsdp.load_state(model, run.opt, run.out / state["sharded"])
+        folder = dcp_safe.state_folder(run.out, state["sharded"])  # confined to the run folder
+        fsdp.load_state(model, run.opt, folder, state.get("sharded_sha256"))
     elif state is not None and fsdp.is_sharded(model):
         raise GrowError(f"{run.out}: the saved state is not sharded (a run without --fsdp); resume it without --fsdp")
     elif state is not None:
@@ -429,7 +430,8 @@ def save_state(run: Run, step: int) -> None:
         tokenizer=run.tokenizer_record,
     )
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
-    optim = {"sharded": folder} if sharded else {"optimizer": run.opt.state_dict()}
+    optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(run.out / folder)} if sharded else {}
+    optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
     save_bytes(run.out / STATE, state)
     fsdp.drop_old_states(run.out, folder)

@@ -1,0 +1,148 @@
+"""Hostile and unlucky inputs (issue 30): nothing a run folder, checkpoint, recipe or config holds
+ever executes; writes to standard output are checked; reads stay in the input; outputs never touch
+an input; one config per folder; run folders survive a failed write; every bad input is one line.
+
+Each case asserts the exit code, exactly one stderr line, no traceback, and that no file was left
+behind or changed (the whole working folder hashed before and after). Most run as real processes
+(``growtool`` with this checkout on PYTHONPATH); a few run in-process where a fault is simulated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from helpers_hardening import cli, make_config, run, write_ckpt
+
+TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def one_thread():
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def tree(folder) -> dict[str, str]:
+    """Every path under ``folder`` (hidden ones too) -> sha256 of its bytes ('dir' / 'link:...')."""
+    out = {}
+    for p in sorted(Path(folder).rglob("*")):
+        rel = str(p.relative_to(folder))
+        if p.is_symlink():
+            out[rel] = "link:" + os.readlink(p)
+        elif p.is_dir():
+            out[rel] = "dir"
+        elif p.is_file():
+            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
+        else:
+            out[rel] = "special"
+    return out
+
+
+def refused(r, code: int, *fragments, folder=None, before=None) -> str:
+    """Assert the contract on a finished run (subprocess or CliRunner): exit ``code``, one stderr line
+    containing ``fragments``, no traceback, and (with ``folder``) the folder's tree as ``before``."""
+    if hasattr(r, "returncode"):
+        rc, err = r.returncode, r.stderr.decode(errors="replace")
+    else:
+        rc, err = r.exit_code, r.stderr
+    lines = err.strip().splitlines()
+    assert rc == code, err
+    assert "Traceback" not in err, err
+    assert len(lines) == 1, err
+    for f in fragments:
+        assert f.lower() in lines[0].lower(), (f, lines[0])
+    if folder is not None:
+        assert tree(folder) == before
+    return lines[0]
+
+
+def text_file(path: Path) -> Path:
+    path.write_text(" ".join(f"the cat {i % 7} sees the dog." for i in range(200)))
+    return path
+
+
+# ---- 1: no code execution from a run folder ---------------------------------------------------
+
+
+class Payload:
+    """Unpickling this runs ``touch MARKER`` (what a crafted .metadata would do)."""
+
+    def __init__(self, marker):
+        self.marker = str(marker)
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+@pytest.fixture(scope="module")
+def sharded_run(tmp_path_factory):
+    """A real one-process --fsdp run stopped at step 2 (its state in last-2.dcp), and its inputs."""
+    d = tmp_path_factory.mktemp("sharded")
+    src = write_ckpt(d / "a.safetensors", make_config(width=16, heads=2, layers=1, vocab=256, context=8))
+    text = text_file(d / "t.txt")
+    r = cli("train", src, "--data", text, "--out", d / "run", "--fsdp", "--stop-at", 2, *TRAIN)
+    assert r.exit_code == 0, r.stderr
+    state = torch.load(d / "run" / "last.pt", weights_only=True)
+    assert state["sharded"] == "last-2.dcp" and len(state["sharded_sha256"]) == 64
+    return d, src, text
+
+
+def _crafted(tmp_path, sharded_run, metadata: bytes | None, sharded=None, record_sha=True):
+    """A copy of the run whose last-2.dcp/.metadata is ``metadata`` and whose last.pt names
+    ``sharded`` and (``record_sha``) the new .metadata's sha256, as an attacker would write it."""
+    import shutil
+
+    d, src, text = sharded_run
+    run_dir = tmp_path / "run"
+    shutil.copytree(d / "run", run_dir)
+    if metadata is not None:
+        (run_dir / "last-2.dcp" / ".metadata").write_bytes(metadata)
+    state = torch.load(run_dir / "last.pt", weights_only=True)
+    if sharded is not None:
+        state["sharded"] = sharded
+    if record_sha:
+        state["sharded_sha256"] = hashlib.sha256(metadata or b"").hexdigest()
+    torch.save(state, run_dir / "last.pt")
+    return run_dir, src, text
+
+
+def test_resume_never_unpickles_a_crafted_sharded_state(tmp_path, sharded_run):
+    """1. A .metadata pickle that would run a command: refused before anything runs, whether last.pt
+    records its sha256 (the attacker rewrote it) or not; names out of the run folder refused; a
+    garbage .metadata is one line (it was a BaseException escaping with a traceback)."""
+    marker = tmp_path / "pwned"
+    evil = pickle.dumps(Payload(marker))
+    pickle.loads(pickle.dumps(Payload(tmp_path / "selftest")))  # the payload does run when unpickled
+    assert (tmp_path / "selftest").exists()
+    (tmp_path / "selftest").unlink()
+    cases = [
+        (dict(metadata=evil), ["not a growtool sharded state", "refused global"]),
+        (dict(metadata=evil, record_sha=False), ["changed since last.pt was written"]),
+        (dict(metadata=b"\x80\x04garbage"), ["not a growtool sharded state"]),
+        (dict(metadata=None, sharded="../outside.dcp", record_sha=False), ["not last-<step>.dcp"]),
+        (dict(metadata=None, sharded="/etc", record_sha=False), ["not last-<step>.dcp"]),
+    ]
+    for i, (kw, frags) in enumerate(cases):
+        case_dir = tmp_path / f"c{i}"
+        case_dir.mkdir()
+        if kw.get("record_sha") is False and kw["metadata"] is not None:
+            run_dir, src, text = _crafted(case_dir, sharded_run, kw["metadata"], record_sha=False)
+            state = torch.load(run_dir / "last.pt", weights_only=True)
+            state["sharded_sha256"] = "0" * 64
+            torch.save(state, run_dir / "last.pt")
+        else:
+            run_dir, src, text = _crafted(case_dir, sharded_run, **kw)
+        before = tree(case_dir)
+        for fsdp in ("--fsdp",) if i else ("--fsdp", None):  # with or without --fsdp
+            args = ["train", src, "--data", text, "--out", run_dir, "--resume", *TRAIN] + ([fsdp] if fsdp else [])
+            r = (run if i == 0 else cli)(*args)  # the payload in a real process, the rest in-process
+            refused(r, 2, *frags, folder=case_dir, before=before)
+            assert not marker.exists()
