@@ -29,7 +29,7 @@ from rich.table import Table  # noqa: E402
 
 from growtool import tokenizer  # noqa: E402
 from growtool.grow import growth, recipes  # noqa: E402
-from growtool.io import checkpoint  # noqa: E402
+from growtool.io import checkpoint, stdout  # noqa: E402
 from growtool.nn.errors import GrowError, check_range  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 
@@ -193,9 +193,11 @@ class Growtool(click.Group):
         Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
         code = 0
         try:
+            stdout.harden()  # a closed or unbuffered standard output: every write checked (growtool.io.stdout)
             with interrupts_as_exceptions():
                 rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
+            stdout.finish()
         except Interrupted as e:
             code = 128 + e.signum
             click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
@@ -210,6 +212,9 @@ class Growtool(click.Group):
             code = 2
             if Growtool.debug:
                 traceback.print_exc()
+            if isinstance(e, BrokenPipeError):  # a buffered write to standard output, flushed early
+                stdout.silence()
+                e = stdout.error(e)
             msg = one_line(str(e)) or type(e).__name__
             if isinstance(e, OSError) and e.strerror:
                 msg = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
@@ -217,6 +222,11 @@ class Growtool(click.Group):
                 msg = f"out of memory ({msg})"
             click.echo(f"growtool: error: {msg}", err=True)
         except (SystemExit, click.exceptions.Exit):
+            try:
+                stdout.finish()  # verify's --json, flushed before its exit code is given
+            except GrowError as e:
+                click.echo(f"growtool: error: {e}", err=True)
+                sys.exit(2)
             raise
         except Exception as e:
             code = 3

@@ -12,12 +12,13 @@ from __future__ import annotations
 import hashlib
 import os
 import pickle
+import subprocess
 from pathlib import Path
 
 import pytest
 import torch
 
-from helpers_hardening import cli, make_config, run, write_ckpt
+from helpers_hardening import GROWTOOL, cli, make_config, run, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
@@ -146,3 +147,58 @@ def test_resume_never_unpickles_a_crafted_sharded_state(tmp_path, sharded_run):
             r = (run if i == 0 else cli)(*args)  # the payload in a real process, the rest in-process
             refused(r, 2, *frags, folder=case_dir, before=before)
             assert not marker.exists()
+
+
+# ---- 2: standard output is checked ----------------------------------------------------------
+
+
+def proc(*args, env=None, **kw) -> subprocess.Popen:
+    return subprocess.Popen(
+        [GROWTOOL, *map(str, args)], stderr=subprocess.PIPE, env={**os.environ, **(env or {})}, **kw
+    )
+
+
+@pytest.fixture
+def src(tmp_path):
+    """A small llama checkpoint in its own folder (200 KB grown to width 48: more than a pipe holds)."""
+    (tmp_path / "in").mkdir()
+    return write_ckpt(tmp_path / "in" / "a.safetensors", make_config(width=32, vocab=64))
+
+
+def test_standard_output_short_writes_and_closed_pipes_are_errors(tmp_path, src):
+    """2. ``-o -`` to a full disk (/dev/full) with PYTHONUNBUFFERED=1, into a pipe the reader closes
+    after 100 bytes, and with standard output closed: exit 2 (not 0, not 1), one line, nothing left."""
+    before = tree(tmp_path)
+    with open("/dev/full", "wb") as full:
+        p = proc("expand", src, "--width", 48, "-q", "-o", "-", stdout=full, env={"PYTHONUNBUFFERED": "1"})
+        p.wait(timeout=120)
+    refused(_done(p), 2, "standard output", "no space left", "incomplete", folder=tmp_path, before=before)
+
+    p = proc("expand", src, "--width", 48, "-q", "-o", "-", stdout=subprocess.PIPE, env={"PYTHONUNBUFFERED": "1"})
+    assert len(p.stdout.read(100)) == 100  # | head -c 100
+    p.stdout.close()
+    p.wait(timeout=120)
+    refused(_done(p), 2, "standard output", "broken pipe", folder=tmp_path, before=before)
+
+    p = proc("inspect", src, "--json", stdout=subprocess.DEVNULL, preexec_fn=lambda: os.close(1))
+    p.wait(timeout=120)
+    refused(_done(p), 2, "standard output is closed", folder=tmp_path, before=before)
+
+
+def _done(p: subprocess.Popen) -> subprocess.CompletedProcess:
+    return subprocess.CompletedProcess(p.args, p.returncode, b"", p.stderr.read())
+
+
+def test_standard_output_short_writes_are_retried(tmp_path, src):
+    """2. A non-blocking pipe takes only what fits (a short write): the rest is written once it drains,
+    so what the reader gets is the whole checkpoint, byte for byte (copyfileobj dropped the rest)."""
+    ref = tmp_path / "ref.safetensors"
+    assert run("expand", src, "--width", 48, "-q", "-o", ref).returncode == 0
+    r, w = os.pipe()
+    os.set_blocking(w, False)
+    p = proc("expand", src, "--width", 48, "-q", "-o", "-", stdout=w, env={"PYTHONUNBUFFERED": "1"})
+    os.close(w)
+    with os.fdopen(r, "rb") as fh:
+        got = fh.read()
+    assert p.wait(timeout=120) == 0, p.stderr.read()
+    assert got == ref.read_bytes() and len(got) > 65536

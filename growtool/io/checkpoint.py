@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import hf_remote, nanogpt, prehash
+from growtool.io import hf_remote, nanogpt, prehash, stdout
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, arch_of, expected_shapes
@@ -1083,9 +1083,9 @@ def save(
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
             write(tmp, specs)
+            total = tmp.tell()
             tmp.seek(0)
-            shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
-        sys.stdout.buffer.flush()
+            stdout.copy_file(tmp, total)  # every byte taken, or one line (a closed pipe, a full disk)
         return "-"
     try:
         if not is_folder_target(out):
