@@ -67,8 +67,14 @@ def _read(path: Path) -> bytes:
 
 
 def read_folder(folder: Path, names=CARRIED) -> TokenizerFiles | None:
-    """The carried files present in ``folder`` (None when there are none)."""
-    files = {n: _read(folder / n) for n in names if (folder / n).is_file()}
+    """The carried files present in ``folder`` (None when there are none); each must resolve inside
+    it (a Hugging Face cache's blob links allowed: ``confine.inside``) and be a regular file."""
+    from growtool.io import confine
+
+    present = [n for n in names if (folder / n).is_file() or (folder / n).is_symlink()]
+    for n in present:
+        confine.inside(folder / n, folder, "a tokenizer or generation file")
+    files = {n: confine.read_small(folder / n, n, confine.TOKENIZER) for n in present}
     return TokenizerFiles(str(folder.resolve()), files) if files else None
 
 

@@ -10,8 +10,10 @@ behind or changed (the whole working folder hashed before and after). Most run a
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -99,8 +101,6 @@ def sharded_run(tmp_path_factory):
 def _crafted(tmp_path, sharded_run, metadata: bytes | None, sharded=None, record_sha=True):
     """A copy of the run whose last-2.dcp/.metadata is ``metadata`` and whose last.pt names
     ``sharded`` and (``record_sha``) the new .metadata's sha256, as an attacker would write it."""
-    import shutil
-
     d, src, text = sharded_run
     run_dir = tmp_path / "run"
     shutil.copytree(d / "run", run_dir)
@@ -202,3 +202,112 @@ def test_standard_output_short_writes_are_retried(tmp_path, src):
         got = fh.read()
     assert p.wait(timeout=120) == 0, p.stderr.read()
     assert got == ref.read_bytes() and len(got) > 65536
+
+
+# ---- 3: reads stay inside the input ---------------------------------------------------------
+
+
+def test_reads_are_confined_to_the_input_folder(tmp_path):
+    """3. An index naming ../outside or an absolute system file, a shard linked out of the folder, a
+    tokenizer file linked out of it: one line each, nothing written. A Hugging Face cache snapshot
+    (every file a link into ../../blobs) still grows, its tokenizer carried."""
+    hf = write_ckpt(tmp_path / "hf", make_config(), shard_size=20_000)
+    index = json.loads((hf / "model.safetensors.index.json").read_text())
+    shards = sorted(set(index["weight_map"].values()))
+    assert len(shards) > 1
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "secret.txt").write_text("not for publishing")
+
+    def variant(name, edit):
+        d = tmp_path / name
+        shutil.copytree(hf, d)
+        edit(d)
+        return d
+
+    def remap(target):
+        def edit(d):
+            idx = json.loads((d / "model.safetensors.index.json").read_text())
+            idx["weight_map"] = {n: (target if f == shards[0] else f) for n, f in idx["weight_map"].items()}
+            (d / "model.safetensors.index.json").write_text(json.dumps(idx))
+
+        return edit
+
+    def moved_out(d):
+        shutil.move(d / shards[0], tmp_path / "outside" / (d.name + ".safetensors"))
+        remap(f"../outside/{d.name}.safetensors")(d)
+
+    def linked_out(d):
+        shutil.move(d / shards[0], tmp_path / "outside" / (d.name + ".safetensors"))
+        (d / shards[0]).symlink_to(tmp_path / "outside" / (d.name + ".safetensors"))
+
+    def tokenizer_link(d):
+        (d / "tokenizer.json").symlink_to(tmp_path / "secret.txt")
+
+    cases = [
+        (variant("dotdot", moved_out), ["outside its folder"]),
+        (variant("absolute", remap("/etc/passwd")), ["outside its folder", "/etc/passwd"]),
+        (variant("shardlink", linked_out), ["outside", "a shard in its index"]),
+        (variant("toklink", tokenizer_link), ["tokenizer.json", "outside", "refused"]),
+    ]
+    before = tree(tmp_path)
+    for d, frags in cases:
+        r = cli("expand", d, "--width", 48, "-q", "-o", tmp_path / f"{d.name}-out")
+        refused(r, 2, *frags, folder=tmp_path, before=before)
+
+    cache = tmp_path / "models--org--tiny"
+    snap = cache / "snapshots" / "abc123"
+    (cache / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    single = write_ckpt(tmp_path / "single", make_config())
+    (single / "tokenizer.json").write_text('{"version": "1.0"}')
+    for f in single.iterdir():
+        blob = cache / "blobs" / hashlib.sha256(f.read_bytes()).hexdigest()
+        shutil.copy(f, blob)
+        (snap / f.name).symlink_to(Path("../../blobs") / blob.name)
+    r = cli("expand", snap, "--width", 48, "-q", "-o", tmp_path / "grown")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "grown" / "tokenizer.json").read_text() == '{"version": "1.0"}'
+
+
+# ---- 4: outputs never touch an input --------------------------------------------------------
+
+
+def test_outputs_never_overlap_inputs(tmp_path, monkeypatch):
+    """4. An output onto the folder's config.json (--force), inside the input folder (no --force
+    needed before), a run folder holding its own checkpoint or an HF input folder: refused before
+    any work; and an output that appears while this one is written is not replaced at the rename."""
+    hf = write_ckpt(tmp_path / "hf", make_config())
+    work = tmp_path / "work"
+    work.mkdir()
+    final = write_ckpt(work / "final.safetensors", make_config(vocab=256, context=8))
+    text = text_file(tmp_path / "t.txt")
+    before = tree(tmp_path)
+    for args in (
+        ["expand", hf / "model.safetensors", "--width", 48, "-o", hf / "config.json", "--force"],
+        ["expand", hf, "--width", 48, "-o", hf / "model.safetensors.index.json"],
+        ["fold", hf, "--alpha", 1, "-o", hf / "sub"],
+        ["train", final, "--data", text, "--out", work, *TRAIN],
+        ["train", hf, "--data", text, "--out", hf, *TRAIN],
+    ):
+        r = cli(*args)
+        refused(r, 2, "input", folder=tmp_path, before=before)
+
+    from growtool.io import checkpoint
+
+    real = checkpoint.write_stream
+    out = tmp_path / "race.safetensors"
+
+    def racing(fh, *a, **kw):  # another growtool finishes the same output meanwhile
+        real(fh, *a, **kw)
+        out.write_bytes(b"the other one")
+
+    monkeypatch.setattr(checkpoint, "write_stream", racing)
+    r = cli("expand", hf, "--width", 48, "-q", "-o", out)
+    refused(
+        r,
+        2,
+        "appeared while this one was written",
+        folder=tmp_path,
+        before={**before, out.name: tree(tmp_path)[out.name]},
+    )
+    assert out.read_bytes() == b"the other one"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import hf_remote, nanogpt, prehash, stdout
+from growtool.io import confine, hf_remote, nanogpt, prehash, stdout
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, arch_of, expected_shapes
@@ -111,8 +111,10 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
 
 def read_file_header(path: Path) -> tuple[dict, dict, int]:
     """(tensor entries, metadata, data start offset) of a safetensors file, checked."""
+    if path.is_dir():
+        raise GrowError(f"{path}: is a folder without config.json, not a safetensors file")
     try:
-        size = path.stat().st_size
+        size = confine.regular(path, "a safetensors file").st_size  # a FIFO would block, a device not end
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) == 8:
@@ -275,7 +277,7 @@ def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelCo
     if "config" in meta:
         raw = meta["config"]
     elif folder_cfg is not None and folder_cfg.exists():
-        raw = folder_cfg.read_text()
+        raw = confine.read_small(folder_cfg, "config.json")
     if raw is None:
         raise GrowError(f"{src}: no model config (neither in the safetensors metadata nor a config.json beside it)")
     try:
@@ -395,6 +397,8 @@ def load(src: str | os.PathLike) -> Checkpoint:
     if not s:
         raise GrowError("empty checkpoint path")
     if s == "-":
+        if sys.stdin is None:
+            raise GrowError("standard input is closed (expected a safetensors checkpoint)")
         data = sys.stdin.buffer.read()
         if not data:
             raise GrowError("standard input is empty (expected a safetensors checkpoint)")
@@ -414,6 +418,7 @@ def load(src: str | os.PathLike) -> Checkpoint:
     files = prehash.checkpoint_files(s)
     folder_cfg = p / "config.json" if p.is_dir() else None
     if not p.is_dir():
+        confine.regular(p, "a checkpoint file")  # before any open: a FIFO would block
         if nanogpt.is_torch_file(p):
             return _load_nanogpt(p)
         if (p.parent / "config.json").exists():
@@ -883,8 +888,9 @@ def _fsync_dir(path: Path) -> None:
         pass
 
 
-def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None]) -> None:
-    """Write ``dest`` through a temporary file in its folder: fsync, then rename. Nothing partial remains."""
+def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None], place: Callable | None = None) -> None:
+    """Write ``dest`` through a temporary file in its folder: fsync, then rename (``place(tmp, dest)``
+    instead where given: ``confine.place``). Nothing partial remains."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         umask = os.umask(0)
@@ -894,7 +900,7 @@ def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+        (place or os.replace)(tmp, dest)
         _fsync_dir(dest.parent)
     except BaseException:
         try:
@@ -908,20 +914,13 @@ def is_folder_target(out: str) -> bool:
     return not out.endswith(".safetensors") and out != "-"
 
 
-def _clobbers(dest: Path, inp: Path) -> bool:
-    """Would replacing ``dest`` (both resolved, dest existing) destroy ``inp`` or a file of it?"""
-    return dest == inp or dest in inp.parents or (inp.is_dir() and inp in dest.parents)
-
-
 def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | None:
     """Refuse a destination that would overwrite an input, already exists (without force),
     or sits in a missing / unwritable folder. Returns the path (None for stdout)."""
     if out == "-":
         return None
     dest = Path(out)
-    for i in inputs:
-        if i != "-" and Path(i).exists() and dest.exists() and _clobbers(dest.resolve(), Path(i).resolve()):
-            raise GrowError(f"{dest}: output would overwrite the input {i}")
+    confine.check_output(out, [str(i) for i in inputs])  # not the input, nor a file it is read with, nor in it
     parent = dest.parent if str(dest.parent) else Path(".")
     if not parent.is_dir():
         raise GrowError(f"{dest}: output folder {parent} does not exist")
@@ -1025,8 +1024,18 @@ def _replace(tmp: Path, dest: Path) -> None:
     old = None
     if dest.exists() or dest.is_symlink():
         old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent)) / "old"
-        os.replace(dest, old)
-    os.replace(tmp, dest)
+        try:
+            os.replace(dest, old)
+        except BaseException:
+            shutil.rmtree(old.parent, ignore_errors=True)  # nothing hidden left behind
+            raise
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+            shutil.rmtree(old.parent, ignore_errors=True)
+        raise
     _fsync_dir(dest.parent)
     if old is not None:
         shutil.rmtree(old.parent, ignore_errors=True)
@@ -1068,6 +1077,7 @@ def save(
     Returns the written path.
     """
     meta = metadata(cfg, lineage, tokenizer)
+    inputs = [str(i) for i in inputs]
     dest = check_destination(out, inputs, force)
     shards = plan_shards(specs, shard_size)
     if len(shards) > 1 and (dest is None or not is_folder_target(out)):
@@ -1089,13 +1099,13 @@ def save(
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(dest, lambda fh: write(fh, specs))
+            atomic_file(dest, lambda fh: write(fh, specs), confine.place(dest, inputs, force))  # checked again
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
             _write_folder(tmpdir, cfg, shards, write, files)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
-            _replace(tmpdir, dest)
+            confine.place(dest, inputs, force, _replace)(tmpdir, dest)  # checked again at the rename
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise

@@ -46,7 +46,7 @@ import torch
 import torch.distributed as dist
 
 from growtool.grow import grow_state, growth
-from growtool.io import checkpoint
+from growtool.io import checkpoint, confine
 from growtool.io.checkpoint import atomic_file
 from growtool.metrics import matrix_metrics
 from growtool.nn.errors import GrowError
@@ -292,6 +292,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     files = data.check_files(data_files)
     dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
+    confine.check_run_folder(out, [str(ckpt), *map(str, files)])  # the run's files never replace an input
     cfg = ck.config
     tok = data.tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
     seq = opts.seq or min(cfg.context, 128)
