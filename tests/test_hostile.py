@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers_hardening import GROWTOOL, cli, make_config, run, write_ckpt
+from helpers_hardening import GROWTOOL, cli, make_config, read_raw, run, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
@@ -311,3 +311,33 @@ def test_outputs_never_overlap_inputs(tmp_path, monkeypatch):
         before={**before, out.name: tree(tmp_path)[out.name]},
     )
     assert out.read_bytes() == b"the other one"
+
+
+# ---- 5: one config per folder ----------------------------------------------------------------
+
+
+def test_a_folders_config_json_is_the_config(tmp_path):
+    """5. An edit to config.json that changes the function (norm eps) and that the weights' metadata
+    contradicts is refused (it was silently ignored); an edit elsewhere (a token id) is what the
+    output carries (it was rewritten from the stale copy). And (9) a float32 expand of a bfloat16
+    folder says float32 in its config.json."""
+    import dataclasses
+
+    cfg = dataclasses.replace(make_config(), extra={"dtype": "bfloat16", "bos_token_id": 1})
+    hf = write_ckpt(tmp_path / "hf", cfg, dtype=torch.bfloat16)
+    c = json.loads((hf / "config.json").read_text())
+    c["rms_norm_eps"] = 1e-2
+    (hf / "config.json").write_text(json.dumps(c))
+    before = tree(tmp_path)
+    r = run("expand", hf, "--width", 48, "-q", "-o", tmp_path / "out")
+    refused(r, 2, "config.json", "norm_eps", "metadata", folder=tmp_path, before=before)
+
+    c["rms_norm_eps"], c["bos_token_id"] = 1e-5, 7
+    (hf / "config.json").write_text(json.dumps(c))
+    r = cli("expand", hf, "--width", 48, "-q", "--dtype", "float32", "-o", tmp_path / "out")
+    assert r.exit_code == 0, r.stderr
+    out = json.loads((tmp_path / "out" / "config.json").read_text())
+    assert out["bos_token_id"] == 7 and out["dtype"] == "float32"
+    header, _ = read_raw(tmp_path / "out" / "model.safetensors")
+    assert header["lm_head.weight"]["dtype"] == "F32"
+    assert json.loads(header["__metadata__"]["config"])["dtype"] == "float32"

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import confine, hf_remote, nanogpt, prehash, stdout
+from growtool.io import confine, hf_remote, nanogpt, one_config, prehash, stdout
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, arch_of, expected_shapes
@@ -273,25 +273,11 @@ def _tokenizer_record(meta: dict, src: str) -> dict | None:
 
 
 def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelConfig, list]:
-    raw = None
-    if "config" in meta:
-        raw = meta["config"]
-    elif folder_cfg is not None and folder_cfg.exists():
-        raw = confine.read_small(folder_cfg, "config.json")
-    if raw is None:
-        raise GrowError(f"{src}: no model config (neither in the safetensors metadata nor a config.json beside it)")
-    try:
-        hf = json.loads(raw)
-    except json.JSONDecodeError:
-        raise GrowError(f"{src}: model config is not valid JSON") from None
+    cfg = one_config.config(meta, folder_cfg, src)  # config.json where there is one, checked against the metadata
     try:
         lineage = json.loads(meta.get("lineage", "[]"))
     except json.JSONDecodeError:
         raise GrowError(f"{src}: growth lineage in the metadata is not valid JSON") from None
-    try:
-        cfg = ModelConfig.from_hf(hf)
-    except GrowError as e:
-        raise GrowError(f"{src}: {e}") from None
     return cfg, lineage
 
 
@@ -1076,6 +1062,8 @@ def save(
     ``pieces(name)``: the row ranges a tensor is made and written in (``write_stream``).
     Returns the written path.
     """
+    specs = list(specs)
+    cfg = one_config.with_dtype(cfg, specs[0][2]) if specs else cfg  # config.json names the dtype written
     meta = metadata(cfg, lineage, tokenizer)
     inputs = [str(i) for i in inputs]
     dest = check_destination(out, inputs, force)
