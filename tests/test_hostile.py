@@ -341,3 +341,58 @@ def test_a_folders_config_json_is_the_config(tmp_path):
     header, _ = read_raw(tmp_path / "out" / "model.safetensors")
     assert header["lm_head.weight"]["dtype"] == "F32"
     assert json.loads(header["__metadata__"]["config"])["dtype"] == "float32"
+
+
+# ---- 6: run folders survive a failed write ---------------------------------------------------
+
+
+def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path, monkeypatch):
+    """6. The disk fills while the state of step 4 is written: one line, exit 2, the step-2 pair
+    untouched and nothing pending left; ``--resume`` then finishes the run. A disk full at the very
+    first save leaves a folder that starts over without --resume (it was neither startable nor
+    resumable). A metrics line cut short is dropped on resume."""
+    import errno
+
+    from growtool.training import train as train_mod
+
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(width=16, heads=2, layers=1, vocab=256, context=8))
+    text = text_file(tmp_path / "t.txt")
+    real, calls, pair = train_mod.save_bytes, [], {}
+
+    def full_disk_at(n):
+        def save_bytes(path, obj):
+            calls.append(path)
+            if len(calls) == n:
+                pair.update({k: tree(tmp_path / "run").get(k) for k in ("last.pt", "last.safetensors")})
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(path))
+            return real(path, obj)
+
+        return save_bytes
+
+    args = ["train", src, "--data", text, "--out", tmp_path / "run", "--save-every", 2, *TRAIN]
+    monkeypatch.setattr(train_mod, "save_bytes", full_disk_at(2))
+    refused(cli(*args), 2, "no space left on device")
+    after = tree(tmp_path / "run")
+    assert pair["last.pt"] is not None and {k: after[k] for k in pair} == pair  # the step-2 pair, as it was
+    assert not [n for n in after if n.startswith(".") or "pending" in n or n.endswith(".tmp")]
+    with open(tmp_path / "run" / "metrics.jsonl", "a") as fh:
+        fh.write('{"step": 9, "lo')  # cut short
+    monkeypatch.setattr(train_mod, "save_bytes", real)
+    r = cli(*args, "--resume")
+    assert r.exit_code == 0, r.stderr
+    assert [json.loads(x)["step"] for x in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()] == [
+        0,
+        1,
+        2,
+        3,
+        4,
+    ]
+
+    calls.clear()
+    args[args.index("--out") + 1] = tmp_path / "run2"
+    monkeypatch.setattr(train_mod, "save_bytes", full_disk_at(1))
+    refused(cli(*args), 2, "no space left on device")
+    assert not (tmp_path / "run2" / "last.safetensors").exists() and (tmp_path / "run2" / "metrics.jsonl").exists()
+    monkeypatch.setattr(train_mod, "save_bytes", real)
+    r = cli(*args)  # starts over
+    assert r.exit_code == 0, r.stderr

@@ -53,7 +53,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, write_files
-from growtool.training import data, dcp_safe, fsdp, stages
+from growtool.training import data, dcp_safe, fsdp, runfiles, stages
 from growtool.training.train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
@@ -174,9 +174,22 @@ def write_metrics(path: Path, records: list[dict]) -> None:
 
 
 def read_metrics(path: Path) -> list[dict]:
+    """The records of metrics.jsonl; a last line cut short (a full disk, a kill) is dropped."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            if i == len(lines) - 1:
+                break
+            raise GrowError(f"{path}: line {i + 1} is not a metrics record (a corrupt run folder)")
+        out.append(rec)
+    return out
 
 
 def plot(records: list[dict], path: Path, title: str) -> None:
@@ -311,7 +324,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         )
     if out.exists() and not out.is_dir():
         raise GrowError(f"{out}: exists and is not a folder")
-    has_run = (out / STATE).exists() or (out / "metrics.jsonl").exists()
+    runfiles.recover(out, STATE)
+    has_run = (out / STATE).exists()  # metrics without a saved state: the first save never completed
     if has_run and not resume:
         raise GrowError(f"{out}: already holds a training run (pass --resume to continue it, or another --out)")
     if resume and not (out / STATE).exists():
@@ -422,19 +436,20 @@ def save_state(run: Run, step: int) -> None:
         "data_sha256": s["data_sha256"],
         "tokenizer": s["tokenizer"],
     }
-    checkpoint.save_tensors(
-        str(run.out / MODEL),
-        run.model.cfg,
-        run.lineage + [entry],
-        tensors if sharded else cpu_tensors(run.model),
-        force=True,
-        tokenizer=run.tokenizer_record,
-    )
+    tensors = tensors if sharded else cpu_tensors(run.model)
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
     optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(run.out / folder)} if sharded else {}
     optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
-    save_bytes(run.out / STATE, state)
+    runfiles.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
+        run.out,
+        MODEL,
+        STATE,
+        lambda p: checkpoint.save_tensors(
+            str(p), run.model.cfg, run.lineage + [entry], tensors, force=True, tokenizer=run.tokenizer_record
+        ),
+        lambda p: save_bytes(p, state),
+    )
     fsdp.drop_old_states(run.out, folder)
 
 
@@ -486,7 +501,7 @@ def loop(run: Run, module, progress: bool) -> int:
         run.out.mkdir(exist_ok=True)
         if run.start:  # resumed: drop steps logged after the saved state
             run.records = [r for r in read_metrics(metrics_path) if r["step"] <= run.start]
-            write_metrics(metrics_path, run.records)
+        write_metrics(metrics_path, run.records)  # a fresh start: none (what a failed first run logged goes)
     run.val = run.ds.val_batches(s["eval_batches"])
     fh = open(metrics_path, "a") if run.lead else None
 
