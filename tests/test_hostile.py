@@ -396,3 +396,23 @@ def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path
     monkeypatch.setattr(train_mod, "save_bytes", real)
     r = cli(*args)  # starts over
     assert r.exit_code == 0, r.stderr
+
+
+# ---- 7: a YAML alias bomb --------------------------------------------------------------------
+
+
+def test_a_recipe_alias_bomb_is_refused_at_once(tmp_path, src):
+    """7. A 1 KB recipe of nested aliases (10^9 values once expanded) is refused in a moment, in little
+    memory, with one line (the error message used to format the expanded value)."""
+    levels = ['&a ["x","x","x","x","x","x","x","x","x","x"]']
+    for k in "bcdefghi":
+        levels.append(f"&{k} [" + ",".join([f"*{chr(ord(k) - 1)}"] * 10) + "]")
+    lines = ["description: [" + ", ".join(levels) + "]"]  # a known key whose bad value is 10^9 strings
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text("\n".join(lines) + "\n")
+    assert bomb.stat().st_size < 1024
+    before = tree(tmp_path)
+    cmd = [GROWTOOL, "expand", src, "--width", 48, "--recipe", bomb, "-o", tmp_path / "o.safetensors"]
+    limited = 'ulimit -v 8000000; exec "$0" "$@"'  # 8 GB of address space: the bomb may not take the machine
+    r = subprocess.run(["bash", "-c", limited, *map(str, cmd)], capture_output=True, timeout=60)
+    refused(r, 2, "bomb.yaml", "aliases", folder=tmp_path, before=before)
