@@ -28,7 +28,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from growtool import tokenizer  # noqa: E402
-from growtool.grow import growth, recipes  # noqa: E402
+from growtool.grow import growth, limits, recipes  # noqa: E402
 from growtool.io import checkpoint, stdout  # noqa: E402
 from growtool.nn.errors import GrowError, check_range  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
@@ -221,6 +221,10 @@ class Growtool(click.Group):
             if isinstance(e, MemoryError):
                 msg = f"out of memory ({msg})"
             click.echo(f"growtool: error: {msg}", err=True)
+        except RuntimeError as e:  # torch's out-of-memory is a RuntimeError; any other is a bug
+            code = 2 if is_out_of_memory(e) else 3
+            line = f"growtool: error: out of memory ({one_line(str(e))[:160]})" if code == 2 else None
+            click.echo(line or internal_error(e, Growtool.debug), err=True)
         except (SystemExit, click.exceptions.Exit):
             try:
                 stdout.finish()  # verify's --json, flushed before its exit code is given
@@ -232,6 +236,13 @@ class Growtool(click.Group):
             code = 3
             click.echo(internal_error(e, Growtool.debug), err=True)
         sys.exit(code)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch's out-of-memory errors: ``torch.OutOfMemoryError`` (a device) or the CPU allocator's."""
+    oom = getattr(torch, "OutOfMemoryError", None)
+    text = str(e)
+    return (oom is not None and isinstance(e, oom)) or "can't allocate memory" in text or "out of memory" in text
 
 
 class Interrupted(BaseException):
@@ -543,6 +554,7 @@ def expand(
     ck = checkpoint.load(ckpt)  # the header and config; tensors are read on demand
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
+    limits.check_growth(ck.config, width, ffn, dt.itemsize, None if dry_run else out)  # sizes before any work
     try:
         plan = growth.build_plan(
             ck.config,

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers_hardening import GROWTOOL, cli, make_config, read_raw, run, write_ckpt
+from helpers_hardening import GROWTOOL, cli, make_config, raw_safetensors, read_raw, run, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
@@ -416,3 +416,92 @@ def test_a_recipe_alias_bomb_is_refused_at_once(tmp_path, src):
     limited = 'ulimit -v 8000000; exec "$0" "$@"'  # 8 GB of address space: the bomb may not take the machine
     r = subprocess.run(["bash", "-c", limited, *map(str, cmd)], capture_output=True, timeout=60)
     refused(r, 2, "bomb.yaml", "aliases", folder=tmp_path, before=before)
+
+
+# ---- 8: bad input is exit 2, not 3 -----------------------------------------------------------
+
+
+def _edit_meta(src: Path, dst: Path, fn) -> Path:
+    h, data = read_raw(src)
+    fn(h["__metadata__"])
+    dst.write_bytes(raw_safetensors(h, data))
+    return dst
+
+
+def test_malformed_inputs_are_bad_input_not_bugs(tmp_path, src, sharded_run, monkeypatch):
+    """8. Malformed metadata lineage, tokenizer record and config values; a malformed nanoGPT file; a
+    truncated or incomplete last.pt; verify --data on an empty file; closed standard input; torch's
+    out-of-memory; absurd widths (``--width 10**20 --dry-run`` hung): each exit 2 and one line (each
+    was exit 3, "a bug in growtool", or a hang). A cut-short token cache is rebuilt."""
+
+    def config_edit(**kw):
+        def fn(m):
+            c = json.loads(m["config"])
+            c.update(kw)
+            m["config"] = json.dumps(c).replace('"INF"', "1e400")
+
+        return fn
+
+    bad = {
+        "lineage": (lambda m: m.update(lineage='{"op": "init"}'), ["lineage", "not a list"]),
+        "tokens": (lambda m: m.update(lineage='[{"op": "train", "tokens": "many"}]'), ["lineage entry 0", "tokens"]),
+        "tokrec": (lambda m: m.update(tokenizer='{"from": "x", "files": ["a"]}'), ["tokenizer record"]),
+        "overflow": (config_edit(hidden_size="INF"), ["malformed value"]),
+        "rope": (config_edit(rope_parameters=[1]), ["malformed value"]),
+    }
+    d = tmp_path / "bad"
+    d.mkdir()
+    files = {k: _edit_meta(src, d / f"{k}.safetensors", fn) for k, (fn, _) in bad.items()}
+    torch.save({"model": {}, "model_args": [1, 2]}, d / "nano.pt")
+    (d / "empty.txt").write_bytes(b"")
+    run_dir, _, text = _crafted(tmp_path / "r", sharded_run, None, record_sha=False)
+    state = torch.load(run_dir / "last.pt", weights_only=True)
+    truncated = run_dir / "last.pt"
+    truncated.write_bytes(truncated.read_bytes()[:300])
+    incomplete = _crafted(tmp_path / "r2", sharded_run, None, record_sha=False)[0]
+    torch.save({"step": state["step"]}, incomplete / "last.pt")
+    before = tree(tmp_path)
+    resume = ["--data", text, "--resume", "--fsdp", *TRAIN]
+    cases = [(["expand", files[k], "--width", 48, "-o", tmp_path / "o"], frags) for k, (_, frags) in bad.items()]
+    cases += [
+        (["inspect", d / "nano.pt"], ["malformed nanoGPT"]),
+        (["train", sharded_run[1], "--out", run_dir, *resume], ["last.pt", "not a readable training state"]),
+        (["train", sharded_run[1], "--out", incomplete, *resume], ["last.pt", "incomplete training state"]),
+        (["verify", src, src, "--data", d / "empty.txt"], ["empty.txt", "empty file"]),
+    ]
+    for args, frags in cases:
+        refused(cli(*args), 2, *frags, folder=tmp_path, before=before)
+
+    p = subprocess.run(
+        [GROWTOOL, "expand", "-", "--width", "48", "-o", str(tmp_path / "o")],
+        capture_output=True,
+        preexec_fn=lambda: os.close(0),
+        timeout=60,
+    )
+    refused(p, 2, "standard input is closed", folder=tmp_path, before=before)
+    for width in (10**20, 10**9):
+        p = run("expand", src, "--width", width, "--dry-run", "-q", timeout=60)
+        refused(p, 2, f"--width {width}", "beyond any machine", folder=tmp_path, before=before)
+
+    from growtool.grow import growth
+
+    def oom(*a, **kw):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+
+    monkeypatch.setattr(growth, "grow_tensor", oom)
+    refused(
+        cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "o.safetensors"),
+        2,
+        "out of memory",
+        folder=tmp_path,
+        before=before,
+    )
+    monkeypatch.undo()
+
+    ok = _crafted(tmp_path / "r3", sharded_run, None, record_sha=False)[0]
+    state["sharded_sha256"] = hashlib.sha256((ok / "last-2.dcp" / ".metadata").read_bytes()).hexdigest()
+    torch.save(state, ok / "last.pt")
+    (cache,) = (ok / "cache").iterdir()
+    cache.write_bytes(cache.read_bytes()[:-1])  # cut short
+    r = cli("train", sharded_run[1], "--out", ok, *resume)
+    assert r.exit_code == 0, r.stderr

@@ -267,18 +267,17 @@ def _tokenizer_record(meta: dict, src: str) -> dict | None:
         rec = json.loads(meta["tokenizer"])
     except json.JSONDecodeError:
         rec = None
-    if not isinstance(rec, dict):
-        raise GrowError(f"{src}: tokenizer record in the metadata is not a JSON object")
+    files = rec.get("files", {}) if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or not isinstance(rec.get("from", ""), str) or not isinstance(files, dict):
+        raise GrowError(f"{src}: tokenizer record in the metadata is not a JSON object of 'from' and 'files'")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise GrowError(f"{src}: tokenizer record in the metadata names its files badly (name -> sha256 expected)")
     return rec
 
 
 def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelConfig, list]:
     cfg = one_config.config(meta, folder_cfg, src)  # config.json where there is one, checked against the metadata
-    try:
-        lineage = json.loads(meta.get("lineage", "[]"))
-    except json.JSONDecodeError:
-        raise GrowError(f"{src}: growth lineage in the metadata is not valid JSON") from None
-    return cfg, lineage
+    return cfg, one_config.lineage(meta, src)
 
 
 def _canonical(cfg: ModelConfig, entries: dict) -> dict[str, str]:

@@ -27,6 +27,35 @@ def parse(raw, where: str) -> ModelConfig:
         return ModelConfig.from_hf(hf)
     except GrowError as e:
         raise GrowError(f"{where}: {e}") from None
+    except (AttributeError, OverflowError, TypeError, ValueError, KeyError, IndexError) as e:
+        raise GrowError(f"{where}: config has a malformed value ({' '.join(str(e).split())[:120]})") from None
+
+
+INTS = ("step", "steps", "tokens", "batch", "seq", "width_from", "width_to")  # the fields that are formatted
+NUMBERS = ("alpha", "gamma", "embed_gamma", "lr", "val_loss", "gates_folded_at", "eps")
+STRINGS = ("op", "source_sha256")
+
+
+def lineage(meta: dict, src: str) -> list:
+    """The growth lineage in the metadata: a list of JSON objects whose known fields have their types."""
+    try:
+        out = json.loads(meta.get("lineage", "[]"))
+    except json.JSONDecodeError:
+        raise GrowError(f"{src}: growth lineage in the metadata is not valid JSON") from None
+    if not isinstance(out, list) or not all(isinstance(st, dict) for st in out):
+        raise GrowError(f"{src}: growth lineage in the metadata is not a list of JSON objects")
+    for i, st in enumerate(out):
+        for k, v in st.items():
+            ok = (
+                v is None
+                or (k in INTS and isinstance(v, int) and not isinstance(v, bool))
+                or (k in NUMBERS and isinstance(v, (int, float)) and not isinstance(v, bool))
+                or (k in STRINGS and isinstance(v, str))
+                or k not in INTS + NUMBERS + STRINGS
+            )
+            if not ok:
+                raise GrowError(f"{src}: growth lineage entry {i} has a bad {k} ({str(v)[:40]!r})")
+    return out
 
 
 def first_difference(a: ModelConfig, b: ModelConfig) -> tuple[str, object, object] | None:

@@ -45,3 +45,48 @@ def recover(out: Path, state: str) -> None:
         os.replace(ps, out / state)
     for p in (pm, ps):
         p.unlink(missing_ok=True)
+
+
+def load_state(path: Path) -> dict:
+    """``last.pt``, loaded with ``weights_only`` and checked to be a training state: a truncated,
+    corrupt or incomplete one is one GrowError line, not a traceback."""
+    import torch
+
+    from growtool.nn.errors import GrowError
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated zip, a refused global, garbage
+        raise GrowError(f"{path}: not a readable training state ({' '.join(str(e).split())[:100]})") from None
+    rng = state.get("rng") if isinstance(state, dict) else None
+    ok = (
+        isinstance(state, dict)
+        and isinstance(state.get("step"), int)
+        and state["step"] >= 0
+        and isinstance(state.get("settings"), dict)
+        and isinstance(rng, dict)
+        and isinstance(rng.get("torch"), torch.Tensor)
+        and (isinstance(state.get("optimizer"), dict) or isinstance(state.get("sharded"), str))
+        and isinstance(state.get("growths", []), list)
+    )
+    if not ok:
+        raise GrowError(f"{path}: incomplete training state (step, settings, rng and optimizer expected)")
+    return state
+
+
+def restoring(path: Path):
+    """A context in which an optimizer or RNG state that does not fit is one GrowError line."""
+    import contextlib
+
+    from growtool.nn.errors import GrowError
+
+    @contextlib.contextmanager
+    def ctx():
+        try:
+            yield
+        except (ValueError, RuntimeError, KeyError, TypeError, IndexError) as e:
+            raise GrowError(
+                f"{path}: its saved state does not fit this run ({' '.join(str(e).split())[:100]})"
+            ) from None
+
+    return ctx()

@@ -359,7 +359,7 @@ def restore(run: Run, resume: bool) -> None:
     """The model and optimiser: fresh from the checkpoint, or as the resumed run saved them."""
     model, state = run.ck.model(), None
     if resume:
-        state = torch.load(run.out / STATE, map_location="cpu", weights_only=True)
+        state = runfiles.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
         for k in resume_keys():
             if saved_setting(state["settings"], k) != run.s[k]:
                 raise GrowError(
@@ -385,11 +385,13 @@ def restore(run: Run, resume: bool) -> None:
     elif state is not None and fsdp.is_sharded(model):
         raise GrowError(f"{run.out}: the saved state is not sharded (a run without --fsdp); resume it without --fsdp")
     elif state is not None:
-        run.opt.load_state_dict(state["optimizer"])
+        with runfiles.restoring(run.out / STATE):
+            run.opt.load_state_dict(state["optimizer"])
     if state is not None:
-        torch.set_rng_state(state["rng"]["torch"])
-        if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
+        with runfiles.restoring(run.out / STATE):
+            torch.set_rng_state(state["rng"]["torch"])
+            if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
+                torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
     else:
         torch.manual_seed(run.s["seed"])
 
