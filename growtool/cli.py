@@ -194,7 +194,7 @@ class Growtool(click.Group):
         code = 0
         try:
             stdout.harden()  # a closed or unbuffered standard output: every write checked (growtool.io.stdout)
-            with interrupts_as_exceptions():
+            with interrupts_as_exceptions(), held_warnings():
                 rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
             stdout.finish()
@@ -236,6 +236,27 @@ class Growtool(click.Group):
             code = 3
             click.echo(internal_error(e, Growtool.debug), err=True)
         sys.exit(code)
+
+
+@contextlib.contextmanager
+def held_warnings():
+    """Python warnings (torch's, say) raised during a command are held: after success each is one
+    ``growtool: warning:`` line; after an error they are dropped (with --debug, printed), so that the
+    error stays the only line."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        ok = False
+        try:
+            yield
+            ok = True
+        except SystemExit as e:  # verify's verdict (0 or 1) is a result, not an error
+            ok = e.code in (0, 1, None)
+            raise
+        finally:
+            for w in caught:
+                if ok or Growtool.debug:
+                    click.echo(f"growtool: warning: {one_line(str(w.message))[:300]}", err=True)
 
 
 def is_out_of_memory(e: BaseException) -> bool:

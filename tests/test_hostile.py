@@ -13,6 +13,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -505,3 +506,102 @@ def test_malformed_inputs_are_bad_input_not_bugs(tmp_path, src, sharded_run, mon
     cache.write_bytes(cache.read_bytes()[:-1])  # cut short
     r = cli("train", sharded_run[1], "--out", ok, *resume)
     assert r.exit_code == 0, r.stderr
+
+
+# ---- 9: the smaller items --------------------------------------------------------------------
+
+
+def _shifted(h: dict, data: bytes, at: int, gap: bytes) -> bytes:
+    """``gap`` inserted into the data at offset ``at`` (tensors from there on moved along)."""
+    for n, e in h.items():
+        if n != "__metadata__" and e["data_offsets"][0] >= at:
+            e["data_offsets"] = [o + len(gap) for o in e["data_offsets"]]
+    return raw_safetensors(h, data[:at] + gap + data[at:])
+
+
+def test_smaller_items(tmp_path, src, monkeypatch):
+    """9. Trailing bytes, a hole between tensors, a key given twice (the safetensors library refuses
+    each); a config.json linked to /dev/zero; a FIFO as input (it blocked); a folder named
+    x.safetensors (was "a folder without config.json"); a warning above the error; ``-o . --force``
+    (left a hidden ..XXXX.old); a float16 expand past 65504 (wrote Inf): one line each, no damage."""
+    d = tmp_path / "items"
+    d.mkdir()
+    h, data = read_raw(src)
+    first = min(e["data_offsets"][1] for n, e in h.items() if n != "__metadata__" and e["data_offsets"][0] == 0)
+    (d / "trailing.safetensors").write_bytes(src.read_bytes() + b"\0" * 8)
+    (d / "hole.safetensors").write_bytes(_shifted(json.loads(json.dumps(h)), data, first, b"HIDDEN!!"))
+    name = next(n for n in h if n != "__metadata__")
+    raw = raw_safetensors(h, data)
+    n = int.from_bytes(raw[:8], "little")
+    dup = raw[8 : 8 + n].replace(b"{", b'{"%s": %s, ' % (name.encode(), json.dumps(h[name]).encode()), 1)
+    (d / "dup.safetensors").write_bytes(len(dup).to_bytes(8, "little") + dup + data)
+    zero = write_ckpt(d / "zero", make_config())
+    (zero / "config.json").unlink()
+    (zero / "config.json").symlink_to("/dev/zero")
+    (d / "dir.safetensors").mkdir()
+    os.mkfifo(d / "fifo.safetensors")
+    cfg = make_config()
+    big = {k: (v.clamp(-1, 1) * 60000 if v.dim() > 1 else v.abs() * 0 + 60000) for k, v in _tensors(cfg).items()}
+    from growtool.io import checkpoint
+
+    checkpoint.save_tensors(str(d / "f16.safetensors"), cfg, [], {k: v.half() for k, v in big.items()})
+    before = tree(tmp_path)
+    out = ["--width", 48, "-q", "-o", tmp_path / "o.safetensors"]
+    for f, frags in (
+        ("trailing.safetensors", ["trailing.safetensors", "8 bytes after the last tensor"]),
+        ("hole.safetensors", ["hole.safetensors", "8 unused bytes before tensor", "hole"]),
+        ("dup.safetensors", ["dup.safetensors", "twice"]),
+        ("zero", ["zero/config.json", "is a device"]),
+        ("dir.safetensors", ["dir.safetensors", "is a folder, not a safetensors file"]),
+        ("f16.safetensors", ["float16's range", "o.safetensors"]),
+    ):
+        refused(cli("expand", d / f, *out), 2, *frags, folder=tmp_path, before=before)
+    refused(run("expand", d / "fifo.safetensors", *out, timeout=60), 2, "is a pipe", folder=tmp_path, before=before)
+
+    import warnings
+
+    from growtool.grow import recipes
+
+    real = recipes.load
+
+    def warns(*a, **kw):
+        warnings.warn("a library warning", UserWarning, stacklevel=2)
+        return real("no-such-recipe")
+
+    monkeypatch.setattr(recipes, "load", warns)
+    refused(cli("expand", src, *out), 2, "unknown recipe", folder=tmp_path, before=before)
+    monkeypatch.undo()
+
+    here = tmp_path / "here"
+    here.mkdir()
+    before = tree(tmp_path)
+    r = run("expand", src, "--width", 48, "-q", "-o", ".", "--force", cwd=here)
+    refused(r, 2, "current folder", folder=tmp_path, before=before)
+
+
+def _tensors(cfg):
+    from helpers_hardening import random_tensors
+
+    return random_tensors(cfg)
+
+
+def test_model_card_text_is_inert_and_remote_code_loads_with_loading_info(tmp_path, src):
+    """9. Lineage text reaches the model card escaped (no links, tags or table cells of its own); a
+    grown remote-code folder loads with ``output_loading_info=True`` (its override assumed a model)."""
+    transformers = pytest.importorskip("transformers")
+    evil = '[{"op": "note", "text": "[click](http://evil.example) <img src=x onerror=alert(1)> | cell"}]'
+    gated = _edit_meta(
+        write_ckpt(tmp_path / "g.safetensors", make_config(attn_gate=True)),
+        tmp_path / "e.safetensors",
+        lambda m: m.update(lineage=evil),
+    )
+    r = cli("expand", gated, "--width", 48, "-q", "-o", tmp_path / "grown")
+    assert r.exit_code == 0, r.stderr
+    card = (tmp_path / "grown" / "README.md").read_text()
+    row = next(line for line in card.splitlines() if "click" in line)
+    assert not re.search(r"(?<!\\)<img", card) and not re.search(r"(?<!\\)\]\(http", card), row  # escaped
+    assert row.count("|") - row.count("\\|") == 3, row  # the table's own cells only
+    model, info = transformers.AutoModelForCausalLM.from_pretrained(
+        tmp_path / "grown", trust_remote_code=True, output_loading_info=True
+    )
+    assert not info["missing_keys"] and model.growth_gates() and not any(g.requires_grad for g in model.growth_gates())

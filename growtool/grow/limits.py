@@ -40,8 +40,26 @@ def check_growth(src, width: int, ffn: int | None, itemsize: int, out: str | Non
         return
     where = Path(tempfile.gettempdir()) if out == "-" else (Path(out).parent if str(Path(out).parent) else Path("."))
     try:
-        free = shutil.disk_usage(where).free
+        usage = shutil.disk_usage(where)
     except OSError:
         return
-    if need > free:
+    free = usage.free
+    if usage.total > 0 and need > free:  # (pseudo file systems such as /sys report no size at all)
         raise GrowError(f"{out}: the grown model needs about {_human(need)}, {where} has {_human(free)} free")
+
+
+class Overflow(GrowError):
+    """A float16 output would hold Inf (``save`` names the output)."""
+
+
+def check_finite(name: str, t) -> None:
+    """A float16 output tensor must hold no Inf: growth can scale values past float16's 65504, and a
+    file holding Inf is refused by every reader (verify included). Other dtypes have float32's range."""
+    import math
+
+    import torch
+
+    if t.dtype == torch.float16 and t.numel() and not all(map(math.isfinite, map(float, torch.aminmax(t)))):
+        raise Overflow(
+            f"tensor {name}: the grown values exceed float16's range (65504); write --dtype bfloat16 or float32"
+        )

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import torch
 
+from growtool.grow import limits
 from growtool.io import confine, hf_remote, nanogpt, one_config, prehash, stdout
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
@@ -66,9 +67,11 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     if n > MAX_HEADER or 8 + n > size:
         raise GrowError(f"{src}: not a safetensors file (header length {n} beyond the file's {size} bytes)")
     try:
-        header = json.loads(buf[8 : 8 + n].decode("utf-8"))
+        header = json.loads(buf[8 : 8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise GrowError(f"{src}: not a safetensors file (header is not valid JSON)") from None
+    except GrowError as e:
+        raise GrowError(f"{src}: {e}") from None
     if not isinstance(header, dict):
         raise GrowError(f"{src}: safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
@@ -106,7 +109,32 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise GrowError(f"{src}: tensors {n0} and {n1} overlap in the file")
+    _check_tiling(spans, data_len, src)
     return header, meta, 8 + n
+
+
+def _no_duplicates(pairs):
+    """A JSON object's pairs -> dict; a key given twice makes the header ambiguous (refused)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise GrowError(f"the safetensors header names {k!r} twice")
+        out[k] = v
+    return out
+
+
+def _check_tiling(spans, data_len: int, src: str) -> None:
+    """The tensors fill the data exactly, as the safetensors format requires: no hole between two
+    (where other bytes could hide: a polyglot file) and no bytes after the last."""
+    end = 0
+    for b, e, name in spans:
+        if b != end:
+            raise GrowError(
+                f"{src}: {b - end} unused bytes before tensor {name} (a hole; not a valid safetensors file)"
+            )
+        end = e
+    if end != data_len:
+        raise GrowError(f"{src}: {data_len - end} bytes after the last tensor (not a valid safetensors file)")
 
 
 def read_file_header(path: Path) -> tuple[dict, dict, int]:
@@ -752,6 +780,7 @@ def write_stream(
                 raise RuntimeError(
                     f"internal: {name} {rows or ''} made {tuple(t.shape)} {t.dtype}, planned {want} {dt}"
                 )
+            limits.check_finite(name, t)  # float16 outputs: no value beyond its range
             b = _tensor_bytes(t)
             sink.write(b, release=None if recycle is None else functools.partial(recycle, t))
             del t
@@ -1075,7 +1104,10 @@ def save(
         )
 
     def write(fh, part):
-        write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+        try:
+            write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+        except limits.Overflow as e:
+            raise GrowError(f"{out}: {e}") from None
 
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
