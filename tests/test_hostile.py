@@ -273,7 +273,7 @@ def test_reads_are_confined_to_the_input_folder(tmp_path):
 # ---- 4: outputs never touch an input --------------------------------------------------------
 
 
-def test_outputs_never_overlap_inputs(tmp_path, monkeypatch):
+def test_outputs_never_overlap_inputs(tmp_path, monkeypatch, sharded_run):
     """4. An output onto the folder's config.json (--force), inside the input folder (no --force
     needed before), a run folder holding its own checkpoint or an HF input folder: refused before
     any work; and an output that appears while this one is written is not replaced at the rename."""
@@ -292,6 +292,16 @@ def test_outputs_never_overlap_inputs(tmp_path, monkeypatch):
     ):
         r = cli(*args)
         refused(r, 2, "input", folder=tmp_path, before=before)
+
+    run_dir = sharded_run[0] / "run"
+    run_before = tree(run_dir)
+    refused(
+        cli("expand", run_dir, "--width", 48, "-o", run_dir / "grown"),
+        2,
+        "would overwrite the input",
+        folder=run_dir,
+        before=run_before,
+    )
 
     from growtool.io import checkpoint
 
