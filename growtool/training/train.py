@@ -324,7 +324,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         )
     if out.exists() and not out.is_dir():
         raise GrowError(f"{out}: exists and is not a folder")
-    runfiles.recover(out, STATE)
+    if rank == 0:
+        runfiles.recover(out, STATE)  # a save cut between its two renames is finished
     has_run = (out / STATE).exists()  # metrics without a saved state: the first save never completed
     if has_run and not resume:
         raise GrowError(f"{out}: already holds a training run (pass --resume to continue it, or another --out)")
