@@ -27,9 +27,10 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
-from growtool import tokenizer  # noqa: E402
-from growtool.grow import growth, recipes  # noqa: E402
+from growtool import check, info, surgery  # noqa: E402
+from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
+from growtool.machine import surgery_threading  # noqa: E402
 from growtool.nn.errors import GrowError, check_range  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 
@@ -39,62 +40,6 @@ if _GC_WAS_ON:
 
 err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def surgery_threads() -> int:
-    """Threads for tensor surgery: every core, up to 8 (``GROWTOOL_THREADS`` to choose)."""
-    if os.environ.get("GROWTOOL_THREADS", "").isdigit():
-        return max(1, int(os.environ["GROWTOOL_THREADS"]))
-    return min(os.cpu_count() or 1, 8)
-
-
-def machine_is_idle() -> bool:
-    """No other job holds a core (1-minute load average below cores - 0.5)."""
-    try:
-        return os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5
-    except OSError:
-        return True
-
-
-def resident_bytes() -> int:
-    """This process's resident memory now (Linux; 256 MB where it cannot be read)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 256 << 20
-
-
-def one_malloc_arena() -> None:
-    """Have glibc serve every thread from one arena of memory. By default each thread that
-    allocates gets its own (up to 8 per core), and each keeps the blocks of up to 32 MB freed in
-    it for reuse: with 8 producing threads the 1 GB float32 expand peaked at 1.0 GB instead of
-    0.78-0.87 (bench/README, section 3), at the same speed. (Mapping blocks over 4 MB on their own
-    instead, ``M_MMAP_THRESHOLD``, saved as much but cost the 4 GB folder 3 s of page faults.)
-    Call before the threads start; elsewhere than glibc, nothing."""
-    mallopt = checkpoint.linux_call("mallopt", "c_int", "c_int")
-    if mallopt is not None:
-        mallopt(-8, 1)  # M_ARENA_MAX (malloc.h)
-
-
-@contextlib.contextmanager
-def surgery_threading(streaming: bool = False):
-    """Run tensor surgery on ``surgery_threads()`` threads; yields that count.
-
-    A streaming expand / fold produces that many tensors at once, one Python thread each, with
-    torch on one thread: most operations take about a millisecond, where OpenMP's start and wait
-    cost as much as they save; threads of our own simply share the cores with any other job.
-    In-memory surgery gives the threads to torch instead, and only on an idle machine: OpenMP's
-    threads wait for each other whenever another job holds a core (the 120 MB grow took 0.9 s on
-    one thread and 11 s on two on a 2-core machine shared with another job)."""
-    n, before = surgery_threads(), torch.get_num_threads()
-    if streaming:
-        one_malloc_arena()
-    torch.set_num_threads(1 if streaming else (n if "GROWTOOL_THREADS" in os.environ or machine_is_idle() else 1))
-    try:
-        yield n
-    finally:
-        torch.set_num_threads(before)
 
 
 PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
@@ -418,14 +363,7 @@ def init(
 # ---- expand -------------------------------------------------------------------------------
 
 
-def default_out(src: str, width: int, folder: bool = False) -> str:
-    """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
-    if src == "-":
-        return "-"
-    p = Path(src.rstrip("/"))
-    if p.is_dir():
-        return str(p.with_name(f"{p.name}-d{width}"))
-    return str(p.with_name(f"{p.stem}-d{width}" + ("" if folder else ".safetensors")))
+default_out = surgery.default_out
 
 
 def plan_table(plan) -> Table:
@@ -529,24 +467,21 @@ def expand(
     out = out or default_out(ckpt, width, folder=shard_size is not None)
     if plan_json_ and out == "-" and not dry_run:
         raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
-    checkpoint.check_destination(out, [ckpt], force)  # fail before any work
-    ck = checkpoint.load(ckpt)  # the header and config; tensors are read on demand
-    carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
-    dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
-    try:
-        plan = growth.build_plan(
-            ck.config,
-            r,
-            width,
-            ffn,
-            heads,
-            seed=seed,
-            allow_lossy=allow_lossy,
-            dtype=dt,
-            gate_values=growth.gate_values(ck),
-        )
-    except GrowError as e:
-        raise GrowError(f"{ckpt}: {e}") from None
+    job = surgery.prepare_expand(
+        ckpt,
+        width=width,
+        out=out,
+        recipe=r,
+        ffn=ffn,
+        heads=heads,
+        seed=seed,
+        allow_lossy=allow_lossy,
+        dtype=DTYPE_OPT[dtype] if dtype else None,
+        shard_size=shard_size,
+        force=force,
+        tokenizer_path=tokenizer_path,
+    )
+    plan = job.plan
     show_plan(plan, quiet)
     if plan_json_:
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
@@ -564,55 +499,21 @@ def expand(
             f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True
         )
         return
-    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
-    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
-    work = growth.Workspace(surgery_threads())  # memory reused from tensor to tensor
-    read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
-    try:
-        with (
-            surgery_threading(streaming=True) as producers,
-            Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar,
-        ):
-            path = checkpoint.save(
-                out,
-                plan.cfg,
-                lineage,
-                plan.outputs(),
-                lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows),
-                force=force,
-                inputs=[ckpt],
-                shard_size=shard_size,
-                progress=bar,
-                tokenizer=carry.record,
-                files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
-                source_hash=source_hash,
-                recycle=work.recycle,
-                workers=plan.producers(producers, resident_bytes()),  # fewer where memory is short
-                place=work.place,
-                pieces=plan.pieces,
-            )
-    finally:
-        source_hash.cancel()
-    work = None  # its blocks are not needed by what follows
-    if carry.note:
-        err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
-    if plan.lossy:
-        from growtool.nn.model import LM
-        from growtool.verify import compare, random_batches
-
-        src = ck.model()
-        grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
-        c = compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, seed), alpha=0.0)
+    surgery.run_expand(job, progress=functools.partial(Bar, "expand", quiet=quiet))
+    if job.note:
+        err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
+    if job.loss is not None:
+        c = job.loss
         err.print(
             f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
             f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
         )
+    src = job.ck.config
     err.print(
-        f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}: "
-        f"{ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters"
+        f"grew {src.family} d{src.width} -> d{plan.cfg.width}: {src.n_params():,} -> {plan.cfg.n_params():,} parameters"
     )
-    if path != "-":
-        click.echo(path)
+    if job.path != "-":
+        click.echo(job.path)
     Growtool.done = True
 
 
@@ -669,79 +570,26 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
     limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
-    from growtool.verify import (
-        LOW_PRECISION,
-        StreamedHead,
-        figures,
-        random_batches,
-        reads,
-        streamed_hidden,
-        text_batches,
-    )
-
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     if prompts and gen_tokens is None:
         raise GrowError("--prompt is for --generate N (greedy continuations); add --generate")
-    a, b = checkpoint.load(source), checkpoint.load(grown)
-    if a.config.vocab_size != b.config.vocab_size:
-        raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
-    if a.config.family != b.config.family:
-        raise GrowError(f"families differ: {a.config.family} vs {b.config.family}")
-    ctx = min(a.config.context, b.config.context)
-    sets = {"random": random_batches(a.config.vocab_size, ctx, samples, seed)}
-    if data:
-        if not Path(data).is_file():
-            raise GrowError(f"{data}: no such file")
-        sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
-    alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
-    low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
-    a_passes, b_passes = len(sets) * (2 if low else 1), len(sets) * len(alphas)  # each pass reads a checkpoint once
-    ((ia, ba), (ha, hba)), ((ib, bb), (hb, hbb)) = reads(a), reads(b)
-    items = ia * a_passes + ib * b_passes + ha * (2 if low else 1) + hb
-    nbytes = ba * a_passes + bb * b_passes + hba * (2 if low else 1) + hbb
-    rows, floors = [], []
-    with Bar("verify", items, nbytes, quiet) as bar:  # final-norm outputs first, then the heads, once
-        hidden = {}
-        for label, x in sets.items():
-            hidden[label] = (
-                streamed_hidden(a, x, 0.0, progress=bar),
-                {al: streamed_hidden(b, x, al, progress=bar) for al in alphas},
-            )
-            if low:
-                hidden[label] += (streamed_hidden(a, x, 0.0, dtype=low, progress=bar),)
-        head_a, head_b = StreamedHead(a, progress=bar), StreamedHead(b, progress=bar)
-        head_low = StreamedHead(a, low, progress=bar) if low else None
-        for label, (ref, got, *lows) in hidden.items():
-            for al in alphas:
-                c = figures(ref, got[al], al, head_a=head_a, head_b=head_b)
-                rows.append((label if al == alpha else label + " (info)", c))
-            if low:
-                floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
-    fl = max(floors, default=0.0)
-    limit = max(tol, fl)
-    ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
-    gen = None
-    if gen_tokens is not None:
-        from growtool.sample import compare_generations, verify_prompts
-
-        ma, mb = a.model(), b.model()
-        gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), gen_tokens, alpha)
-    passed = ok and (gen is None or gen.ok)
+    rep = check.verify(
+        source,
+        grown,
+        alpha=alpha,
+        samples=samples,
+        data=data,
+        tol=tol,
+        seed=seed,
+        generate=gen_tokens,
+        prompts=prompts,
+        progress=functools.partial(Bar, "verify", quiet=quiet),
+    )
+    rows, gen, fl, limit, ok = rep.rows, rep.generate, rep.floor, rep.limit, rep.logits_ok
+    low = rep.dtype if rep.low_precision else None
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "pass": passed,
-                    "tol": tol,
-                    "floor": fl,
-                    "limit": limit,
-                    "dtype": str(low).replace("torch.", "") if low else "float32",
-                    "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
-                    **({"generate": gen.as_dict()} if gen else {}),
-                }
-            )
-        )
+        click.echo(json.dumps(rep.as_dict()))
     t = Table(title=f"verify {grown} against {source}", title_justify="left")
     for c in ("inputs", "gate", "max |dlogit|", "logit scale", "rel", "mean KL", "top-1 agree"):
         t.add_column(c, justify="right")
@@ -765,7 +613,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
         )
     if low:
         err.print(
-            f"{str(low).replace('torch.', '')} floor: the source run in {str(low).replace('torch.', '')} is "
+            f"{low} floor: the source run in {low} is "
             f"{fl:.3g} x logit scale from itself in float32; limit max(tol, floor) = {limit:.3g}"
         )
     err.print(
@@ -775,7 +623,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     )
     if gen is not None and not gen.ok:
         err.print(f"[red]FAIL[/]: greedy continuations differ at gate {alpha:g}")
-    sys.exit(0 if passed else 1)
+    sys.exit(0 if rep.passed else 1)
 
 
 # ---- fold ---------------------------------------------------------------------------------
@@ -799,44 +647,21 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
-    checkpoint.check_destination(out, [grown], force)  # fail before any work
-    ck = checkpoint.load(grown)
-    carry = tokenizer.carry(ck, tokenizer_path)
-    dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
-    cfg = growth.fold_config(ck.config)
-    specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
-    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
-    lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
-    work = growth.Workspace()  # memory reused from tensor to tensor
-    try:
-        with (
-            surgery_threading(streaming=True),
-            Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar,
-        ):
-            path = checkpoint.save(
-                out,
-                cfg,
-                lineage,
-                specs,
-                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt, work),
-                force=force,
-                inputs=[grown],
-                shard_size=shard_size,
-                progress=bar,
-                tokenizer=carry.record,
-                files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
-                source_hash=source_hash,
-                recycle=work.recycle,
-                workers=1,  # reading and writing: on a disk one producer was faster than two, in less memory
-                place=work.place,
-            )
-    finally:
-        source_hash.cancel()
-    if carry.note:
-        err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
-    err.print(f"folded gates at alpha {alpha:g}" + ("" if ck.config.gated else " (the model had no gates)"))
-    if path != "-":
-        click.echo(path)
+    r = surgery.run_fold(
+        grown,
+        alpha=alpha,
+        out=out,
+        dtype=DTYPE_OPT[dtype] if dtype else None,
+        shard_size=shard_size,
+        force=force,
+        tokenizer_path=tokenizer_path,
+        progress=functools.partial(Bar, "fold", quiet=quiet),
+    )
+    if r.note:
+        err.print(f"[yellow]warning:[/] {r.note}", soft_wrap=True)
+    err.print(f"folded gates at alpha {alpha:g}" + ("" if r.gated else " (the model had no gates)"))
+    if r.path != "-":
+        click.echo(r.path)
     Growtool.done = True
 
 
@@ -849,39 +674,9 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
 @click.option("--json", "as_json", is_flag=True)
 def inspect(ckpt, metrics, as_json):
     """Family, shapes, parameters, dtype, gate state and lineage of a checkpoint."""
-    ck = checkpoint.load(ckpt)
-    cfg = ck.config
-    gates = growth.gate_values(ck)
-    info = {
-        "path": ckpt,
-        "family": cfg.family,
-        "width": cfg.width,
-        "layers": cfg.layers,
-        "heads": cfg.heads,
-        "kv_heads": cfg.kv_heads,
-        "head_dim": cfg.head_dim,
-        "ffn": cfg.ffn,
-        "vocab": cfg.vocab_size,
-        "context": cfg.context,
-        "norm_eps": cfg.norm_eps,
-        "tied": cfg.tie,
-        "attn_gate": cfg.attn_gate,
-        "parameters": cfg.n_params(),
-        "dtype": str(ck.main_dtype()).replace("torch.", ""),
-        "gated": cfg.gated,
-        "base_heads": cfg.base_heads,
-        "base_ffn": cfg.base_ffn,
-        "gates": gates,
-        "lineage": ck.lineage,
-        "tokenizer": ck.tokenizer,
-        "tensors": {n: list(ck.shape(n)) for n in ck.names()},
-    }
-    if metrics:
-        from growtool.metrics import matrix_metrics
-
-        info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
+    facts = info.inspect(ckpt, metrics=metrics)
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps(facts, indent=2))
         return
     t = Table(title=f"{ckpt}", title_justify="left", show_header=False)
     for k in (
@@ -900,27 +695,29 @@ def inspect(ckpt, metrics, as_json):
         "parameters",
         "dtype",
     ):
-        t.add_row(k, f"{info[k]:,}" if k == "parameters" else str(info[k]))
+        t.add_row(k, f"{facts[k]:,}" if k == "parameters" else str(facts[k]))
+    gates = facts["gates"]
     t.add_row(
         "gates",
         "none (plain model)"
-        if not cfg.gated
-        else f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
-        f"{cfg.base_ffn}/{cfg.ffn} ffn",
+        if not facts["gated"]
+        else f"{len(gates)} x {sorted(set(gates))}; ungated units: {facts['base_heads']}/{facts['heads']} heads, "
+        f"{facts['base_ffn']}/{facts['ffn']} ffn",
     )
-    for i, st in enumerate(ck.lineage):
+    for i, st in enumerate(facts["lineage"]):
         desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
         if st.get("source_sha256"):
             desc += f", source {st['source_sha256'][:12]}"
         t.add_row(f"lineage {i}", desc)
-    if ck.tokenizer:
-        t.add_row("tokenizer", f"{', '.join(sorted(ck.tokenizer.get('files', {})))} from {ck.tokenizer.get('from')}")
+    tok = facts["tokenizer"]
+    if tok:
+        t.add_row("tokenizer", f"{', '.join(sorted(tok.get('files', {})))} from {tok.get('from')}")
     err.print(t)
     if metrics:
         m = Table(title="condensation metrics", title_justify="left")
         for c in ("matrix", "stable rank", "row cosine"):
             m.add_column(c)
-        for n, v in info["metrics"].items():
+        for n, v in facts["metrics"].items():
             m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
         err.print(m)
 

@@ -25,14 +25,14 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from growtool.grow import growth, recipes
+from growtool.check import verify
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
+from growtool.surgery import expand
 from growtool.training import data
 from growtool.training.train import evaluate, train
-from growtool.verify import compare, random_batches
 
 err = Console(stderr=True)
 
@@ -139,7 +139,6 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
     corpus.write_text(make_corpus(P["chars"]))
     ds = data.Dataset(data.load_tokens([corpus], data.get_tokenizer("byte"), None), P["seq"], P["batch"])
     val = ds.val_batches(8)
-    text_x = torch.cat([x for x, _ in val])[:16]
 
     def val_loss(path):
         return evaluate(checkpoint.load(path).model(), val, torch.device("cpu"))
@@ -185,7 +184,6 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         init_model(cfg, gamma=0.5, seed=0).tensors(),
     )
     row("init", path)
-    srio = recipes.load("srio")
     for i, steps in enumerate(P["steps"]):
         r = train(
             path,
@@ -206,20 +204,11 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         if i == len(P["widths"]):
             break
         D = P["widths"][i]
-        ck = checkpoint.load(path)
-        plan = growth.build_plan(ck.config, srio, D, seed=0)
-        grown = checkpoint.save(
-            str(out / f"stage{2 * i + 2}-d{D}.safetensors"),
-            plan.cfg,
-            ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
-            plan.outputs(),
-            lambda n, plan=plan, ck=ck: growth.grow_tensor(n, plan, ck.get),
-        )
-        batches = torch.cat([text_x, random_batches(256, P["seq"], 16, seed=i, seq=P["seq"])])
-        c = compare(ck.model(), checkpoint.load(grown).model(), batches, alpha=0.0)
-        passed = c.rel <= TOL
-        ok &= passed
-        row(f"expand d{D} srio", grown, c.rel, "PASS" if passed else "FAIL")
+        grown = expand(path, width=D, out=str(out / f"stage{2 * i + 2}-d{D}.safetensors"), recipe="srio", seed=0)
+        report = verify(path, grown, samples=16, data=str(corpus), tol=TOL, seed=i)  # random and text inputs
+        rel = max(c.rel for label, c in report.rows if "(info)" not in label)
+        ok &= report.passed
+        row(f"expand d{D} srio", grown, rel, "PASS" if report.passed else "FAIL")
         path = grown
 
     t = Table(

@@ -26,11 +26,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from growtool.check import compare, random_batches
 from growtool.grow import recipes
 from growtool.io import checkpoint, hf_remote
 from growtool.io.checkpoint import DTYPE_NAME
 from growtool.nn.config import ModelConfig
-from growtool.verify import compare, random_batches
 
 from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
 
@@ -379,7 +379,7 @@ CHILD = r"""
 import json, re, sys
 def hwm():
     return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-import torch, growtool.cli, growtool.growth, growtool.verify  # everything a run imports
+import torch, growtool.cli, growtool.grow.growth, growtool.check  # everything a run imports
 from growtool.cli import main
 res = {"baseline": hwm(), "peaks": [], "codes": []}
 for args in sys.argv[1:]:

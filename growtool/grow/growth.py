@@ -24,14 +24,18 @@ import math
 import threading
 import zlib
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 import torch
 
 from growtool.grow import ops
-from growtool.io.checkpoint import Checkpoint, linux_call
+from growtool.machine import linux_call
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+
+if TYPE_CHECKING:
+    from growtool.io.checkpoint import Checkpoint
 
 # ---- memory ---------------------------------------------------------------------------------
 

@@ -30,6 +30,7 @@ from pathlib import Path
 import torch
 
 from growtool.io import hf_remote, nanogpt, prehash
+from growtool.machine import linux_call
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, arch_of, expected_shapes
@@ -483,22 +484,6 @@ def _tensor_bytes(t: torch.Tensor) -> memoryview:
 # tensors in one write() were slower still (1.9-4.4 s for 1.9 GB against 0.6 s in pieces).
 WRITE_CHUNK = 1 << 20
 WRITEBACK_EVERY = 1 << 26  # start the disk writing every 64 MB written (see ``start_writeback``)
-
-
-@functools.cache
-def linux_call(name: str, *argtypes: str):
-    """libc's function ``name`` with ctypes argument types ``argtypes`` (names such as "c_int"),
-    looked up once; None off Linux or where libc lacks it (callers then do without)."""
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        import ctypes
-
-        fn = getattr(ctypes.CDLL(None, use_errno=True), name)
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [getattr(ctypes, a) for a in argtypes]
-    return fn
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:
