@@ -20,7 +20,7 @@ _API = {
     "fold": ("growtool.surgery", "fold"),
     "verify": ("growtool.check", "verify"),
     "inspect": ("growtool.info", "inspect"),
-    "train": ("growtool.training.train", "train"),
+    "train": ("growtool.training.loop", "train"),
 }
 
 __all__ = ["__version__", *_API]

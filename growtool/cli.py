@@ -8,11 +8,8 @@ import functools
 import gc
 import json
 import os
-import signal
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 
 # Start-up: importing torch creates some 250,000 Python objects, and the cyclic garbage
@@ -25,13 +22,26 @@ gc.disable()
 import click  # noqa: E402
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from growtool import check, info, surgery  # noqa: E402
+from growtool import check, info, surgery, views  # noqa: E402
+from growtool.console import (  # noqa: E402, F401 (the frame of the command line; kept importable here)
+    PROGRESS_DELAY,
+    Bar,
+    Growtool,
+    Interrupted,
+    bounded,
+    clean_errors,
+    internal_error,
+    interrupts_as_exceptions,
+    one_line,
+    set_debug,
+    settings_options,
+    stderr_is_terminal,
+)
 from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.machine import surgery_threading  # noqa: E402
-from growtool.nn.errors import GrowError, check_range  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 
 gc.freeze()
@@ -40,168 +50,6 @@ if _GC_WAS_ON:
 
 err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
-
-
-def stderr_is_terminal() -> bool:
-    return sys.stderr.isatty()
-
-
-class Bar:
-    """A progress bar on stderr for the library's ``progress(name, amount)`` hooks: over tensors and
-    their bytes (``nbytes`` given: rate and ETA in bytes), or over ``items`` counted by ``amount``.
-    Drawn only when stderr is a terminal, without ``quiet``, and once the work has taken longer
-    than PROGRESS_DELAY. ``with Bar(...) as bar: library_call(..., progress=bar)``."""
-
-    def __init__(self, label: str, items: int, nbytes: int | None = None, quiet: bool = False, unit: str = "tensors"):
-        self.label, self.items, self.nbytes, self.unit = label, items, nbytes, unit
-        self.enabled = not quiet and stderr_is_terminal()
-        self.done, self.pending, self.bar, self.t0 = 0, 0, None, time.monotonic()
-
-    def __enter__(self):
-        self.t0 = time.monotonic()
-        return self
-
-    def __call__(self, name: str, amount: int) -> None:
-        by_bytes = self.nbytes is not None
-        self.done += 1 if by_bytes else amount
-        self.pending += amount if by_bytes else 0
-        if not self.enabled or (self.bar is None and time.monotonic() - self.t0 < PROGRESS_DELAY):
-            return
-        if self.bar is None:
-            self.start(by_bytes)
-        self.bar.update(
-            self.task, completed=self.pending if by_bytes else self.done, count=f"{self.done}/{self.items} {self.unit}"
-        )
-
-    def start(self, by_bytes: bool) -> None:
-        from rich import progress as rp
-
-        cols = [rp.DownloadColumn(), rp.TransferSpeedColumn()] if by_bytes else []
-        self.bar = rp.Progress(
-            rp.TextColumn(self.label),
-            rp.BarColumn(),
-            *cols,
-            rp.TextColumn("{task.fields[count]}"),
-            rp.TimeRemainingColumn(),
-            console=Console(stderr=True, force_terminal=True),
-        )
-        self.task = self.bar.add_task(self.label, total=self.nbytes if by_bytes else self.items, count="")
-        self.bar.start()
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-
-
-def clean_errors(fn):
-    """Kept so that commands written against it still work: errors are handled once, in ``Growtool.main``."""
-    return fn
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def internal_error(e: BaseException, debug: bool) -> str:
-    """The line for an unexpected exception (a bug in growtool); the traceback goes to stderr with
-    --debug, else to a file the line names."""
-    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    if debug:
-        sys.stderr.write(tb)
-        where = "traceback above"
-    else:
-        try:
-            fd, path = tempfile.mkstemp(prefix="growtool-traceback-", suffix=".txt")
-            with os.fdopen(fd, "w") as fh:
-                fh.write(tb)
-            where = f"traceback in {path}; --debug prints it"
-        except OSError:
-            where = "rerun with --debug for the traceback"
-    msg = one_line(str(e)) or "(no message)"
-    return f"growtool: internal error: {type(e).__name__}: {msg} (a bug in growtool; {where})"
-
-
-class Growtool(click.Group):
-    """The command group, with the exit-code contract in one place: 0 ok, 1 a check failed, 2 bad input
-    or usage (one line), 3 an internal error (one line; traceback with --debug or in a file),
-    130 / 143 interrupted by SIGINT / SIGTERM (one line; writers remove their temporary files)."""
-
-    debug = False
-    done = False  # a command has finished everything it does: ``run`` may end the process at once
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
-        code = 0
-        try:
-            with interrupts_as_exceptions():
-                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
-        except Interrupted as e:
-            code = 128 + e.signum
-            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
-        except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
-            code = 128 + signal.SIGINT
-            click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)
-        except click.ClickException as e:
-            code = 2 if isinstance(e, click.UsageError) else e.exit_code
-            hint = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) else ""
-            click.echo(f"growtool: error: {one_line(e.format_message())}{hint}", err=True)
-        except (GrowError, OSError, MemoryError) as e:  # bad input, or the machine said no (disk, memory)
-            code = 2
-            if Growtool.debug:
-                traceback.print_exc()
-            msg = one_line(str(e)) or type(e).__name__
-            if isinstance(e, OSError) and e.strerror:
-                msg = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-            if isinstance(e, MemoryError):
-                msg = f"out of memory ({msg})"
-            click.echo(f"growtool: error: {msg}", err=True)
-        except (SystemExit, click.exceptions.Exit):
-            raise
-        except Exception as e:
-            code = 3
-            click.echo(internal_error(e, Growtool.debug), err=True)
-        sys.exit(code)
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived: unwinds like KeyboardInterrupt, so every writer's cleanup runs."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def interrupts_as_exceptions():
-    """Turn SIGINT and SIGTERM into ``Interrupted`` (the second and later signals are ignored while the
-    first unwinds, so cleanup is not cut short). Only in the main thread; handlers restored after."""
-
-    def handler(signum, frame):
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
-
-    try:
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def set_debug(ctx, param, value):
-    if value:
-        Growtool.debug = True
 
 
 @click.group(cls=Growtool, context_settings={"help_option_names": ["-h", "--help"]})
@@ -240,19 +88,6 @@ def run() -> None:
                 sys.stderr.flush()
                 os._exit(0)
         raise
-
-
-def bounded(low=None, high=None, low_open=False):
-    """A click callback: the option's number must lie in its range (one line naming the option)."""
-
-    def check(ctx, param, value):
-        if value is not None:
-            check_range(
-                param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high, low_open
-            )
-        return value
-
-    return check
 
 
 # options that expand and fold share
@@ -364,44 +199,7 @@ def init(
 
 
 default_out = surgery.default_out
-
-
-def plan_table(plan) -> Table:
-    t = Table(
-        title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
-        f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})",
-        title_justify="left",
-        caption=f"residual map: {plan.residual_map}",
-        caption_justify="left",
-    )
-    for c in ("tensor", "from", "to", "operation"):
-        t.add_column(c)
-    for row in plan.rows():
-        t.add_row(*row)
-    return t
-
-
-def plan_json(plan, out: str | None) -> dict:
-    """The plan for tools: source and target shapes, exactness and its reasons, every tensor's operation."""
-    outputs = plan.outputs()
-    shape = lambda c: {k: getattr(c, k) for k in ("family", "width", "layers", "heads", "kv_heads", "ffn")}  # noqa: E731
-    return {
-        "source": shape(plan.src),
-        "target": shape(plan.cfg),
-        "recipe": plan.recipe["name"],
-        "eps": plan.eps,
-        "residual_map": plan.residual_map,
-        "exact": plan.exact,
-        "lossy": list(plan.lossy),
-        "warnings": list(plan.warnings),
-        "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
-        "outputs": {
-            "tensors": len(outputs),
-            "bytes": checkpoint.specs_nbytes(outputs),
-            "dtype": str(plan.dtype).replace("torch.", ""),
-        },
-        "out": out,
-    }
+plan_table, plan_json = views.plan_table, views.plan_json
 
 
 def show_plan(plan, quiet: bool) -> None:
@@ -590,19 +388,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     low = rep.dtype if rep.low_precision else None
     if as_json:
         click.echo(json.dumps(rep.as_dict()))
-    t = Table(title=f"verify {grown} against {source}", title_justify="left")
-    for c in ("inputs", "gate", "max |dlogit|", "logit scale", "rel", "mean KL", "top-1 agree"):
-        t.add_column(c, justify="right")
-    for label, c in rows:
-        t.add_row(
-            label,
-            f"{c.alpha:g}",
-            f"{c.max_dlogit:.3g}",
-            f"{c.logit_scale:.3g}",
-            f"{c.rel:.3g}",
-            f"{c.kl:.3g}",
-            f"{c.top1:.4f}",
-        )
+    t = views.verify_table(rows, source, grown)
     if not quiet:
         err.print(t)
     if gen is not None:
@@ -678,48 +464,8 @@ def inspect(ckpt, metrics, as_json):
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return
-    t = Table(title=f"{ckpt}", title_justify="left", show_header=False)
-    for k in (
-        "family",
-        "width",
-        "layers",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "ffn",
-        "vocab",
-        "context",
-        "norm_eps",
-        "tied",
-        "attn_gate",
-        "parameters",
-        "dtype",
-    ):
-        t.add_row(k, f"{facts[k]:,}" if k == "parameters" else str(facts[k]))
-    gates = facts["gates"]
-    t.add_row(
-        "gates",
-        "none (plain model)"
-        if not facts["gated"]
-        else f"{len(gates)} x {sorted(set(gates))}; ungated units: {facts['base_heads']}/{facts['heads']} heads, "
-        f"{facts['base_ffn']}/{facts['ffn']} ffn",
-    )
-    for i, st in enumerate(facts["lineage"]):
-        desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
-        if st.get("source_sha256"):
-            desc += f", source {st['source_sha256'][:12]}"
-        t.add_row(f"lineage {i}", desc)
-    tok = facts["tokenizer"]
-    if tok:
-        t.add_row("tokenizer", f"{', '.join(sorted(tok.get('files', {})))} from {tok.get('from')}")
-    err.print(t)
-    if metrics:
-        m = Table(title="condensation metrics", title_justify="left")
-        for c in ("matrix", "stable rank", "row cosine"):
-            m.add_column(c)
-        for n, v in facts["metrics"].items():
-            m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
-        err.print(m)
+    for t in views.inspect_tables(facts, ckpt, metrics):
+        err.print(t)
 
 
 # ---- sample -------------------------------------------------------------------------------
@@ -755,8 +501,8 @@ def inspect(ckpt, metrics, as_json):
 def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
     """Continue --prompt with CKPT and its own tokenizer; prints the continuation on stdout."""
     from growtool.sample import eos_id, generate
-    from growtool.training.data import tokenizer_for
-    from growtool.training.train import pick_device
+    from growtool.tokenizer import tokenizer_for
+    from growtool.training.loop import pick_device
 
     ck = checkpoint.load(ckpt)
     if alpha is not None and not ck.config.gated:
@@ -787,31 +533,6 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
 # ---- train --------------------------------------------------------------------------------
 
 
-def settings_options(fn):
-    """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
-    ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
-    from dataclasses import fields
-
-    from growtool.training.train_settings import Settings, option, value_type
-
-    for f in reversed(fields(Settings)):
-        m, kind = f.metadata, value_type(f.name)
-        if m["flag"]:
-            fn = click.option(option(f.name), f.name, is_flag=True, default=f.default, help=m["help"])(fn)
-            continue
-        typ = click.Choice(m["choices"]) if m["choices"] else kind
-        fn = click.option(
-            option(f.name),
-            f.name,
-            type=typ,
-            default=f.default,
-            show_default=f.default not in (None, ()),
-            help=m["help"],
-            multiple=m["multiple"],
-        )(fn)
-    return fn
-
-
 @main.command()
 @click.argument("ckpt")
 @click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
@@ -821,7 +542,7 @@ def settings_options(fn):
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 def train(ckpt, data_files, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
-    from growtool.training.train import train as run
+    from growtool.training.loop import train as run
 
     r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
     Growtool.done = True  # every file is written and closed, the process group (torchrun) destroyed

@@ -32,7 +32,7 @@ from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.surgery import expand
 from growtool.training import data
-from growtool.training.train import evaluate, train
+from growtool.training.loop import evaluate, train
 
 err = Console(stderr=True)
 
