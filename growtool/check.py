@@ -259,7 +259,7 @@ def verify(
     source's own error from running in that dtype. ``generate=N``: also compare greedy N-token
     continuations of ``prompts`` (default: from ``data``, else random ids). ``progress``: called once
     as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
-    ``progress(name, amount)`` callback (``growtool.cli.Bar``)."""
+    ``progress(name, amount)`` callback (``growtool.console.Bar``)."""
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     a = checkpoint.load(source) if isinstance(source, (str, Path)) else source

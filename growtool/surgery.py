@@ -8,7 +8,7 @@ for callers that show the plan before any tensor is read (the command line, ``--
 
 Progress: ``progress``, where given, is called once as ``progress(items, nbytes)`` with the work to
 come and returns a context manager yielding the ``progress(name, amount)`` callback the writer calls
-(``growtool.cli.Bar`` is one)."""
+(``growtool.console.Bar`` is one)."""
 
 from __future__ import annotations
 

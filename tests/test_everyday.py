@@ -97,7 +97,7 @@ def test_plan_json_and_stdout_output_conflict_is_one_line(tmp_path):
 
 def on_a_terminal(*args, delay: float = 0.0) -> tuple[int, str]:
     """Run growtool in a real process with its stderr on a pseudo-terminal; (exit code, terminal text)."""
-    code = f"import growtool.cli as c; c.PROGRESS_DELAY = {delay}; c.main()"
+    code = f"import growtool.cli as c, growtool.console as f; f.PROGRESS_DELAY = {delay}; c.main()"
     master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
