@@ -212,6 +212,34 @@ def show_plan(plan, quiet: bool) -> None:
         err.print(f"[yellow]warning:[/] {w}")
 
 
+def show_dry_run(plan, out: str, quiet: bool) -> None:
+    """What ``expand --dry-run`` says: exact or lossy, and what a real run would write."""
+    size = checkpoint.specs_nbytes(plan.outputs())
+    verdict = (
+        "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
+        "measures it after a real run)"
+        if plan.exact
+        else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
+    )
+    if quiet:  # otherwise the table's caption says it
+        err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
+    err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True)
+
+
+def show_expanded(job) -> None:
+    """What ``expand`` says once written: the tokenizer note, a lossy plan's measured loss, the sizes."""
+    if job.note:
+        err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
+    if job.loss is not None:
+        c = job.loss
+        err.print(
+            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
+            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
+        )
+    src, cfg = job.ck.config, job.plan.cfg
+    err.print(f"grew {src.family} d{src.width} -> d{cfg.width}: {src.n_params():,} -> {cfg.n_params():,} parameters")
+
+
 @main.command()
 @click.argument("ckpt")
 @click.option("--width", type=int, required=True, callback=bounded(1), help="new residual width D")
@@ -284,32 +312,10 @@ def expand(
     if plan_json_:
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
     if dry_run:
-        size = checkpoint.specs_nbytes(plan.outputs())
-        verdict = (
-            "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
-            "measures it after a real run)"
-            if plan.exact
-            else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
-        )
-        if quiet:  # otherwise the table's caption says it
-            err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
-        err.print(
-            f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True
-        )
+        show_dry_run(plan, out, quiet)
         return
     surgery.run_expand(job, progress=functools.partial(Bar, "expand", quiet=quiet))
-    if job.note:
-        err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
-    if job.loss is not None:
-        c = job.loss
-        err.print(
-            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
-            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
-        )
-    src = job.ck.config
-    err.print(
-        f"grew {src.family} d{src.width} -> d{plan.cfg.width}: {src.n_params():,} -> {plan.cfg.n_params():,} parameters"
-    )
+    show_expanded(job)
     if job.path != "-":
         click.echo(job.path)
     Growtool.done = True

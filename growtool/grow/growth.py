@@ -1,5 +1,8 @@
 """Width growth as a plan, then an execution: ``plan = build_plan(...)``; ``grow_tensor(name, plan, get)``.
 
+This module gathers the names of the growth package in one place; the code is in ``plan.py`` (the
+plan), ``steps.py`` (the steps), ``engine.py`` (the execution and its memory) and ``fold.py``.
+
 The plan fixes everything before a tensor is touched: the target config, the residual map (the
 rotation angle, or none) and why, the expansion of every unit axis in every block and of the
 residual axis, whether the result keeps the function (and if not, why), and for every output
@@ -38,8 +41,24 @@ from growtool.grow.plan import (  # noqa: F401
     target_config,
     tensor_steps,
 )
-from growtool.grow.steps import *  # noqa: F401,F403
-from growtool.grow.steps import Ctx, Step  # noqa: F401
+from growtool.grow.steps import (  # noqa: F401
+    BreakSymmetry,
+    Ctx,
+    ExpandResidual,
+    ExpandUnits,
+    FoldGain,
+    GateZero,
+    Keep,
+    NormGain,
+    PadRotate,
+    PadZero,
+    Rotate,
+    Scale,
+    Step,
+    UnitNormGain,
+    ZeroNewUnits,
+    ZeroOldWrites,
+)
 
 __all__ = [
     "Plan",
