@@ -127,6 +127,44 @@ QUICK = {
 TOL = 1e-4
 
 
+def summary_table(rows: list[dict], quick: bool, seconds: float, n_bytes: int) -> Table:
+    """The demo's summary: one row per stage."""
+    t = Table(
+        title=f"growtool demo ({'quick, ' if quick else ''}{seconds:.0f} s, generated corpus of {n_bytes:,} bytes)",
+        title_justify="left",
+    )
+    for col in ("stage", "width", "params", "val loss", "verify |dlogit|/scale", "pass"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for r in rows:
+        t.add_row(
+            r["stage"],
+            str(r["width"]),
+            f"{r['params']:,}",
+            f"{r['val_loss']:.4f}",
+            "" if r["verify_rel"] is None else f"{r['verify_rel']:.2e}",
+            r["pass"],
+        )
+    return t
+
+
+def demo_config(P: dict) -> ModelConfig:
+    """The starting model: a gated-attention Llama of the run's width, layers and heads."""
+    return ModelConfig(
+        family="llama",
+        vocab_size=256,
+        width=P["width"],
+        layers=P["layers"],
+        heads=P["heads"],
+        kv_heads=P["heads"],
+        head_dim=P["width"] // P["heads"],
+        ffn=4 * P["width"],
+        context=P["seq"],
+        norm_eps=1e-12,
+        tie=False,
+        attn_gate=True,
+    )
+
+
 def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> bool:
     """Run every stage in folder ``out``; print the summary table (stderr); True if every verify passed."""
     t0 = time.time()
@@ -163,20 +201,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
             + (f", verify {v:.2e} {verdict}" if v is not None else "")
         )
 
-    cfg = ModelConfig(
-        family="llama",
-        vocab_size=256,
-        width=P["width"],
-        layers=P["layers"],
-        heads=P["heads"],
-        kv_heads=P["heads"],
-        head_dim=P["width"] // P["heads"],
-        ffn=4 * P["width"],
-        context=P["seq"],
-        norm_eps=1e-12,
-        tie=False,
-        attn_gate=True,
-    )
+    cfg = demo_config(P)
     path = checkpoint.save_tensors(
         str(out / "stage0-init.safetensors"),
         cfg,
@@ -211,23 +236,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         row(f"expand d{D} srio", grown, rel, "PASS" if report.passed else "FAIL")
         path = grown
 
-    t = Table(
-        title=f"growtool demo ({'quick, ' if quick else ''}{time.time() - t0:.0f} s, generated corpus "
-        f"of {len(ds.tokens):,} bytes)",
-        title_justify="left",
-    )
-    for col in ("stage", "width", "params", "val loss", "verify |dlogit|/scale", "pass"):
-        t.add_column(col, justify="left" if col == "stage" else "right")
-    for r in rows:
-        t.add_row(
-            r["stage"],
-            str(r["width"]),
-            f"{r['params']:,}",
-            f"{r['val_loss']:.4f}",
-            "" if r["verify_rel"] is None else f"{r['verify_rel']:.2e}",
-            r["pass"],
-        )
-    err.print(t)
+    err.print(summary_table(rows, quick, time.time() - t0, len(ds.tokens)))
     summary = {"ok": ok, "seconds": time.time() - t0, "quick": quick, "tolerance": TOL, "stages": rows}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     err.print(("[green]every growth kept the function[/]" if ok else "[red]a verify failed[/]") + f"; files in {out}")
