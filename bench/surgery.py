@@ -21,9 +21,9 @@ For float32 and bfloat16 (same parameter count) it
      largest output tensor + 0.5 GB (beside the peak RSS of the import alone, the floor under it:
      larger for a CUDA build of torch);
   6. runs the same expansion in-process through the library's ``expand`` pipeline with its
-     ``timings`` hook (reading, growing, the wait for the source hash, which a background thread
-     computes meanwhile, and the rest: writing + fsync) to show where the time goes; the producing
-     threads overlap, so the step times are summed over them.
+     ``timings`` hook to show where the time goes: reading and growing (summed over the producing
+     threads, which overlap the writing), the wall of the streaming save and, inside it, the wait
+     for the source hash, which a background thread computes meanwhile.
 
 ``--quick`` uses a ~120 MB checkpoint. ``--profile`` also writes a cProfile of the in-process run.
 
@@ -299,15 +299,17 @@ def pair_summary(pairs, start: dict) -> dict:
 def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | None = None) -> dict:
     """The library's own ``expand`` (``growtool.surgery.run_expand``: the pipeline ``growtool
     expand`` runs, producers, write path and all) in-process, with its ``timings`` hook: seconds
-    spent reading (with the NaN / Inf check), growing, waiting for the source hash, and the rest
-    of the save (writing + fsync). The producers overlap, so the step times are summed over the
-    threads; ``total`` is the wall of the whole call."""
+    spent reading (with the NaN / Inf check) and growing, summed over the ``producers`` threads
+    (they overlap each other and the writing); the wall of the streaming save (``save``, which
+    includes ``sha256_wait``, the wait for the source hash at its end); ``setup`` = ``total`` -
+    ``save`` (reading the header, the plan)."""
     t: dict = {}
     prof = cProfile.Profile() if profile_to else None
     if prof:
         prof.enable()
     job = surgery.prepare_expand(str(src), width=width, out=str(out), recipe="srio", force=True)
     surgery.run_expand(job, timings=t)
+    t["setup"] = t["total"] - t["save"]
     if prof:
         prof.disable()
         s = io.StringIO()
@@ -499,7 +501,7 @@ def bench_sharded(gb: float, repeats: int, start: dict, tmp: Path) -> dict:
     }
 
 
-STEP_KEYS = ["sha256_wait", "read", "grow", "write"]
+STEP_KEYS = ["save", "setup"]  # the wall: the streaming save, then load + plan before it (and after)
 
 
 def plot(rows: list[dict], steps: list[dict], path: Path) -> None:

@@ -14,8 +14,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import threading
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -68,7 +69,6 @@ class Expansion:
     shard_size: int | None = None
     path: str | None = None
     loss: object = None  # a check.Comparison at gate 0 when the plan is lossy
-    timings: dict = field(default_factory=dict)
 
     @property
     def note(self) -> str | None:
@@ -120,26 +120,28 @@ def prepare_expand(
 def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) -> Expansion:
     """Grow and write ``job`` (from ``prepare_expand``); fills in ``job.path`` (and ``job.loss`` for
     a lossy plan: the loss of function measured at gate 0 on 4 random sequences).
-    ``timings``: a dict to add seconds to, per step ("read": reads with their NaN / Inf check,
-    "grow", "sha256_wait", "write": the rest of the save, "total"); the steps overlap on the
-    producing threads, so they are summed thread time, not shares of the wall."""
+    ``timings``: a dict that receives seconds: "read" (reads with their NaN / Inf check) and "grow",
+    summed over the ``producers`` threads (they overlap each other and the writing), "sha256_wait"
+    (waiting for the source hash, inside the save), "save" (the wall of the streaming save) and
+    "total" (the wall of this call)."""
     ck, plan, out = job.ck, job.plan, job.out
     t_all = time.perf_counter()
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
     lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
     work = growth.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
-    get = ck.get if timings is None else _timed(ck.get, timings, "read")
-    read = functools.partial(get, into=work.source)  # each tensor's source read into reused memory
-    produce = lambda n, rows=None: growth.grow_tensor(n, plan, get, work, read, rows)  # noqa: E731
+    read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
+    produce = lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows)  # noqa: E731
     if timings is not None:
-        produce = _timed(produce, timings, "grow", minus=("read",))
-        source_hash.value = _timed(source_hash.value, timings, "sha256_wait")
+        produce = _timed_producer(job, work, timings)
+        source_hash.value = _timed_wait(source_hash.value, timings)
     specs = plan.outputs()
     try:
         with (
             machine.surgery_threading(streaming=True) as producers,
             _bar(progress, len(specs), checkpoint.specs_nbytes(specs)) as bar,
         ):
+            workers = plan.producers(producers, machine.resident_bytes())  # fewer where memory is short
+            t_save = time.perf_counter()
             job.path = checkpoint.save(
                 out,
                 plan.cfg,
@@ -154,31 +156,57 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
                 files=lambda: job.carry.files(plan.cfg, source_hash.fill(lineage), job.src, Path(out).name),
                 source_hash=source_hash,
                 recycle=work.recycle,
-                workers=plan.producers(producers, machine.resident_bytes()),  # fewer where memory is short
+                workers=workers,
                 place=work.place,
                 pieces=plan.pieces,
             )
+            t_save = time.perf_counter() - t_save
     finally:
         source_hash.cancel()
     work = None  # its blocks are not needed by what follows
     if timings is not None:
-        timings["total"] = time.perf_counter() - t_all
-        timings["write"] = timings["total"] - sum(timings.get(k, 0.0) for k in ("read", "grow", "sha256_wait"))
+        timings.update(producers=workers, save=t_save, total=time.perf_counter() - t_all)
     if plan.lossy:
         job.loss = measure_loss(job)
     return job
 
 
-def _timed(fn, timings: dict, key: str, minus=()):
-    """``fn`` adding its seconds to ``timings[key]`` (less what the ``minus`` keys gained meanwhile)."""
-    timings.setdefault(key, 0.0)
+def _timed_producer(job: Expansion, work, timings: dict):
+    """``produce`` adding each tensor's seconds to ``timings``: "read" (its reads, with the NaN /
+    Inf check) and "grow" (the rest), summed over the producing threads."""
+    ck, plan, lock = job.ck, job.plan, threading.Lock()
+    timings.update(read=0.0, grow=0.0)
 
-    def timed(*args, **kw):
-        t0, before = time.perf_counter(), sum(timings.get(k, 0.0) for k in minus)
+    def produce(name, rows=None):
+        spent = [0.0]
+
+        def get(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return ck.get(*args, **kw)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        y = growth.grow_tensor(name, plan, get, work, functools.partial(get, into=work.source), rows)
+        with lock:
+            timings["read"] += spent[0]
+            timings["grow"] += time.perf_counter() - t0 - spent[0]
+        return y
+
+    return produce
+
+
+def _timed_wait(value, timings: dict):
+    """The source hash's ``value`` adding the time spent waiting for it to ``timings["sha256_wait"]``."""
+    timings["sha256_wait"] = 0.0
+
+    def timed():
+        t0 = time.perf_counter()
         try:
-            return fn(*args, **kw)
+            return value()
         finally:
-            timings[key] += time.perf_counter() - t0 - (sum(timings.get(k, 0.0) for k in minus) - before)
+            timings["sha256_wait"] += time.perf_counter() - t0
 
     return timed
 
