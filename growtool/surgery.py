@@ -93,6 +93,7 @@ def prepare_expand(
 ) -> Expansion:
     """Check the destination, read ``src``'s header and build the plan; reads no tensor.
     ``recipe``: a shipped name, a YAML path or a loaded recipe dict; ``sets``: "KEY=VALUE" overrides."""
+    src, out = str(src), None if out is None else str(out)
     shard_size = _size(shard_size)
     r = recipes.load(recipe, recipes.parse_set(sets)) if not isinstance(recipe, dict) else recipe
     out = out or default_out(src, width, folder=shard_size is not None)
@@ -256,6 +257,7 @@ def run_fold(
     progress=None,
 ) -> Folding:
     """``fold``, returning what the command line reports."""
+    grown, out = str(grown), str(out)
     shard_size = _size(shard_size)
     checkpoint.check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)

@@ -40,7 +40,7 @@ def sha(p) -> str:
 
 
 def test_library_expand_and_fold_write_the_cli_bytes(tmp_path):
-    lib = growtool.expand(str(FIXTURE), width=96, out=str(tmp_path / "lib.safetensors"), recipe="srio")
+    lib = growtool.expand(FIXTURE, width=96, out=tmp_path / "lib.safetensors", recipe="srio")  # paths or strings
     assert lib == tmp_path / "lib.safetensors"
     cli = tmp_path / "cli.safetensors"
     subprocess.run(
