@@ -364,7 +364,7 @@ def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path
     resumable). A metrics line cut short is dropped on resume."""
     import errno
 
-    from growtool.training import train as train_mod
+    from growtool.training import loop as train_mod
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=16, heads=2, layers=1, vocab=256, context=8))
     text = text_file(tmp_path / "t.txt")

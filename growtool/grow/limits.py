@@ -30,22 +30,23 @@ def _human(n: int) -> str:
     return str(n)
 
 
-def check_growth(src, width: int, ffn: int | None, itemsize: int, out: str | None) -> None:
-    """GrowError when the grown model could not exist, or (``out`` given) not fit the free space where
-    it is written (``-``: the temporary folder it is spooled to)."""
+def check_growth(src, width: int, ffn: int | None, itemsize: int) -> None:
+    """GrowError when the grown model could not exist on any machine (before the plan is built)."""
     need = estimate_bytes(src, width, ffn, itemsize)
     if need > MAX_BYTES:
         raise GrowError(f"--width {width}: the grown model would need about {_human(need)}, beyond any machine")
-    if out is None:
-        return
+
+
+def check_space(need: int, out: str) -> None:
+    """GrowError when ``need`` bytes do not fit the free space where ``out`` is written (``-``: the
+    temporary folder it is spooled to)."""
     where = Path(tempfile.gettempdir()) if out == "-" else (Path(out).parent if str(Path(out).parent) else Path("."))
     try:
         usage = shutil.disk_usage(where)
     except OSError:
         return
-    free = usage.free
-    if usage.total > 0 and need > free:  # (pseudo file systems such as /sys report no size at all)
-        raise GrowError(f"{out}: the grown model needs about {_human(need)}, {where} has {_human(free)} free")
+    if usage.total > 0 and need > usage.free:  # (pseudo file systems such as /sys report no size at all)
+        raise GrowError(f"{out}: the grown model needs {_human(need)}, {where} has {_human(usage.free)} free")
 
 
 class Overflow(GrowError):
