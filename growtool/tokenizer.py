@@ -22,23 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from growtool.io.carried import CARRIED, TOKENIZER_FILES  # noqa: E402 (the names, where io/confine reads them too)
 from growtool.nn.errors import GrowError
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "vocab.txt",
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-CARRIED = TOKENIZER_FILES + ("generation_config.json",)
 
 
 def sha256(data: bytes) -> str:

@@ -47,20 +47,3 @@ def check_space(need: int, out: str) -> None:
         return
     if usage.total > 0 and need > usage.free:  # (pseudo file systems such as /sys report no size at all)
         raise GrowError(f"{out}: the grown model needs {_human(need)}, {where} has {_human(usage.free)} free")
-
-
-class Overflow(GrowError):
-    """A float16 output would hold Inf (``save`` names the output)."""
-
-
-def check_finite(name: str, t) -> None:
-    """A float16 output tensor must hold no Inf: growth can scale values past float16's 65504, and a
-    file holding Inf is refused by every reader (verify included). Other dtypes have float32's range."""
-    import math
-
-    import torch
-
-    if t.dtype == torch.float16 and t.numel() and not all(map(math.isfinite, map(float, torch.aminmax(t)))):
-        raise Overflow(
-            f"tensor {name}: the grown values exceed float16's range (65504); write --dtype bfloat16 or float32"
-        )

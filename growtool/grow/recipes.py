@@ -23,7 +23,9 @@ except with a tied RMSNorm head, where only the identity (eps = 1) is exact.
 from __future__ import annotations
 
 import copy
+import os
 import reprlib
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -65,6 +67,21 @@ class _Loader(yaml.SafeLoader):
 
 def _load_yaml(text: str):
     return yaml.load(text, Loader=_Loader)
+
+
+def _read_recipe(p: Path) -> str:
+    """A recipe file's text: a regular file (a FIFO would block) of at most MAX_RECIPE bytes, UTF-8."""
+    try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise GrowError(f"{p}: not a regular file (a recipe is a YAML file)")
+        if st.st_size > MAX_RECIPE:
+            raise GrowError(f"{p}: {st.st_size:,} bytes, too large for a recipe")
+        return p.read_bytes()[: MAX_RECIPE + 1].decode()
+    except OSError as e:
+        raise GrowError(f"{p}: cannot read recipe ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise GrowError(f"{p}: not valid YAML (not UTF-8 text)") from None
 
 
 def _short(val) -> str:
@@ -161,12 +178,7 @@ def load(name_or_path: str = "srio", overrides: dict | None = None) -> dict:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         src = str(p)
-        from growtool.io import confine
-
-        try:
-            text = confine.read_small(p, "recipe", MAX_RECIPE).decode()
-        except UnicodeDecodeError:
-            raise GrowError(f"{src}: not valid YAML (not UTF-8 text)") from None
+        text = _read_recipe(p)
     else:
         f = _recipe_dir() / f"{name_or_path}.yaml"
         if not f.exists():

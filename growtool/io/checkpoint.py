@@ -25,8 +25,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.grow import limits
-from growtool.io import confine, hf_remote, nanogpt, one_config, prehash, stdout
+from growtool.io import confine, hf_remote, nanogpt, one_config, overflow, prehash, stdout
 from growtool.io.files import (  # noqa: F401 (kept importable here)
     SIZE_UNITS,
     _clobbers,
@@ -490,7 +489,7 @@ def save(
     def write(fh, part):
         try:
             write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
-        except limits.Overflow as e:
+        except overflow.Overflow as e:
             raise GrowError(f"{out}: {e}") from None
 
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched

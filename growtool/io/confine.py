@@ -24,6 +24,7 @@ import stat
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from growtool.io.carried import CARRIED
 from growtool.nn.errors import GrowError
 
 SMALL = 64 << 20  # config.json, index, chat templates
@@ -95,8 +96,6 @@ def _real(p) -> Path:
 def read_set(src: str) -> list[tuple[Path, bool]]:
     """What an input is read from: (resolved path, is a whole folder). A file brings its folder's
     config.json and tokenizer files (read when present); a folder is an input as a whole."""
-    from growtool.tokenizer import CARRIED
-
     if src in ("", "-"):
         return []
     p = Path(src)
