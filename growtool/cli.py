@@ -456,6 +456,7 @@ def plan_json(plan, out: str | None) -> dict:
         "exact": plan.exact,
         "lossy": list(plan.lossy),
         "warnings": list(plan.warnings),
+        "carried": plan.carried,
         "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
         "outputs": {
             "tensors": len(outputs),
@@ -470,6 +471,8 @@ def show_plan(plan, quiet: bool) -> None:
     """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
     if not quiet:
         err.print(plan_table(plan))
+        for c in plan.carried:
+            err.print(f"carried: {c}", soft_wrap=True)
     for reason in plan.lossy:
         err.print(f"[yellow]lossy:[/] {reason}")
     for w in plan.warnings:
