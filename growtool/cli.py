@@ -671,16 +671,20 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not).
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
-    limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
+    limit is max(--tol, floor), the floor being the source's own error from running in that dtype;
+    for float32 ones max(--tol, 4 x floor), the floor being the source's float32 round-off (against float64)."""
     from growtool.verify import (
-        LOW_PRECISION,
         StreamedHead,
         figures,
+        floor_dtype,
+        floor_note,
         random_batches,
         reads,
+        storage_name,
         streamed_hidden,
         text_batches,
     )
+    from growtool.verify import limit as pass_limit
 
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
@@ -698,7 +702,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
             raise GrowError(f"{data}: no such file")
         sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
     alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
-    low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
+    low = floor_dtype(b.main_dtype(), a.main_dtype())  # float64 for float32 checkpoints: float32's round-off
     a_passes, b_passes = len(sets) * (2 if low else 1), len(sets) * len(alphas)  # each pass reads a checkpoint once
     ((ia, ba), (ha, hba)), ((ib, bb), (hb, hbb)) = reads(a), reads(b)
     items = ia * a_passes + ib * b_passes + ha * (2 if low else 1) + hb
@@ -722,7 +726,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
             if low:
                 floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
     fl = max(floors, default=0.0)
-    limit = max(tol, fl)
+    limit = pass_limit(tol, fl, low)
     ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
     gen = None
     if gen_tokens is not None:
@@ -739,7 +743,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
                     "tol": tol,
                     "floor": fl,
                     "limit": limit,
-                    "dtype": str(low).replace("torch.", "") if low else "float32",
+                    "dtype": storage_name(low),
                     "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
                     **({"generate": gen.as_dict()} if gen else {}),
                 }
@@ -767,10 +771,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
             f"over {gen.tokens} tokens{where}"
         )
     if low:
-        err.print(
-            f"{str(low).replace('torch.', '')} floor: the source run in {str(low).replace('torch.', '')} is "
-            f"{fl:.3g} x logit scale from itself in float32; limit max(tol, floor) = {limit:.3g}"
-        )
+        err.print(floor_note(low, fl, limit))
     err.print(
         f"[green]PASS[/]: max |dlogit| within {limit:g} x logit scale at gate {alpha:g}"
         if ok

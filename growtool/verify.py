@@ -10,6 +10,11 @@ distance between running in its storage dtype and in float32, on the same inputs
 passes when the grown model's error is within max(tol, floor). An exact growth stays well below it
 (0.25-0.55 of it measured on Gemma/OLMo-2/Llama, tests/test_architectures.py); a lossy recipe
 (nrio on GPT-2: ~40% of the logit scale) stays far above it.
+
+float32 has a floor too: the source's own distance between running in float32 and in float64
+(``floor_dtype``). A deep model's float32 round-off can exceed the fixed tolerance (a real 30-layer
+Llama: 1.7e-4 x logit scale); the grown model carries its own round-off, that of its float32
+weights and the source's, so the limit is max(tol, FLOAT32_K x floor) (``limit``).
 """
 
 from __future__ import annotations
@@ -157,13 +162,49 @@ def figures(a, b, alpha: float, batch: int = 8, head_a=None, head_b=None) -> Com
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+FLOAT32_K = 4  # an exact float32 growth passes within max(tol, FLOAT32_K x floor); measured 1.2-3.6 x floor
+
+
+def floor_dtype(*dtypes: torch.dtype) -> torch.dtype | None:
+    """The dtype the source runs in for its floor, against its reference: a low-precision storage
+    dtype of either checkpoint (against float32), float64 when both are float32 (against float32
+    itself), else None (no floor)."""
+    low = next((d for d in dtypes if d in LOW_PRECISION), None)
+    if low is not None:
+        return low
+    return torch.float64 if all(d == torch.float32 for d in dtypes) else None
+
+
+def storage_name(dtype: torch.dtype | None) -> str:
+    """The checkpoints' dtype as verify reports it, from ``floor_dtype``'s answer."""
+    return str(dtype).replace("torch.", "") if dtype in LOW_PRECISION else "float32"
+
+
+def floor_note(dtype: torch.dtype, fl: float, lim: float) -> str:
+    """The line verify prints about the floor."""
+    if dtype == torch.float64:
+        return (
+            f"float32 floor: the source run in float32 is {fl:.3g} x logit scale from itself in float64; "
+            f"limit max(tol, {FLOAT32_K} x floor) = {lim:.3g}"
+        )
+    name = storage_name(dtype)
+    return (
+        f"{name} floor: the source run in {name} is {fl:.3g} x logit scale from itself in float32; "
+        f"limit max(tol, floor) = {lim:.3g}"
+    )
+
+
+def limit(tol: float, fl: float, dtype: torch.dtype | None) -> float:
+    """The pass limit of verify: max(tol, floor), for float32 (``dtype`` float64) max(tol, FLOAT32_K x floor)."""
+    return max(tol, (FLOAT32_K if dtype == torch.float64 else 1) * fl)
 
 
 def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference=None, head=None, progress=None) -> float:
     """The source's own max |dlogit| / logit scale between running in ``dtype`` and in float32:
-    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32). ``reference`` and
-    ``head``: the float32 final-norm outputs and head, when the caller has them already."""
-    if dtype not in LOW_PRECISION:
+    the error a checkpoint stored in ``dtype`` carries anyway (float64: float32's own round-off;
+    0 for other dtypes). ``reference`` and ``head``: the float32 final-norm outputs and head, when
+    the caller has them already."""
+    if dtype not in (*LOW_PRECISION, torch.float64):
         return 0.0
     head = head or StreamedHead(src_ck, progress=progress)
     ref = streamed_hidden(src_ck, x, 0.0, progress=progress) if reference is None else reference

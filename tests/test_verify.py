@@ -63,11 +63,73 @@ def test_low_precision_exact_growth_passes_and_lossy_fails(dtype, tmp_path):
     assert r.exit_code == 1 and rep["results"][0]["rel"] > 5 * rep["floor"], rep
 
 
-def test_float32_has_no_floor(tmp_path):
+def test_float32_floor_of_a_small_model_leaves_the_tolerance(tmp_path):
+    """A shallow float32 model's own round-off (against float64) is far below --tol: the limit is --tol."""
     grown = tmp_path / "g.safetensors"
     assert cli("expand", FIXTURES["llama-gqa"], "--width", 96, "-q", "-o", grown).exit_code == 0
     rep = json.loads(cli("verify", FIXTURES["llama-gqa"], grown, "--json", "--samples", 4).stdout)
-    assert rep["floor"] == 0.0 and rep["limit"] == rep["tol"] and rep["dtype"] == "float32"
+    assert 0.0 < 4 * rep["floor"] < rep["tol"] == rep["limit"] and rep["dtype"] == "float32", rep
+
+
+def _deep_float32_llama(path, layers=24, seed=0):
+    """A float32 Llama (d64, 24 layers, untied) with trained-looking weights: lognormal row scales
+    (sigma 0.6) on every matrix and lognormal norm gains (sigma 0.3). Its own float32 round-off is
+    1.3e-4 x logit scale, above the fixed 1e-4, as for a real 30-layer Llama (1.7e-4, issue 31); an
+    exact growth to d96 is 2.6 floors from it (seeds 0-3: 1.2-3.3)."""
+    from growtool.nn.config import ModelConfig
+    from growtool.nn.model import LM
+
+    cfg = ModelConfig("llama", 256, 64, layers, 4, 2, 16, 160, context=32, norm_eps=1e-5, tie=False)
+    g = torch.Generator().manual_seed(seed)
+    tensors = {}
+    for n, t in LM(cfg).tensors().items():
+        if t.dim() == 1:
+            tensors[n] = torch.exp(0.3 * torch.randn(t.shape, generator=g))
+        else:
+            rows = torch.exp(0.6 * torch.randn(t.shape[0], 1, generator=g))
+            tensors[n] = torch.randn(t.shape, generator=g) * rows / t.shape[1] ** 0.5
+    return checkpoint.save_tensors(str(path), cfg, [], tensors)
+
+
+@pytest.fixture
+def one_thread():
+    """Many small ops: one thread is ~10x faster than two on a busy machine."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
+def test_deep_float32_exact_growth_passes_within_its_floor(tmp_path, one_thread):
+    src, grown = _deep_float32_llama(tmp_path / "s.safetensors"), tmp_path / "g.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", grown).exit_code == 0
+    r = cli("verify", src, grown, "--json")  # default flags (--json only adds the figures on stdout)
+    assert r.exit_code == 0, r.stderr
+    assert "float32 floor: the source run in float32 is" in r.stderr and "PASS" in r.stderr
+    rep = json.loads(r.stdout)
+    rel = rep["results"][0]["rel"]
+    assert rel > rep["tol"]  # the fixed tolerance alone would fail this exact growth
+    assert rep["floor"] > rep["tol"] and rep["limit"] == pytest.approx(4 * rep["floor"]) and rel <= rep["limit"]
+
+
+def test_deep_float32_lossy_growth_fails(tmp_path, one_thread):
+    src = _deep_float32_llama(tmp_path / "s.safetensors")
+    lossy = tmp_path / "nogate.safetensors"  # new units written without their warm-up gate
+    r = cli("expand", src, "--width", 96, "--set", "gate=false", "--allow-lossy", "-q", "-o", lossy)
+    assert r.exit_code == 0, r.stderr
+    r = cli("verify", src, lossy, "--json")
+    assert r.exit_code == 1 and json.loads(r.stdout)["results"][0]["rel"] > 1.0
+    # an exact growth with one tensor changed by 1%: a small loss, still above the floor's limit
+    grown = tmp_path / "g.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", grown).exit_code == 0
+    ck = checkpoint.load(grown)
+    tensors = ck.tensors()
+    tensors["model.layers.12.self_attn.o_proj.weight"] *= 1.01
+    checkpoint.save_tensors(str(tmp_path / "p.safetensors"), ck.config, ck.lineage, tensors)
+    r = cli("verify", src, tmp_path / "p.safetensors", "--json")
+    rep = json.loads(r.stdout)
+    assert r.exit_code == 1 and "FAIL" in r.stderr, r.stderr
+    assert rep["limit"] < rep["results"][0]["rel"] < 0.1, rep
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")

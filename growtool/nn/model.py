@@ -110,7 +110,8 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
         a = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
         a = torch.tanh(a / cfg.attn_softcap) * cfg.attn_softcap
         keep = mask if mask is not None else (i[None, :] <= i[:, None])
-        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=torch.float32).to(q.dtype)
+        soft = torch.promote_types(q.dtype, torch.float32)  # float32, float64 kept (verify's reference)
+        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=soft).to(q.dtype)
         return a @ v
     kw = {"is_causal": True} if mask is None else {"attn_mask": mask}
     if scale is not None:
