@@ -675,7 +675,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     for float32 ones max(--tol, 4 x floor), the floor being the source's float32 round-off (against float64)."""
     from growtool.verify import (
         StreamedHead,
-        figures,
+        figures_chunked,
         floor_dtype,
         floor_note,
         random_batches,
@@ -719,12 +719,16 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
                 hidden[label] += (streamed_hidden(a, x, 0.0, dtype=low, progress=bar),)
         head_a, head_b = StreamedHead(a, progress=bar), StreamedHead(b, progress=bar)
         head_low = StreamedHead(a, low, progress=bar) if low else None
+        pairs, labels = [], []  # every comparison in one pass over the heads' vocabulary chunks
         for label, (ref, got, *lows) in hidden.items():
             for al in alphas:
-                c = figures(ref, got[al], al, head_a=head_a, head_b=head_b)
-                rows.append((label if al == alpha else label + " (info)", c))
+                pairs.append((ref, head_a, got[al], head_b, al))
+                labels.append(label if al == alpha else label + " (info)")
             if low:
-                floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
+                pairs.append((ref, head_a, lows[0], head_low, 0.0))
+                labels.append(None)  # a floor
+        for label, c in zip(labels, figures_chunked(pairs)):
+            rows.append((label, c)) if label else floors.append(c.rel)
     fl = max(floors, default=0.0)
     limit = pass_limit(tol, fl, low)
     ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)

@@ -94,9 +94,49 @@ class Streamed:
         if path == a.modules["head"]:
             head = (a.modules["embed"] if cfg.tie else path) + "."
             return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
+        if path in (a.modules["embed"], a.modules.get("pos")):
+            return EmbeddingRows(self, path + ".weight")
         rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
         # _weight: no random init (normal_ on the meta device would import torch._dynamo: 1 s of start-up)
         return self._load(lambda: nn.Embedding(rows, cfg.width, _weight=torch.empty(rows, cfg.width)), path + ".")
+
+
+CHUNK_BYTES = 16 * 2**20  # the most bytes of one chunk of rows of an embedding or head (and of its logits)
+
+
+def row_chunks(ck, name: str, dtype, rows: int | None = None, progress=None):
+    """(first row, rows [n, width] in ``dtype``) of a vocabulary-sized tensor, read CHUNK_BYTES at
+    a time (or ``rows`` rows at a time); ``progress(name, nbytes)`` once, after the last chunk."""
+    total, width = ck.shape(name)
+    n = rows or max(1, CHUNK_BYTES // max(1, width * max(dtype.itemsize, ck.dtype(name).itemsize)))
+    for r0 in range(0, total, n):
+        yield r0, ck.get(name, rows=(r0, min(n, total - r0))).to(dtype)
+    if progress:
+        progress(name, ck.get_nbytes(name))
+
+
+class EmbeddingRows:
+    """An embedding as ``hidden`` calls it (``emb(idx)``), reading only the rows of the ids asked for,
+    CHUNK_BYTES of the table at a time: the whole table is never held."""
+
+    def __init__(self, model: Streamed, name: str):
+        self.model, self.name = model, name
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        ids, where = torch.unique(idx, return_inverse=True)  # sorted
+        out = torch.empty(len(ids), m.ck.shape(self.name)[1], dtype=m.dtype)
+        total, width = m.ck.shape(self.name)
+        n = max(1, CHUNK_BYTES // max(1, width * 8))
+        for r0 in range(0, total, n):  # only the chunks that hold some of the ids are read
+            sel = (ids >= r0) & (ids < r0 + n)
+            if sel.any():
+                rows = m.ck.get(self.name, rows=(r0, min(n, total - r0)))
+                out[sel] = rows[ids[sel] - r0].to(m.dtype)
+                del rows
+        if m.progress:
+            m.progress(self.name, m.ck.get_nbytes(self.name))
+        return out[where]
 
 
 @torch.no_grad()
@@ -107,15 +147,25 @@ def streamed_hidden(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progre
 
 
 class StreamedHead:
-    """A checkpoint's head (tied: its embedding), loaded once: ``head(h) -> float32 logits``."""
+    """A checkpoint's head (tied: its embedding), read in chunks of vocabulary rows, never whole:
+    ``head(h) -> float32 logits``; ``head.chunks()`` the rows for ``figures_chunked``."""
 
     def __init__(self, ck, dtype=torch.float32, progress=None):
-        self.model = Streamed(ck, dtype, progress)
-        self.head = self.model.get_submodule(arch_of(ck.config).modules["head"])
+        self.ck, self.dtype, self.progress = ck, dtype, progress
+        self.model = Streamed(ck, dtype, progress)  # head_logits reads the config (soft-cap) from it
+        a = arch_of(ck.config)
+        self.name = (a.modules["embed"] if ck.config.tie else a.modules["head"]) + ".weight"
+
+    def chunks(self, rows: int | None = None):
+        return row_chunks(self.ck, self.name, self.dtype, rows, self.progress)
+
+    def logits(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Float32 logits of final-norm outputs ``h`` for the vocabulary rows ``w``."""
+        return head_logits(self.model, h.to(self.dtype), lambda x: F.linear(x, w)).float()
 
     @torch.no_grad()
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        return head_logits(self.model, h, self.head).float()
+        return torch.cat([self.logits(h, w) for _, w in self.chunks()], dim=-1)
 
 
 @torch.no_grad()
@@ -159,6 +209,80 @@ def figures(a, b, alpha: float, batch: int = 8, head_a=None, head_b=None) -> Com
             m = 0
     s = sum(scale) / len(scale)
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
+
+
+class _Softmax:
+    """Running per-token figures of logits seen a chunk of the vocabulary at a time: the max and the
+    sum of exponentials (a log-sum-exp), the argmax, and per sequence the sum and sum of squares."""
+
+    def __init__(self, seqs: int, tokens: int):
+        self.max = torch.full((tokens,), -torch.inf, dtype=torch.float64)
+        self.sum, self.best = torch.zeros(tokens, dtype=torch.float64), torch.zeros(tokens, dtype=torch.long)
+        self.s1, self.s2 = torch.zeros(seqs, dtype=torch.float64), torch.zeros(seqs, dtype=torch.float64)
+        self.seqs, self.n = seqs, 0
+
+    def add(self, z: torch.Tensor, r0: int) -> torch.Tensor:
+        """Take logits z [tokens, rows] of vocabulary rows r0..; returns exp(old max - new max)."""
+        cm, ci = z.max(-1)
+        cm = cm.double()
+        self.best = torch.where(cm > self.max, ci + r0, self.best)  # the first maximum, as argmax
+        new = torch.maximum(self.max, cm)
+        rescale = torch.exp(self.max - new)
+        self.sum = self.sum * rescale + torch.exp(z.double() - new[:, None]).sum(-1)
+        self.max = new
+        zs = z.double().view(self.seqs, -1)
+        self.s1, self.s2, self.n = self.s1 + zs.sum(-1), self.s2 + (zs * zs).sum(-1), self.n + zs.shape[1]
+        return rescale
+
+    def lse(self) -> torch.Tensor:
+        return self.max + self.sum.log()
+
+    def scale(self, batch: int) -> float:
+        """The mean over chunks of ``batch`` sequences of the logits' std (unbiased, as torch.std)."""
+        per_seq, out = self.n, []  # logits per sequence
+        for g in range(0, self.seqs, batch):
+            s1, s2 = float(self.s1[g : g + batch].sum()), float(self.s2[g : g + batch].sum())
+            m = per_seq * min(batch, self.seqs - g)
+            out.append(max(((s2 - s1 * s1 / m) / max(m - 1, 1)) ** 0.5, 1e-6))
+        return sum(out) / len(out)
+
+
+@torch.no_grad()
+def figures_chunked(pairs: list, batch: int = 8) -> list[Comparison]:
+    """``figures`` of several comparisons, over the vocabulary a chunk of rows at a time, each head's
+    rows read once for all of them: ``pairs`` lists (ref, head_a, got, head_b, alpha), final-norm
+    outputs [N, T, width] and ``StreamedHead``s. No head is held whole: at most one chunk of rows
+    of each head and its logits for all inputs (CHUNK_BYTES each, and float64 copies). The same
+    figures as ``figures`` (KL(a || b) from running log-sum-exps, in float64)."""
+    heads = {id(h): h for p in pairs for h in (p[1], p[3])}
+    outs = {id(t): t for p in pairs for t in (p[0], p[2])}
+    tokens = max(t.shape[0] * t.shape[1] for t in outs.values())
+    widest = max(h.ck.shape(h.name)[1] * max(h.dtype.itemsize, h.ck.dtype(h.name).itemsize) for h in heads.values())
+    rows = max(1, min(CHUNK_BYTES // (8 * tokens), CHUNK_BYTES // widest))  # the same chunks for every head
+    soft = {(id(t), id(h)): _Softmax(t.shape[0], t.shape[0] * t.shape[1]) for p in pairs for t, h in (p[:2], p[2:4])}
+    mx, kl_num = [0.0] * len(pairs), [0.0] * len(pairs)  # kl_num: sum_v exp(z_a - max_a) (z_a - z_b) per token
+    readers = [h.chunks(rows) for h in heads.values()]
+    for chunks in zip(*readers):
+        r0, w = chunks[0][0], {k: c[1] for k, c in zip(heads, chunks)}
+        z = {key: heads[key[1]].logits(outs[key[0]].reshape(-1, outs[key[0]].shape[-1]), w[key[1]]) for key in soft}
+        rescale = {key: soft[key].add(zk, r0) for key, zk in z.items()}
+        for j, (ref, head_a, got, head_b, _) in enumerate(pairs):
+            ka, kb = (id(ref), id(head_a)), (id(got), id(head_b))
+            mx[j] = max(mx[j], float((z[ka] - z[kb]).abs().max()))
+            pa = torch.exp(z[ka].double() - soft[ka].max[:, None])
+            kl_num[j] = kl_num[j] * rescale[ka] + (pa * (z[ka].double() - z[kb].double())).sum(-1)
+        del z, w
+    for r in readers:  # every reader to its end (its progress call)
+        next(r, None)
+    out = []
+    for j, (ref, head_a, got, head_b, alpha) in enumerate(pairs):
+        sa, sb = soft[(id(ref), id(head_a))], soft[(id(got), id(head_b))]
+        kl = kl_num[j] / sa.sum - sa.lse() + sb.lse()
+        n, scale = len(kl), sa.scale(batch)
+        out.append(
+            Comparison(alpha, mx[j], scale, mx[j] / scale, float(kl.sum()) / n, int((sa.best == sb.best).sum()) / n, n)
+        )
+    return out
 
 
 LOW_PRECISION = (torch.bfloat16, torch.float16)

@@ -33,6 +33,31 @@ def test_streamed_figures_equal_the_whole_model_ones(name, tmp_path):
         assert streamed.logit_scale == pytest.approx(whole.logit_scale, rel=1e-6)
 
 
+@pytest.mark.parametrize("name", ["gpt2-tied", "llama-gated"])
+def test_chunked_heads_and_embedding_rows_give_the_whole_model_figures(name, tmp_path, monkeypatch):
+    """verify reads heads a chunk of vocabulary rows at a time and embeddings only for the ids
+    asked: forced to chunks of a few rows, the figures are those of whole models in memory."""
+    from growtool import verify
+
+    monkeypatch.setattr(verify, "CHUNK_BYTES", 2**14)  # heads: 10 rows a chunk; embeddings: 32 or 21
+    src, grown = FIXTURES[name], tmp_path / "g.safetensors"
+    assert cli("expand", src, "--width", 96, "-q", "-o", grown).exit_code == 0
+    a, b = checkpoint.load(src), checkpoint.load(grown)
+    assert a.shape(a.config.arch.embed)[0] * a.config.width * 8 >= 8 * verify.CHUNK_BYTES
+    x = random_batches(a.config.vocab_size, a.config.context, 12, seed=3, seq=16)
+    ref = verify.streamed_hidden(a, x, 0.0)
+    heads = verify.StreamedHead(a), verify.StreamedHead(b)
+    pairs = [(ref, heads[0], verify.streamed_hidden(b, x, al), heads[1], al) for al in (0.0, 1.0)]
+    for (_, _, _, _, alpha), streamed in zip(pairs, verify.figures_chunked(pairs, batch=4)):
+        whole = compare(a.model(), b.model(), x, alpha, batch=4)
+        assert streamed.tokens == whole.tokens and streamed.top1 == whole.top1
+        # gate 0: both round-off (a chunk of rows is another matmul shape); gate 1: the same difference
+        assert streamed.max_dlogit == pytest.approx(whole.max_dlogit, rel=1e-5, abs=1e-6 * whole.logit_scale)
+        assert streamed.logit_scale == pytest.approx(whole.logit_scale, rel=1e-6)
+        assert streamed.kl == pytest.approx(whole.kl, rel=1e-3, abs=1e-7)  # float32 KL of equal models: +-1e-8
+    assert pairs[1][2] is not None and verify.figures_chunked(pairs)[1].kl > 1e-6  # gate 1: a real difference
+
+
 def _lowp_source(tmp_path, family, dtype):
     cfg = make_config(family=family, width=64, heads=4, kv_heads=2 if family == "llama" else 4, tie=True)
     return write_ckpt(tmp_path / f"{family}.safetensors", cfg, dtype=dtype)
