@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from growtool.check import compare, figures, random_batches, streamed_logits
 from growtool.io import checkpoint
-from growtool.verify import compare, figures, random_batches, streamed_logits
 
 from conftest import FIXTURES, cli
 from helpers_hardening import make_config, write_ckpt
@@ -37,7 +37,7 @@ def test_streamed_figures_equal_the_whole_model_ones(name, tmp_path):
 def test_chunked_heads_and_embedding_rows_give_the_whole_model_figures(name, tmp_path, monkeypatch):
     """verify reads heads a chunk of vocabulary rows at a time and embeddings only for the ids
     asked: forced to chunks of a few rows, the figures are those of whole models in memory."""
-    from growtool import verify
+    from growtool import check as verify
 
     monkeypatch.setattr(verify, "CHUNK_BYTES", 2**14)  # heads: 10 rows a chunk; embeddings: 32 or 21
     src, grown = FIXTURES[name], tmp_path / "g.safetensors"
