@@ -3,7 +3,8 @@
 
 Two ways to get logits: a whole ``LM`` in memory (``compare``), or ``streamed_logits``, which reads
 a checkpoint one block at a time and runs every input through that block before the next: peak
-memory is one block, the embedding and head, and the activations, whatever the model's size.
+memory is one block, a chunk of an embedding's or head's rows (``EmbeddingRows``, ``StreamedHead``,
+``figures_chunked``), and the activations, whatever the model's size or vocabulary.
 
 Low precision (``floor``): an exactly grown bf16/fp16 checkpoint differs from its source by the
 rounding of the grown weights on output, which no exact map avoids. The floor is the source's own

@@ -58,6 +58,29 @@ def test_chunked_heads_and_embedding_rows_give_the_whole_model_figures(name, tmp
     assert pairs[1][2] is not None and verify.figures_chunked(pairs)[1].kl > 1e-6  # gate 1: a real difference
 
 
+def test_verify_never_reads_a_vocabulary_tensor_whole(tmp_path, monkeypatch):
+    """Every read of an embedding or head during verify is a chunk of rows of at most CHUNK_BYTES
+    (float64 size), and the verdict is the same as with whole reads."""
+    from growtool import check
+
+    src, grown = FIXTURES["llama-gqa"], tmp_path / "g.safetensors"  # untied: an embedding and a head
+    assert cli("expand", src, "--width", 96, "-q", "-o", grown).exit_code == 0
+    whole = check.verify(str(src), str(grown), samples=4)
+    monkeypatch.setattr(check, "CHUNK_BYTES", 2**14)
+    reads, real_get = [], checkpoint.Checkpoint.get
+
+    def spy(self, name, into=None, rows=None):
+        reads.append((name, self.shape(name), rows))
+        return real_get(self, name, into, rows)
+
+    monkeypatch.setattr(checkpoint.Checkpoint, "get", spy)
+    chunked = check.verify(str(src), str(grown), samples=4)
+    vocab = [(n, shape, rows) for n, shape, rows in reads if shape[0] == 256 and len(shape) == 2]
+    assert {n for n, _, _ in vocab} == {"model.embed_tokens.weight", "lm_head.weight"}
+    assert all(rows is not None and rows[1] * shape[1] * 8 <= 2**14 for _, shape, rows in vocab), vocab
+    assert chunked.passed == whole.passed and chunked.rows[0][1].top1 == whole.rows[0][1].top1
+
+
 def _lowp_source(tmp_path, family, dtype):
     cfg = make_config(family=family, width=64, heads=4, kv_heads=2 if family == "llama" else 4, tie=True)
     return write_ckpt(tmp_path / f"{family}.safetensors", cfg, dtype=dtype)
