@@ -406,7 +406,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
             f"over {gen.tokens} tokens{where}"
         )
     if rep.floor_dtype is not None:
-        err.print(check.floor_note(rep.floor_dtype, fl, limit))
+        err.print(check.floor_note(rep.floor_dtype, fl, limit), soft_wrap=True)
     err.print(
         f"[green]PASS[/]: max |dlogit| within {limit:g} x logit scale at gate {alpha:g}"
         if ok
