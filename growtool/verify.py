@@ -89,7 +89,7 @@ class Streamed:
         if path == a.modules["head"]:
             head = (a.modules["embed"] if cfg.tie else path) + "."
             return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
-        rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
+        rows = cfg.context + a.features.pos_offset if path == a.modules.get("pos") else cfg.vocab_size
         # _weight: no random init (normal_ on the meta device would import torch._dynamo: 1 s of start-up)
         return self._load(lambda: nn.Embedding(rows, cfg.width, _weight=torch.empty(rows, cfg.width)), path + ".")
 

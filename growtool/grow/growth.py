@@ -239,6 +239,7 @@ class NormGain(Step):
     uniform: bool  # gains folded into the readers: every dim sqrt(d/D)
     offset: float = 0.0  # the stored gain is w with effective gain offset + w (Gemma)
     extra: float = 1.0  # a further factor (the final norm of a tied, embedding-scaled head)
+    why: str = "tied head scale"
 
     def apply(self, t, c):
         g = ops.grow_norm_gain(t + self.offset, c.plan.cfg.width, uniform=self.uniform) * self.extra
@@ -248,7 +249,7 @@ class NormGain(Step):
         text = "uniform sqrt(d/D) (gain folded into readers)" if self.uniform else "gain * sqrt(d/D), new = mean"
         if self.offset:
             text = text.replace("gain", f"({self.offset:g} + w)", 1) + f", stored as w = gain - {self.offset:g}"
-        return text + (f", x {self.extra:.6g} (tied head scale)" if self.extra != 1.0 else "")
+        return text + (f", x {self.extra:.6g} ({self.why})" if self.extra != 1.0 else "")
 
 
 @dataclass(frozen=True)
@@ -706,6 +707,17 @@ def qk_scale(plan: Plan, spec: TensorSpec) -> float:
     return s2**0.5
 
 
+def resid_scale(plan: Plan) -> float:
+    """c = sqrt(D/d) where the norm eps is fixed by the class (``Features.fixed_eps``), else 1.
+
+    A residual carried as c R[h; 0] has the old variance over D dims, so a LayerNorm with the old
+    eps gives c [core(h); 0] exactly (core = (h - mean) / sqrt(var + eps)): the gains x sqrt(d/D)
+    then give [LN(h); 0], as with eps x d/D. Every write into the residual (embeddings, writers,
+    their biases) takes the factor c; a tied head reads c E, so the final norm takes a further 1/c.
+    Without gains (``norm_affine`` False) the readers take sqrt(d/D) instead."""
+    return (plan.cfg.width / plan.src.width) ** 0.5 if arch_of(plan.src).features.fixed_eps else 1.0
+
+
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     """The steps that make the grown tensor ``name`` from its source."""
     return _fuse_pad_rotate(_steps(spec, name, plan), plan)
@@ -713,29 +725,35 @@ def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
 
 def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     role, rot = spec.role, [Rotate()] if plan.eps != 1.0 else []
-    a, f = arch_of(plan.src), embed_factor(plan)
+    a, f, c = arch_of(plan.src), embed_factor(plan), resid_scale(plan)
+    up = [Scale(c, "residual x sqrt(D/d): fixed norm eps")] if c != 1.0 else []
+    tied_final = plan.src.tie and spec.pattern.rsplit(".", 1)[0] == a.modules["final_norm"]
     if role == "growth_gate":
         return [GateZero()]
     if role == "norm_gain":
-        extra = 1.0 / f if (plan.src.tie and spec.pattern == a.modules["final_norm"] + ".weight") else 1.0
+        extra = 1.0 / f if tied_final else 1.0
+        if c != 1.0 and tied_final:  # the tied head reads the residual's scale: the final norm x 1/c
+            return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=1.0 / c, why="tied head")]
         return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=extra)]
     if role == "norm_bias":
-        return [PadZero()]
+        return [PadZero()] + ([Scale(1.0 / c, "tied head reads a residual x sqrt(D/d)")] if tied_final and up else [])
     if role == "head_norm":
         return [Keep("over head_dim, which is fixed")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
         if _mean_filled(name, plan):
-            return [ExpandResidual("mean")]
+            return [ExpandResidual("mean")] + up
         scale = [Scale(f, "embedding scale sqrt(d)/sqrt(D)")] if (name == a.embed and f != 1.0) else []
-        return [ExpandResidual("zero")] + scale + rot
+        return up + [ExpandResidual("zero")] + scale + rot
     qk = []  # q/k feeding a q/k norm: see qk_scale; new units must not move a norm shared by all units
     if spec.qk_norm:
         qk = [Scale(qk_scale(plan, spec), "q/k norm eps")] + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
     if role == "unit_bias":
         return [ExpandUnits(writer=False)] + qk
     fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
+    if not a.features.norm_affine:  # no gain to take the grown norm's sqrt(D/d): the readers take sqrt(d/D)
+        fold = [Scale((plan.src.width / plan.cfg.width) ** 0.5, "norm without gain")]
     rrot = rot if plan.rotate_readers else []
     if role == "head":
         return fold + [ExpandResidual("zero")] + rrot
@@ -743,7 +761,7 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
         return steps + _symmetry(plan, spec, writer=False)
     if role == "writer":
-        steps = [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        steps = [ExpandUnits(writer=True)] + up + [ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
         return steps + _symmetry(plan, spec, writer=True)
     raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
 
@@ -793,9 +811,14 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
         ffn = round(src.ffn * D / d)
     if ffn < src.ffn:
         raise GrowError(f"target ffn {ffn} smaller than the source's {src.ffn}")
-    return src.replace(
-        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=ops.grow_norm_eps(src.norm_eps, d, D)
-    )
+    f = arch_of(src).features
+    if src.tie and not f.norm_affine:
+        raise GrowError(
+            f"{src.family} with tied embeddings cannot grow exactly: its LayerNorm has no gain, so the tied "
+            "head (the embedding) would have to take the norm's sqrt(D/d) that the embedding must not"
+        )
+    eps = src.norm_eps if f.fixed_eps else ops.grow_norm_eps(src.norm_eps, d, D)
+    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps)
 
 
 def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
@@ -823,6 +846,8 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
             )
     elif src.norm == "layernorm":
         exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+        if arch_of(src).features.fixed_eps:
+            exact_map = f"sqrt(D/d) x {exact_map}; the norm eps is fixed: the residual is scaled to keep its variance"
         if abs(eps - exact) > 1e-9:
             lossy.append(
                 f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} "

@@ -61,6 +61,7 @@ class ModelConfig:
     attn_softcap: float | None = None  # attention scores -> cap * tanh(scores / cap) (Gemma 2)
     final_softcap: float | None = None  # logits -> cap * tanh(logits / cap)
     query_pre_attn_scalar: float | None = None  # attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
+    clip_qkv: float | None = None  # q, k and v clamped to [-clip, clip] after their projections (OLMo)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -167,6 +168,8 @@ class ModelConfig:
             if val is None and key not in hf:
                 continue
             hf[key] = val
+        for key, name in a.mirrors.items():
+            hf[key] = getattr(self, name)
         if a.features.free_head_dim:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
@@ -199,6 +202,13 @@ class ModelConfig:
         for key, reason in a.refuse.items():
             if hf.get(key):
                 raise GrowError(reason)
+        for key, (want, reason) in a.require.items():
+            if hf.get(key, want) != want:
+                raise GrowError(reason)
+        for key, name in a.mirrors.items():
+            other = a.keys[name]
+            if hf.get(key) is not None and hf.get(key) != hf.get(other):
+                raise GrowError(f"{a.name} {key} {hf[key]} different from {other} {hf.get(other)} is not supported")
 
         def get(name, default=None):
             key = a.keys.get(name)
@@ -259,6 +269,7 @@ class ModelConfig:
                 attn_softcap=get("attn_softcap"),
                 final_softcap=get("final_softcap"),
                 query_pre_attn_scalar=get("query_pre_attn_scalar"),
+                clip_qkv=get("clip_qkv"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},

@@ -52,6 +52,10 @@ class Features:
     embed_scale: bool = False  # embeddings times sqrt(width), rounded to the weights' dtype (Gemma)
     pre_norms: bool = True  # a norm on the residual before each sublayer (its readers' norm)
     post_norms: bool = False  # a norm on each sublayer's output before the residual add (Gemma 2/3, OLMo-2)
+    pos_offset: int = 0  # learned positions: position p reads row p + offset (OPT: 2)
+    fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
+    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
+    norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,8 @@ class Arch:
     template: dict = field(default_factory=dict)  # HF keys a fresh config.json carries
     aliases: dict = field(default_factory=dict)  # stored-name prefix rewrites, canonical -> as stored
     refuse: dict = field(default_factory=dict)  # HF key -> reason, refused when truthy
+    require: dict = field(default_factory=dict)  # HF key -> (value, reason), refused when present and different
+    mirrors: dict = field(default_factory=dict)  # HF key -> ModelConfig field it must equal (written back with it)
 
     @property
     def embed(self) -> str:
@@ -446,6 +452,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         return out
 
     def norm(slot):
+        if not f.norm_affine:
+            return []  # a LayerNorm without parameters: no tensors
         out = [TensorSpec(w(slot), "norm_gain")]
         if f.norm == "layernorm":
             out.append(TensorSpec(b(slot), "norm_bias"))
@@ -526,7 +534,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     if spec.role == "head_norm":
         return (cfg.head_dim,)
     if spec.role == "embedding":
-        rows = cfg.vocab_size if name == arch_of(cfg).embed else cfg.context
+        a = arch_of(cfg)
+        rows = cfg.vocab_size if name == a.embed else cfg.context + a.features.pos_offset
         return (rows, cfg.width)
     if spec.role == "head":
         return (cfg.vocab_size, cfg.width)

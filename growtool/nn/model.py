@@ -68,7 +68,7 @@ class RMSNorm(nn.Module):
 
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     if cfg.norm == "layernorm":
-        return nn.LayerNorm(d, eps=cfg.norm_eps)
+        return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=arch_of(cfg).features.norm_affine)
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
 
@@ -200,6 +200,8 @@ class Block(nn.Module):
             q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
         else:  # interleaved: per head [q k v]
             q, k, v = s["qkv"](x).view(B, T, H, 3 * hd).chunk(3, dim=-1)
+        if cfg.clip_qkv is not None:  # OLMo: each projection clamped
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if f.qk_norm == "full":  # over all heads at once, before the split into heads (OLMo-2)
             q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
@@ -294,7 +296,7 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
     model.cfg = cfg
     _put(model, a.modules["embed"], nn.Embedding(cfg.vocab_size, cfg.width))
     if a.features.positions == "learned":
-        _put(model, a.modules["pos"], nn.Embedding(cfg.context, cfg.width))
+        _put(model, a.modules["pos"], nn.Embedding(cfg.context + a.features.pos_offset, cfg.width))
     _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
     _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
     _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=False))
@@ -318,7 +320,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
         x = x * torch.tensor(cfg.width**0.5).to(x.dtype)
     ropes = {}
     if a.features.positions == "learned":
-        x = x + model.get_submodule(a.modules["pos"])(torch.arange(T, device=idx.device))
+        pos = torch.arange(T, device=idx.device) + a.features.pos_offset  # OPT reads row p + 2
+        x = x + model.get_submodule(a.modules["pos"])(pos)
     for i, b in enumerate(model.get_submodule(a.blocks_path)):
         rope = None
         if a.features.positions == "rope":
