@@ -394,8 +394,67 @@ OLMO2 = Arch(
     defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6},
 )
 
+OPT = Arch(
+    name="opt",
+    model_type="opt",
+    hf_class="OPTForCausalLM",
+    block="model.decoder.layers.{i}.",
+    modules={
+        "embed": "model.decoder.embed_tokens",
+        "pos": "model.decoder.embed_positions",
+        "final_norm": "model.decoder.final_layer_norm",
+        "head": "lm_head",
+        "ln1": "self_attn_layer_norm",
+        "ln2": "final_layer_norm",
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.out_proj",
+        "g": "self_attn.g_proj",
+        "up": "fc1",
+        "down": "fc2",
+    },
+    features=Features(
+        norm="layernorm", mlp="plain", positions="learned", gqa=False, free_head_dim=False, pos_offset=2, fixed_eps=True
+    ),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "num_hidden_layers",
+        "heads": "num_attention_heads",
+        "ffn": "ffn_dim",
+        "context": "max_position_embeddings",
+        "tie": "tie_word_embeddings",
+        "activation": "activation_function",
+        "qkv_bias": "enable_bias",
+        "o_bias": "enable_bias",
+        "mlp_bias": "enable_bias",
+    },
+    defaults={
+        "activation": "relu",
+        "tie": True,
+        "context": 2048,
+        "norm_eps": 1e-5,  # nn.LayerNorm's default: not in config.json
+        "qkv_bias": True,
+        "o_bias": True,
+        "mlp_bias": True,
+    },
+    template={"dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0},
+    refuse={"_remove_final_layer_norm": "opt _remove_final_layer_norm is not supported"},
+    require={
+        "do_layer_norm_before": (
+            True,
+            "opt with do_layer_norm_before=false (post-LayerNorm, as OPT-350m) is not supported: its residual "
+            "is a LayerNorm output, which a zero-padded or rotated residual cannot reproduce",
+        ),
+        "layer_norm_elementwise_affine": (True, "opt with layer_norm_elementwise_affine=false is not supported"),
+    },
+    mirrors={"word_embed_proj_dim": "width"},  # project_in / project_out exist only when they differ
+)
+
 ARCHS = {
-    a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2)
+    a.name: a
+    for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2, OPT)
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 

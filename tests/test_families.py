@@ -1,0 +1,151 @@
+"""The families of issue 31 against transformers' own forward pass (as tests/test_architectures.py).
+
+For each case (a tiny random model that transformers creates and saves here, 2 layers, vocabulary
+256, norm gains and biases perturbed): growtool's forward equals transformers' logits on the
+source (<= 1e-5 x logit scale); ``expand`` 64 -> 96 verifies at gate 0 (<= 1e-4); ``fold --alpha
+0`` loads with ``AutoModelForCausalLM`` as the same class with the source's logits (<= 1e-4);
+``fold --alpha 1`` equals growtool's gate-1 forward (<= 1e-5). Then what each family refuses,
+with its one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
+
+from conftest import cli, perturbed, verify_json  # noqa: E402
+
+V, T = 256, 20
+X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
+
+
+def _opt(tie=True, **over):
+    kw = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=160)
+    kw.update(max_position_embeddings=64, pad_token_id=1, bos_token_id=2, eos_token_id=2, dropout=0.0)
+    return transformers.OPTForCausalLM(transformers.OPTConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+# name -> (factory, kwargs): each a model transformers builds; the variants cover the features
+CASES = {
+    "opt": (_opt, {}),
+    "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
+}
+
+
+def hf_logits(model, x=X):
+    with torch.no_grad():
+        return model(x).logits.float()
+
+
+def rel(a, b):
+    return float((a - b).abs().max() / b.std())
+
+
+def make_source(name, path):
+    make, kw = CASES[name]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval()
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def source(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / "src"
+    return path, make_source(request.param, path)
+
+
+def test_our_forward_equals_transformers(source):
+    path, model = source
+    ours = checkpoint.load(path).model()
+    with torch.no_grad():
+        assert rel(ours(X), hf_logits(model)) <= 1e-5
+
+
+def test_grow_verify_fold_round_trip(source, tmp_path):
+    path, model = source
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", path, "--width", 96, "-o", grown)
+    assert r.exit_code == 0, r.stderr
+    assert "residual map:" in r.stderr
+    code, rep = verify_json(path, grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    f0 = tmp_path / "f0"
+    assert cli("fold", grown, "--alpha", 0, "-o", f0).exit_code == 0
+    assert json.loads((f0 / "config.json").read_text())["architectures"] == [type(model).__name__]
+    back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
+    assert type(back) is type(model)
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+    f1 = tmp_path / "f1"
+    assert cli("fold", grown, "--alpha", 1, "-o", f1).exit_code == 0
+    back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
+    with torch.no_grad():
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+    assert rel(hf_logits(back1), ours1) <= 1e-5
+    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
+
+
+def test_every_recipe_is_exact_or_refused(source, tmp_path):
+    """Each shipped recipe: verified at gate 0, or refused with its reason (never silently lossy);
+    a lossy-declared recipe (nrio) fails verify when its loss is real."""
+    path, _ = source
+    for recipe in ("copy", "nrio"):
+        out = tmp_path / f"{recipe}.safetensors"
+        r = cli("expand", path, "--width", 96, "--recipe", recipe, "-q", "-o", out)
+        if r.exit_code == 2:
+            assert "refused" in r.stderr and not out.exists(), r.stderr
+            continue
+        assert r.exit_code == 0, r.stderr
+        code, rep = verify_json(path, out)
+        lossy = checkpoint.load(out).lineage[-1]["exact"] is False
+        assert code == (1 if lossy and rep["results"][0]["rel"] > 1e-4 else 0), (recipe, rep)
+        assert lossy or rep["results"][0]["rel"] <= 1e-4, (recipe, rep)
+
+
+def _refused(hf: dict, match: str):
+    with pytest.raises(GrowError, match=match):
+        ModelConfig.from_hf(hf)
+
+
+# ---- OPT ------------------------------------------------------------------------------------
+
+
+def test_opt_positions_read_rows_offset_by_two_and_the_eps_stays(tmp_path):
+    """OPT's position table has max_position_embeddings + 2 rows and position p reads row p + 2;
+    its LayerNorm eps (1e-5) is no config key, so growth keeps it and scales the residual."""
+    model = make_source("opt", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.get("model.decoder.embed_positions.weight").shape == (66, 64)
+    with torch.no_grad():  # rows 0 and 1 matter to no position: changing them changes nothing
+        model.model.decoder.embed_positions.weight[:2] += 1.0
+    assert rel(ck.model()(X).detach(), hf_logits(model)) <= 1e-5
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert "sqrt(D/d) x R(0.8165)" in r.stderr, r.stderr
+    assert checkpoint.load(tmp_path / "g.safetensors").config.norm_eps == 1e-5
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"do_layer_norm_before": False}, "do_layer_norm_before=false"),
+        ({"word_embed_proj_dim": 32}, "word_embed_proj_dim 32 different from hidden_size 64"),
+        ({"layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine=false"),
+        ({"_remove_final_layer_norm": True}, "_remove_final_layer_norm"),
+    ],
+)
+def test_opt_refuses_what_it_cannot_grow_with_one_line(over, match, tmp_path):
+    cfg = _opt().config.to_dict()
+    _refused({**cfg, **over}, match)
+    if "_remove" not in match:  # the CLI: one line, exit 2, nothing written
+        _opt(**over).save_pretrained(tmp_path / "src")
+        r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+        assert r.exit_code == 2 and match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "g.safetensors").exists()
