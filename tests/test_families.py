@@ -17,9 +17,11 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
+from growtool.grow import growth, recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
 
 from conftest import cli, perturbed, verify_json  # noqa: E402
 
@@ -33,10 +35,26 @@ def _opt(tie=True, **over):
     return transformers.OPTForCausalLM(transformers.OPTConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+def _llama_like(cls_name, model_cls=None, **kw):
+    def make(tie=False, **over):
+        base = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=160)
+        cfg = getattr(transformers, cls_name + "Config")(
+            **{**base, "max_position_embeddings": 64, **kw, **over}, tie_word_embeddings=tie
+        )
+        return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
+
+    return make
+
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 CASES = {
     "opt": (_opt, {}),
     "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
+    "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
+    "olmo-clip-bias": (
+        _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
+        {},
+    ),
 }
 
 
@@ -149,3 +167,38 @@ def test_opt_refuses_what_it_cannot_grow_with_one_line(over, match, tmp_path):
         r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
         assert r.exit_code == 2 and match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
         assert not (tmp_path / "g.safetensors").exists()
+
+
+# ---- OLMo -----------------------------------------------------------------------------------
+
+
+def test_olmo_layernorm_without_parameters_grows_by_scaling_readers(tmp_path):
+    """OlmoLayerNorm has no gain, no bias and eps 1e-5 in code: the residual is carried as
+    sqrt(D/d) R[h; 0] (so its variance and the eps stay the old ones) and every reader of a norm
+    takes sqrt(d/D); the grown checkpoint has no norm tensors at all, as the source. clip_qkv
+    bites in this model (the logits change without it), and is carried."""
+    model = make_source("olmo-clip-bias", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert not [n for n in ck.names() if "norm" in n]
+    unclipped = ck.config.replace(clip_qkv=None)
+    with torch.no_grad():
+        assert rel(LM.from_tensors(unclipped, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-2
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert r.exit_code == 0 and "sqrt(D/d) x R(0.8165)" in r.stderr, r.stderr
+    ops = dict((pat, op) for pat, _, _, op in growth.build_plan(ck.config, recipes.load("srio"), 96).rows())
+    assert ops["model.layers.{i}.self_attn.q_proj.weight"].startswith("x 0.816497 (norm without gain)")
+    assert ops["lm_head.weight"].startswith("x 0.816497 (norm without gain)")
+    g = checkpoint.load(tmp_path / "g.safetensors")
+    assert g.config.norm_eps == 1e-5 and g.config.clip_qkv == 0.05
+
+
+def test_olmo_tied_is_refused_with_one_line(tmp_path):
+    """Tied, no exact growth exists: the head (the embedding) reads the norm's output, which must be
+    scaled sqrt(D/d) over the grown width, while the embedding written into the residual must not."""
+    make_source_tied = CASES["olmo"][0]
+    torch.manual_seed(0)
+    make_source_tied(tie=True).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "olmo with tied embeddings cannot grow exactly" in r.stderr
+    assert not (tmp_path / "g.safetensors").exists()

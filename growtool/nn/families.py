@@ -452,9 +452,26 @@ OPT = Arch(
     mirrors={"word_embed_proj_dim": "width"},  # project_in / project_out exist only when they differ
 )
 
+OLMO = Arch(
+    name="olmo",
+    model_type="olmo",
+    hf_class="OlmoForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", norm_affine=False, fixed_eps=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k != "norm_eps"},  # OlmoLayerNorm: eps 1e-5 in code
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "clip_qkv": "clip_qkv",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+)
+
 ARCHS = {
     a.name: a
-    for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2, OPT)
+    for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2, OPT, OLMO)
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
