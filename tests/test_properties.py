@@ -27,7 +27,7 @@ def growth_cases(draw):
     f = ARCHS[family].features
     head_dim = draw(st.sampled_from([8, 16] if family == "gpt_neox" else [4, 6, 8, 16]))  # NeoX rotates 1/4
     per_kv = draw(st.sampled_from([1, 2, 3])) if f.gqa else 1  # query heads per KV head
-    kv = draw(st.integers(1, 3))
+    kv = 1 if f.mqa else draw(st.integers(1, 3))  # multi-query: one KV head, before and after growth
     new_kv = draw(st.integers(kv + 1, kv + 3))
     heads, width = kv * per_kv, kv * per_kv * head_dim
     bias = draw(st.booleans())

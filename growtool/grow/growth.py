@@ -795,6 +795,8 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     bound = not arch_of(src).features.free_head_dim
     if heads is None:
         heads = _heads_for(src, D)
+    if arch_of(src).features.mqa:  # one key/value head read by all query heads: any count of query heads
+        r = heads
     if bound and heads * hd != D:
         raise GrowError(f"target width {D} is not heads x head_dim ({heads} x {hd}); {src.family} needs them equal")
     if heads < src.heads:
@@ -919,6 +921,8 @@ def build_plan(
         gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
         kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
         q = ops.group_to_heads(kv, r)
+        if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
+            q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
         units.append({"q": q, "kv": kv, "qkv": q, "qgate": q, "ffn": f})
         split.append(

@@ -56,6 +56,7 @@ class Features:
     fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
     #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
     norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
+    mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
 
 
 @dataclass(frozen=True)
@@ -471,7 +472,10 @@ OLMO = Arch(
 
 ARCHS = {
     a.name: a
-    for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2, OPT, OLMO)
+    for a in (
+        *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
+        *(OPT, OLMO),
+    )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
