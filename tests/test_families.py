@@ -46,10 +46,18 @@ def _llama_like(cls_name, model_cls=None, **kw):
     return make
 
 
+def _bigcode(tie=True, **over):
+    kw = dict(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64)
+    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 CASES = {
     "opt": (_opt, {}),
     "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
+    "gpt_bigcode-mqa": (_bigcode, {}),
+    "gpt_bigcode-mqa-untied-gelu": (_bigcode, {"tie": False, "activation_function": "gelu"}),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -202,3 +210,34 @@ def test_olmo_tied_is_refused_with_one_line(tmp_path):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "olmo with tied embeddings cannot grow exactly" in r.stderr
     assert not (tmp_path / "g.safetensors").exists()
+
+
+# ---- GPT-BigCode ----------------------------------------------------------------------------
+
+
+def test_bigcode_multi_query_keeps_one_kv_head_and_grows_query_heads(tmp_path):
+    """Multi-query attention: c_attn is [Q (heads x hd) | K (hd) | V (hd)]; growth 64 -> 96 adds
+    two query heads that read the same key/value head, which stays one (the folded config too)."""
+    make_source("gpt_bigcode-mqa", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.kv_heads == 1 and ck.get("transformer.h.0.attn.c_attn.weight").shape == (64 + 32, 64)
+    for recipe in ("srio", "copy"):
+        plan = growth.build_plan(ck.config, recipes.load(recipe), 96)
+        assert (plan.cfg.heads, plan.cfg.kv_heads) == (6, 1)
+        assert plan.shapes["transformer.h.0.attn.c_attn.weight"] == (96 + 32, 96)
+        assert plan.units[0]["q"].n_new == 6 and plan.units[0]["kv"].added == 0
+    assert cli("expand", tmp_path / "src", "--width", 128, "--heads", 8, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["multi_query"] is True
+    assert verify_json(tmp_path / "src", tmp_path / "g")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"multi_query": False}, "multi_query=false"),
+        ({"scale_attn_weights": False}, "scale_attn_weights=false"),
+        ({"add_cross_attention": True}, "add_cross_attention"),
+    ],
+)
+def test_bigcode_refuses_what_it_cannot_grow_with_one_line(over, match):
+    _refused({**_bigcode().config.to_dict(), **over}, match)

@@ -470,11 +470,29 @@ OLMO = Arch(
     defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
 )
 
+GPT_BIGCODE = Arch(
+    name="gpt_bigcode",
+    model_type="gpt_bigcode",
+    hf_class="GPTBigCodeForCausalLM",
+    block="transformer.h.{i}.",
+    modules={**GPT2.modules},
+    features=Features(norm="layernorm", qkv="concat", mlp="plain", positions="learned", free_head_dim=False, mqa=True),
+    keys={**GPT2.keys},
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True},
+    defaults={"kv_heads": 1, "activation": "gelu_pytorch_tanh", "tie": True, "context": 1024, "norm_eps": 1e-5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "multi_query": True},
+    refuse={"add_cross_attention": "gpt_bigcode add_cross_attention is not supported"},
+    require={
+        "multi_query": (True, "gpt_bigcode with multi_query=false (per-head interleaved q, k, v) is not supported"),
+        "scale_attn_weights": (True, "gpt_bigcode with scale_attn_weights=false is not supported"),
+    },
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
-        *(OPT, OLMO),
+        *(OPT, OLMO, GPT_BIGCODE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
