@@ -62,6 +62,10 @@ class ModelConfig:
     final_softcap: float | None = None  # logits -> cap * tanh(logits / cap)
     query_pre_attn_scalar: float | None = None  # attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
     clip_qkv: float | None = None  # q, k and v clamped to [-clip, clip] after their projections (OLMo)
+    embedding_multiplier: float | None = None  # embeddings x this (Granite)
+    residual_multiplier: float | None = None  # each sublayer's output x this before the residual add (Granite)
+    attention_multiplier: float | None = None  # the attention score scale, instead of 1/sqrt(head_dim) (Granite)
+    logits_scaling: float | None = None  # logits / this (Granite)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -272,6 +276,10 @@ class ModelConfig:
                 final_softcap=get("final_softcap"),
                 query_pre_attn_scalar=get("query_pre_attn_scalar"),
                 clip_qkv=get("clip_qkv"),
+                embedding_multiplier=get("embedding_multiplier"),
+                residual_multiplier=get("residual_multiplier"),
+                attention_multiplier=get("attention_multiplier"),
+                logits_scaling=get("logits_scaling"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},

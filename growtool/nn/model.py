@@ -99,6 +99,8 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
     optional soft-capped scores; grouped-query heads read their KV group."""
     T, H, K = q.shape[2], q.shape[1], k.shape[1]
     scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
+    if cfg.attention_multiplier is not None:  # Granite: the score scale itself
+        scale = cfg.attention_multiplier
     window = cfg.window(layer)
     i = torch.arange(T, device=q.device)
     mask = (
@@ -237,12 +239,15 @@ class Block(nn.Module):
 
     def forward(self, x, rope=None, alpha=None):
         g, s, f = self._gate(alpha), self.slot, self.features
+        r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
         if self.cfg.parallel:
             return x + self._attention(s["ln1"](x), rope, g) + self._ffn(s["ln2"](x), g)
         a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
-        x = x + (s["post_attn"](a) if f.post_norms else a)
+        a = s["post_attn"](a) if f.post_norms else a
+        x = x + (a if r is None else a * r)
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
-        return x + (s["post_ffn"](m) if f.post_norms else m)
+        m = s["post_ffn"](m) if f.post_norms else m
+        return x + (m if r is None else m * r)
 
 
 class LM(nn.Module):
@@ -318,6 +323,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
     x = model.get_submodule(a.modules["embed"])(idx)
     if a.features.embed_scale:  # Gemma: sqrt(width), rounded to the weights' dtype as transformers does
         x = x * torch.tensor(cfg.width**0.5).to(x.dtype)
+    if cfg.embedding_multiplier is not None:  # Granite
+        x = x * cfg.embedding_multiplier
     ropes = {}
     if a.features.positions == "learned":
         pos = torch.arange(T, device=idx.device) + a.features.pos_offset  # OPT reads row p + 2
@@ -337,6 +344,8 @@ def head_logits(model: nn.Module, x: torch.Tensor, head: nn.Module | None = None
     """The head (and the final soft-cap) applied to final-norm outputs ``x``."""
     cfg = model.cfg
     logits = (head or model.get_submodule(arch_of(cfg).modules["head"]))(x)
+    if cfg.logits_scaling is not None:  # Granite divides the logits
+        logits = logits / cfg.logits_scaling
     if cfg.final_softcap:
         logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
     return logits
