@@ -52,12 +52,19 @@ def _bigcode(tie=True, **over):
     return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+GRANITE_MULT = dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05, logits_scaling=4.0)
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 CASES = {
     "opt": (_opt, {}),
     "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
     "gpt_bigcode-mqa": (_bigcode, {}),
     "gpt_bigcode-mqa-untied-gelu": (_bigcode, {"tie": False, "activation_function": "gelu"}),
+    "granite": (_llama_like("Granite", num_key_value_heads=2, **GRANITE_MULT), {}),
+    "granite-tied-biases": (
+        _llama_like("Granite", attention_bias=True, mlp_bias=True, **GRANITE_MULT),
+        {"tie": True},
+    ),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -241,3 +248,24 @@ def test_bigcode_multi_query_keeps_one_kv_head_and_grows_query_heads(tmp_path):
 )
 def test_bigcode_refuses_what_it_cannot_grow_with_one_line(over, match):
     _refused({**_bigcode().config.to_dict(), **over}, match)
+
+
+# ---- Granite --------------------------------------------------------------------------------
+
+
+def test_granite_multipliers_are_read_and_carried(tmp_path):
+    """Granite's four scalars (embeddings x m, sublayer outputs x m, attention scale, logits / s)
+    each change the function, and are carried unchanged through growth and fold (they do not
+    depend on the width)."""
+    model = make_source("granite", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    tensors = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        for key, value in GRANITE_MULT.items():
+            assert getattr(ck.config, key) == value
+            plain = LM.from_tensors(ck.config.replace(**{key: None}), tensors)(X)
+            assert rel(plain, hf_logits(model)) > 1e-3, key
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    cfg = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert {k: cfg[k] for k in GRANITE_MULT} == GRANITE_MULT and cfg["hidden_size"] == 96

@@ -488,11 +488,25 @@ GPT_BIGCODE = Arch(
     },
 )
 
+GRANITE = Arch(
+    name="granite",
+    model_type="granite",
+    hf_class="GraniteForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
+    keys={
+        **LLAMA.keys,
+        **{k: k for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")},
+    },
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
-        *(OPT, OLMO, GPT_BIGCODE),
+        *(OPT, OLMO, GPT_BIGCODE, GRANITE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
