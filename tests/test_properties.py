@@ -25,7 +25,8 @@ from helpers_hardening import random_tensors
 def growth_cases(draw):
     family = draw(st.sampled_from(sorted(ARCHS)))
     f = ARCHS[family].features
-    head_dim = draw(st.sampled_from([8, 16] if family == "gpt_neox" else [4, 6, 8, 16]))  # NeoX rotates 1/4
+    partial = ARCHS[family].defaults.get("rotary_fraction", 1.0) < 1  # NeoX rotates 1/4, Phi 1/2
+    head_dim = draw(st.sampled_from([8, 16] if partial else [4, 6, 8, 16]))
     per_kv = draw(st.sampled_from([1, 2, 3])) if f.gqa else 1  # query heads per KV head
     kv = 1 if f.mqa else draw(st.integers(1, 3))  # multi-query: one KV head, before and after growth
     new_kv = draw(st.integers(kv + 1, kv + 3))

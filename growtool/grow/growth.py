@@ -739,6 +739,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [PadZero()] + ([Scale(1.0 / c, "tied head reads a residual x sqrt(D/d)")] if tied_final and up else [])
     if role == "head_norm":
         return [Keep("over head_dim, which is fixed")]
+    if role == "head_bias":
+        return [Keep("vocabulary-sized")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):

@@ -142,6 +142,8 @@ class ModelConfig:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
+        if f.shared_norm and not self.parallel:
+            raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
         if f.mqa and self.kv_heads != 1:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):

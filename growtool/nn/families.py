@@ -20,6 +20,7 @@ Roles
   head_norm    a per-head norm over head_dim (q/k norms): untouched when head_dim is fixed
   unit_norm    a norm over all units at once (OLMo-2's q/k norms over heads x head_dim)
   head         the untied output head (a reader of the final norm)
+  head_bias    the output head's bias (vocabulary-sized: kept by growth)
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
@@ -57,6 +58,8 @@ class Features:
     #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
     norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
+    shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
+    head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
 
 
 @dataclass(frozen=True)
@@ -543,7 +546,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     f, B = a.features, a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
-    ln2 = B + a.modules["ln2"] if f.pre_norms else None
+    ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
 
     def w(slot):
         return (B if slot not in ("embed", "pos", "final_norm", "head") else "") + a.modules[slot] + ".weight"
@@ -594,7 +597,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += writer("o", ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
-    if f.pre_norms:
+    if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
     if f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
@@ -610,6 +613,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += norm("final_norm")
     if not cfg.tie:
         s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
+    if f.head_bias:
+        s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
     return s
 
 
@@ -651,6 +656,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (rows, cfg.width)
     if spec.role == "head":
         return (cfg.vocab_size, cfg.width)
+    if spec.role == "head_bias":
+        return (cfg.vocab_size,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
         return (units,)

@@ -152,6 +152,8 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         return Linear(n_in, n_out, bias, in_out=f.linear == "in_out")
 
     m = {"ln1": make_norm(cfg, d), "ln2": make_norm(cfg, d)} if f.pre_norms else {}
+    if f.shared_norm:
+        del m["ln2"]  # attention and MLP read ln1
     if f.post_norms:
         m.update(post_attn=make_norm(cfg, d), post_ffn=make_norm(cfg, d))
     if f.qkv == "separate":
@@ -241,7 +243,8 @@ class Block(nn.Module):
         g, s, f = self._gate(alpha), self.slot, self.features
         r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
         if self.cfg.parallel:
-            return x + self._attention(s["ln1"](x), rope, g) + self._ffn(s["ln2"](x), g)
+            h = s["ln1"](x)
+            return x + self._attention(h, rope, g) + self._ffn(h if f.shared_norm else s["ln2"](x), g)
         a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
         a = s["post_attn"](a) if f.post_norms else a
         x = x + (a if r is None else a * r)
@@ -304,7 +307,7 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
         _put(model, a.modules["pos"], nn.Embedding(cfg.context + a.features.pos_offset, cfg.width))
     _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
     _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
-    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=False))
+    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=a.features.head_bias))
     if cfg.tie:
         model.get_submodule(a.modules["head"]).weight = model.get_submodule(a.modules["embed"]).weight
 
