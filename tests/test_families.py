@@ -65,6 +65,15 @@ CASES = {
         _llama_like("Granite", attention_bias=True, mlp_bias=True, **GRANITE_MULT),
         {"tie": True},
     ),
+    "phi-partial-rotary": (_llama_like("Phi", resid_pdrop=0.0, embd_pdrop=0.0), {}),
+    "phi-gqa-tied-quarter-rotary": (
+        _llama_like(
+            "Phi",
+            num_key_value_heads=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+        ),
+        {"tie": True},
+    ),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -269,3 +278,19 @@ def test_granite_multipliers_are_read_and_carried(tmp_path):
     assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
     cfg = json.loads((tmp_path / "f" / "config.json").read_text())
     assert {k: cfg[k] for k in GRANITE_MULT} == GRANITE_MULT and cfg["hidden_size"] == 96
+
+
+# ---- Phi ------------------------------------------------------------------------------------
+
+
+def test_phi_one_norm_feeds_attention_and_mlp_and_the_head_has_a_bias(tmp_path):
+    """Phi-1/2: one input_layernorm read by the attention and the MLP in parallel, an lm_head bias
+    (kept by growth, also when the head's weight is the tied embedding), partial rotary."""
+    make_source("phi-gqa-tied-quarter-rotary", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert "model.layers.0.post_attention_layernorm.weight" not in ck.names()
+    assert ck.config.rotary_dim == 4 and ck.config.tie and ck.config.parallel
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors", "-q").exit_code == 0
+    g = checkpoint.load(tmp_path / "g.safetensors")
+    assert torch.equal(g.get("lm_head.bias"), ck.get("lm_head.bias")) and float(ck.get("lm_head.bias").abs().max()) > 0
+    _refused({**_llama_like("Phi")().config.to_dict(), "qk_layernorm": True}, "qk_layernorm=true")

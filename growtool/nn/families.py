@@ -505,11 +505,37 @@ GRANITE = Arch(
     defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
 )
 
+PHI = Arch(
+    name="phi",
+    model_type="phi",
+    hf_class="PhiForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        "embed": "model.embed_tokens",
+        "final_norm": "model.final_layernorm",
+        "head": "lm_head",
+        "ln1": "input_layernorm",
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.dense",
+        "g": "self_attn.g_proj",
+        "up": "mlp.fc1",
+        "down": "mlp.fc2",
+    },
+    features=Features(norm="layernorm", mlp="plain", shared_norm=True, head_bias=True),
+    keys={**_LLAMA_KEYS, "norm_eps": "layer_norm_eps"},
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True, "parallel": True},
+    defaults={"activation": "gelu_new", "tie": False, "context": 2048, "norm_eps": 1e-5, "rotary_fraction": 0.5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+    require={"qk_layernorm": (False, "phi with qk_layernorm=true is not supported")},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
-        *(OPT, OLMO, GPT_BIGCODE, GRANITE),
+        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
