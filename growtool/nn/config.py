@@ -242,6 +242,8 @@ class ModelConfig:
                     raise GrowError(f"rope scaling {rtype!r} is not supported (default RoPE only)")
             theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
             frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
+            if frac is None and hf.get("rotary_dim"):  # GPT-J: rotated dims per head, absolute
+                frac = int(hf["rotary_dim"]) / int(hd)
             window = get("sliding_window")
             if hf.get("use_sliding_window") is False:
                 window = None  # Qwen2/3 keep a window size in the config but switch it off

@@ -60,6 +60,7 @@ class Features:
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
+    rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
 
 
 @dataclass(frozen=True)

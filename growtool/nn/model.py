@@ -91,6 +91,17 @@ def apply_rope(x, cos, sin):
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
 
 
+def apply_rope_interleaved(x, cos, sin):
+    """``apply_rope`` on pairs of adjacent dims (2i, 2i + 1) with frequency i (GPT-J), from the same
+    tables (whose first half holds each frequency once)."""
+    rot = cos.shape[-1]
+    cos, sin = (t[..., : rot // 2].repeat_interleave(2, -1).to(x.dtype) for t in (cos, sin))
+    xr, xp = x[..., :rot], x[..., rot:]
+    turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
+    xr = xr * cos + turned * sin
+    return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
+
+
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
 
 
@@ -213,7 +224,8 @@ class Block(nn.Module):
             q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            turn = apply_rope_interleaved if f.rope_interleaved else apply_rope
+            q, k = turn(q, *rope), turn(k, *rope)
         y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
