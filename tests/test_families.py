@@ -10,6 +10,7 @@ with its one line.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -21,6 +22,7 @@ from growtool.grow import growth, recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.nn.families import arch_of  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
 from conftest import cli, perturbed, verify_json  # noqa: E402
@@ -54,6 +56,13 @@ def _bigcode(tie=True, **over):
 
 GRANITE_MULT = dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05, logits_scaling=4.0)
 
+
+def _gptj(tie=False, **over):
+    kw = dict(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64, rotary_dim=8)
+    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPTJForCausalLM(transformers.GPTJConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 CASES = {
     "opt": (_opt, {}),
@@ -74,6 +83,8 @@ CASES = {
         ),
         {"tie": True},
     ),
+    "gptj-rotary8": (_gptj, {}),
+    "gptj-rotary16-tied-relu": (_gptj, {"tie": True, "rotary_dim": 16, "activation_function": "relu"}),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -294,3 +305,24 @@ def test_phi_one_norm_feeds_attention_and_mlp_and_the_head_has_a_bias(tmp_path):
     g = checkpoint.load(tmp_path / "g.safetensors")
     assert torch.equal(g.get("lm_head.bias"), ck.get("lm_head.bias")) and float(ck.get("lm_head.bias").abs().max()) > 0
     _refused({**_llama_like("Phi")().config.to_dict(), "qk_layernorm": True}, "qk_layernorm=true")
+
+
+# ---- GPT-J ----------------------------------------------------------------------------------
+
+
+def test_gptj_rotary_turns_adjacent_pairs(tmp_path):
+    """GPT-J rotates pairs of adjacent dims (rotate_every_two) over the first rotary_dim dims of
+    each head: read as growtool's usual half-split rotation the logits are wrong, so the parity
+    test above would fail without ``rope_interleaved``; rotary_dim is carried (head_dim is kept)."""
+    model = make_source("gptj-rotary8", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.rotary_dim == 8 and ck.config.head_dim == 16
+    halves = dataclasses.replace(arch_of(ck.config).features, rope_interleaved=False)
+    tensors = {n: ck.get(n) for n in ck.names()}
+    m = LM.from_tensors(ck.config, tensors)
+    for b in m.blocks:
+        b.features = halves
+    with torch.no_grad():
+        assert rel(m(X), hf_logits(model)) > 1e-3
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["rotary_dim"] == 8

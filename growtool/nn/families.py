@@ -532,11 +532,44 @@ PHI = Arch(
     require={"qk_layernorm": (False, "phi with qk_layernorm=true is not supported")},
 )
 
+GPTJ = Arch(
+    name="gptj",
+    model_type="gptj",
+    hf_class="GPTJForCausalLM",
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_1",
+        "q": "attn.q_proj",
+        "k": "attn.k_proj",
+        "v": "attn.v_proj",
+        "o": "attn.out_proj",
+        "g": "attn.g_proj",
+        "up": "mlp.fc_in",
+        "down": "mlp.fc_out",
+    },
+    features=Features(
+        norm="layernorm",
+        mlp="plain",
+        gqa=False,
+        free_head_dim=False,
+        shared_norm=True,
+        head_bias=True,
+        rope_interleaved=True,
+    ),
+    keys={**GPT2.keys},
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": True, "parallel": True},
+    defaults={"activation": "gelu_new", "tie": False, "context": 2048, "norm_eps": 1e-5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
-        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI),
+        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
