@@ -66,6 +66,7 @@ class ModelConfig:
     residual_multiplier: float | None = None  # each sublayer's output x this before the residual add (Granite)
     attention_multiplier: float | None = None  # the attention score scale, instead of 1/sqrt(head_dim) (Granite)
     logits_scaling: float | None = None  # logits / this (Granite)
+    logit_scale: float | None = None  # logits x this (Cohere)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -284,6 +285,7 @@ class ModelConfig:
                 residual_multiplier=get("residual_multiplier"),
                 attention_multiplier=get("attention_multiplier"),
                 logits_scaling=get("logits_scaling"),
+                logit_scale=get("logit_scale"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},

@@ -61,6 +61,7 @@ class Features:
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
+    norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
 
 
 @dataclass(frozen=True)
@@ -630,7 +631,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         if not f.norm_affine:
             return []  # a LayerNorm without parameters: no tensors
         out = [TensorSpec(w(slot), "norm_gain")]
-        if f.norm == "layernorm":
+        if f.norm == "layernorm" and f.norm_bias:
             out.append(TensorSpec(b(slot), "norm_bias"))
         return out
 

@@ -68,7 +68,8 @@ class RMSNorm(nn.Module):
 
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     if cfg.norm == "layernorm":
-        return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=arch_of(cfg).features.norm_affine)
+        f = arch_of(cfg).features
+        return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=f.norm_affine, bias=f.norm_affine and f.norm_bias)
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
 
@@ -361,6 +362,8 @@ def head_logits(model: nn.Module, x: torch.Tensor, head: nn.Module | None = None
     logits = (head or model.get_submodule(arch_of(cfg).modules["head"]))(x)
     if cfg.logits_scaling is not None:  # Granite divides the logits
         logits = logits / cfg.logits_scaling
+    if cfg.logit_scale is not None:  # Cohere multiplies them
+        logits = logits * cfg.logit_scale
     if cfg.final_softcap:
         logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
     return logits
