@@ -85,6 +85,14 @@ CASES = {
     ),
     "gptj-rotary8": (_gptj, {}),
     "gptj-rotary16-tied-relu": (_gptj, {"tie": True, "rotary_dim": 16, "activation_function": "relu"}),
+    "cohere": (
+        _llama_like("Cohere", num_key_value_heads=2, logit_scale=0.5, pad_token_id=0, bos_token_id=1),
+        {"tie": True},
+    ),
+    "cohere-untied-bias": (
+        _llama_like("Cohere", logit_scale=2.0, attention_bias=True, pad_token_id=0, bos_token_id=1),
+        {},
+    ),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -326,3 +334,21 @@ def test_gptj_rotary_turns_adjacent_pairs(tmp_path):
         assert rel(m(X), hf_logits(model)) > 1e-3
     assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
     assert json.loads((tmp_path / "g" / "config.json").read_text())["rotary_dim"] == 8
+
+
+# ---- Cohere ---------------------------------------------------------------------------------
+
+
+def test_cohere_layernorm_without_bias_interleaved_rope_and_logit_scale(tmp_path):
+    """Cohere: LayerNorm gains without biases (none stored, none grown), one norm for the parallel
+    attention and MLP, RoPE on adjacent pairs, logits x logit_scale (carried)."""
+    model = make_source("cohere", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert not [n for n in ck.names() if n.endswith("layernorm.bias") or n == "model.norm.bias"]
+    assert ck.config.tie and ck.config.logit_scale == 0.5
+    with torch.no_grad():
+        unscaled = LM.from_tensors(ck.config.replace(logit_scale=None), {n: ck.get(n) for n in ck.names()})(X)
+    assert rel(unscaled, 2 * hf_logits(model)) <= 1e-5
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["logit_scale"] == 0.5
+    _refused({**model.config.to_dict(), "use_qk_norm": True}, "use_qk_norm=true")

@@ -566,11 +566,30 @@ GPTJ = Arch(
     template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
 )
 
+COHERE = Arch(
+    name="cohere",
+    model_type="cohere",
+    hf_class="CohereForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", norm_bias=False, shared_norm=True, rope_interleaved=True),
+    keys={
+        **_LLAMA_KEYS,
+        "norm_eps": "layer_norm_eps",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "logit_scale": "logit_scale",
+    },
+    fixed={"mlp_bias": False, "parallel": True},
+    defaults={"activation": "silu", "tie": True, "context": 8192, "norm_eps": 1e-5},
+    require={"use_qk_norm": (False, "cohere with use_qk_norm=true is not supported")},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
-        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ),
+        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
