@@ -926,7 +926,7 @@ def build_plan(
         if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
             q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
-        units.append({"q": q, "kv": kv, "qkv": q, "qgate": q, "ffn": f})
+        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
         split.append(
             {
                 kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None

@@ -211,8 +211,9 @@ class ModelConfig:
         for key, reason in a.refuse.items():
             if hf.get(key):
                 raise GrowError(reason)
-        for key, (want, reason) in a.require.items():
-            if hf.get(key, want) != want:
+        for key, (want, reason, *absent) in a.require.items():  # want: a value or a tuple of values
+            got = hf.get(key, absent[0] if absent else want)
+            if got not in (want if isinstance(want, tuple) else (want,)):
                 raise GrowError(reason)
         for key, name in a.mirrors.items():
             other = a.keys[name]

@@ -24,7 +24,8 @@ Roles
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
-``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qgate`` (one gate
+``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
+group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
 logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
 ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
@@ -43,6 +44,7 @@ class Features:
     norm: str = "rmsnorm"  # "layernorm" (gain + bias) | "rmsnorm" (gain)
     linear: str = "out_in"  # weight layout: "out_in" (nn.Linear) | "in_out" (GPT-2's Conv1D)
     qkv: str = "separate"  # "separate" q/k/v | "concat" [Q|K|V] | "interleaved" per head [q k v]
+    #                        | "grouped" per KV group [q_1 .. q_r k v] (Falcon's new decoder architecture)
     mlp: str = "glu"  # "glu" act(gate) * up | "glu_fused" [gate|up] in one tensor | "plain" act(up)
     positions: str = "rope"  # "rope" | "learned" (a position embedding)
     qk_norm: str = ""  # "head": RMSNorm on q and k over head_dim, before RoPE (Qwen3, Gemma 3)
@@ -78,7 +80,7 @@ class Arch:
     template: dict = field(default_factory=dict)  # HF keys a fresh config.json carries
     aliases: dict = field(default_factory=dict)  # stored-name prefix rewrites, canonical -> as stored
     refuse: dict = field(default_factory=dict)  # HF key -> reason, refused when truthy
-    require: dict = field(default_factory=dict)  # HF key -> (value, reason), refused when present and different
+    require: dict = field(default_factory=dict)  # HF key -> (value(s), reason[, value when absent]), else refused
     mirrors: dict = field(default_factory=dict)  # HF key -> ModelConfig field it must equal (written back with it)
 
     @property
@@ -618,7 +620,7 @@ class TensorSpec:
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
-    return ("qkv",) if f.qkv == "interleaved" else ("q", "kv", "kv")
+    return {"interleaved": ("qkv",), "grouped": ("qkvg",)}.get(f.qkv, ("q", "kv", "kv"))
 
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
@@ -704,6 +706,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "q": (cfg.heads, cfg.head_dim),
         "kv": (cfg.kv_heads, cfg.head_dim),
         "qkv": (cfg.heads, 3 * cfg.head_dim),
+        "qkvg": (cfg.kv_heads, (cfg.heads // cfg.kv_heads + 2) * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
     }[kind]

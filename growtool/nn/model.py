@@ -214,6 +214,9 @@ class Block(nn.Module):
             q, k, v = s["q"](x), s["k"](x), s["v"](x)
         elif f.qkv == "concat":
             q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
+        elif f.qkv == "grouped":  # per KV group [q_1 .. q_r k v] (Falcon)
+            grp = s["qkv"](x).view(B, T, K, H // K + 2, hd)
+            q, k, v = grp[:, :, :, :-2], grp[:, :, :, -2], grp[:, :, :, -1]
         else:  # interleaved: per head [q k v]
             q, k, v = s["qkv"](x).view(B, T, H, 3 * hd).chunk(3, dim=-1)
         if cfg.clip_qkv is not None:  # OLMo: each projection clamped
