@@ -63,6 +63,12 @@ def _gptj(tie=False, **over):
     return transformers.GPTJForCausalLM(transformers.GPTJConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+def _falcon(tie=True, **over):
+    kw = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_hidden_size=160)
+    kw.update(max_position_embeddings=64, new_decoder_architecture=True, bos_token_id=0, eos_token_id=0)
+    return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 CASES = {
     "opt": (_opt, {}),
@@ -93,6 +99,8 @@ CASES = {
         _llama_like("Cohere", logit_scale=2.0, attention_bias=True, pad_token_id=0, bos_token_id=1),
         {},
     ),
+    "falcon-gqa": (_falcon, {"num_kv_heads": 2}),
+    "falcon-mha-untied-bias-relu": (_falcon, {"tie": False, "num_kv_heads": 4, "bias": True, "activation": "relu"}),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -352,3 +360,36 @@ def test_cohere_layernorm_without_bias_interleaved_rope_and_logit_scale(tmp_path
     assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
     assert json.loads((tmp_path / "g" / "config.json").read_text())["logit_scale"] == 0.5
     _refused({**model.config.to_dict(), "use_qk_norm": True}, "use_qk_norm=true")
+
+
+# ---- Falcon ---------------------------------------------------------------------------------
+
+
+def test_falcon_fused_qkv_is_grown_by_whole_kv_groups(tmp_path):
+    """Falcon's new decoder architecture fuses q, k and v per KV group: [q_1 .. q_r k v], r query
+    heads per group. Growth adds whole groups (unit kind ``qkvg``); the old groups' rows are kept
+    bit for bit, the new ones sit after them."""
+    make_source("falcon-gqa", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    plan = growth.build_plan(ck.config, recipes.load("srio"), 128)
+    assert (plan.cfg.heads, plan.cfg.kv_heads) == (8, 4)
+    name = "transformer.h.0.self_attention.query_key_value.weight"
+    w_old, w_new = ck.get(name), growth.grow_tensor(name, plan, ck.get)
+    assert w_old.shape == (2 * 4 * 16, 64) and w_new.shape == (4 * 4 * 16, 128)
+    assert torch.equal(w_new[: 2 * 4 * 16, :64], w_old)
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"new_decoder_architecture": False}, "without new_decoder_architecture"),
+        ({"parallel_attn": False}, "parallel_attn=false"),
+        ({"num_ln_in_parallel_attn": 1}, "num_ln_in_parallel_attn=1"),
+        ({"alibi": True}, "alibi"),
+    ],
+)
+def test_falcon_refuses_what_it_cannot_grow_with_one_line(over, match):
+    _refused({**_falcon().config.to_dict(), **over}, match)
+    hf = _falcon().config.to_dict()
+    del hf["new_decoder_architecture"]  # absent means the old layout (transformers' default)
+    _refused(hf, "without new_decoder_architecture")

@@ -587,11 +587,54 @@ COHERE = Arch(
     require={"use_qk_norm": (False, "cohere with use_qk_norm=true is not supported")},
 )
 
+FALCON = Arch(
+    name="falcon",
+    model_type="falcon",
+    hf_class="FalconForCausalLM",
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.word_embeddings",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_attn",
+        "ln2": "ln_mlp",
+        "qkv": "self_attention.query_key_value",
+        "o": "self_attention.dense",
+        "g": "self_attention.g_proj",
+        "up": "mlp.dense_h_to_4h",
+        "down": "mlp.dense_4h_to_h",
+    },
+    features=Features(norm="layernorm", qkv="grouped", mlp="plain", free_head_dim=False),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("head_dim", "ffn", "activation")},
+        "kv_heads": "num_kv_heads",
+        "ffn": "ffn_hidden_size",
+        "norm_eps": "layer_norm_epsilon",
+        "activation": "activation",
+        "qkv_bias": "bias",
+        "o_bias": "bias",
+        "mlp_bias": "bias",
+    },
+    fixed={"parallel": True},
+    defaults={"activation": "gelu", "tie": True, "context": 2048, "norm_eps": 1e-5, "qkv_bias": False},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    require={
+        "new_decoder_architecture": (
+            True,
+            "falcon without new_decoder_architecture (Falcon-7B/RW layouts) is not supported",
+            False,
+        ),
+        "parallel_attn": (True, "falcon with parallel_attn=false is not supported"),
+        "num_ln_in_parallel_attn": ((None, 2), "falcon with num_ln_in_parallel_attn=1 is not supported"),
+        "alibi": (False, "falcon with alibi is not supported"),
+    },
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
-        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE),
+        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
