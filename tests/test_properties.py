@@ -21,6 +21,14 @@ from growtool.verify import compare, random_batches
 from helpers_hardening import random_tensors
 
 
+def _moe(draw, arch) -> dict:
+    experts = draw(st.integers(1, 4))
+    kw = dict(experts=experts, top_k=draw(st.integers(1, experts)), norm_topk=draw(st.booleans()))
+    if "shared_ffn" in arch.keys:  # Qwen2-MoE's shared expert
+        kw["shared_ffn"] = draw(st.integers(1, 40))
+    return kw
+
+
 @st.composite
 def growth_cases(draw):
     family = draw(st.sampled_from(sorted(ARCHS)))
@@ -48,6 +56,7 @@ def growth_cases(draw):
         o_bias=bias,
         mlp_bias=draw(st.booleans()),
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
+        **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
     )
     recipe = draw(st.sampled_from(["srio", "copy"] + (["nrio"] if f.norm == "rmsnorm" else [])))
     return cfg, new_kv * per_kv * head_dim, recipe, draw(st.integers(0, 2**16))

@@ -410,7 +410,7 @@ class ZeroOldWrites(Step):
         if plan.res[spec.group].kind == "zero":
             return t  # the new dims were padded with zeros (``ExpandResidual``): nothing to clear
         kind = spec.units[0]
-        n_base = (plan.cfg.base_heads if kind == "q" else plan.cfg.base_ffn) * unit_count(plan.src, kind)[1]
+        n_base = plan.cfg.base_units(kind) * unit_count(plan.src, kind)[1]
         d, D = plan.src.width, plan.cfg.width
         t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
         return t
@@ -757,7 +757,7 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     if not a.features.norm_affine:  # no gain to take the grown norm's sqrt(D/d): the readers take sqrt(d/D)
         fold = [Scale((plan.src.width / plan.cfg.width) ** 0.5, "norm without gain")]
     rrot = rot if plan.rotate_readers else []
-    if role == "head":
+    if role in ("head", "router"):  # no units to grow: the same logits from the grown residual
         return fold + [ExpandResidual("zero")] + rrot
     if role == "reader":
         steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
@@ -822,7 +822,8 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
             "head (the embedding) would have to take the norm's sqrt(D/d) that the embedding must not"
         )
     eps = src.norm_eps if f.fixed_eps else ops.grow_norm_eps(src.norm_eps, d, D)
-    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps)
+    shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
+    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared)
 
 
 def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
@@ -903,9 +904,9 @@ def build_plan(
                 "fold it first (growtool fold --alpha ...)"
             )
     if gated:
-        cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn)
+        cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn)
     else:
-        cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+        cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
         if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
             lossy.append(
                 "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
@@ -927,10 +928,13 @@ def build_plan(
             q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
         units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
+        if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
+            units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         split.append(
             {
                 kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                for kind, e in (("q", q), ("ffn", f))
+                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
+                if e is not None
             }
         )
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
@@ -1170,7 +1174,7 @@ def gate_values(ck: Checkpoint) -> list[float]:
 
 
 def fold_config(cfg: ModelConfig) -> ModelConfig:
-    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
 
 
 def fold_tensor(
@@ -1191,8 +1195,8 @@ def fold_tensor(
     part = None  # (axis, start, length) of the gated units' weights
     if spec.role == "writer":
         kind = spec.units[0]
-        base = cfg.base_heads if kind == "q" else cfg.base_ffn
-        n = cfg.heads if kind == "q" else cfg.ffn
+        base = cfg.base_units(kind)
+        n = unit_count(cfg, kind)[0]
         if base != n:
             block = unit_count(cfg, kind)[1]
             part = (spec.unit_axis, base * block, (n - base) * block)

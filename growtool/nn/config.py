@@ -26,6 +26,7 @@ FEATURE_FALLBACK = {
     "activation": "silu",
     "rotary_fraction": 1.0,
     "parallel": False,
+    "norm_topk": False,
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
@@ -67,6 +68,11 @@ class ModelConfig:
     attention_multiplier: float | None = None  # the attention score scale, instead of 1/sqrt(head_dim) (Granite)
     logits_scaling: float | None = None  # logits / this (Granite)
     logit_scale: float | None = None  # logits x this (Cohere)
+    experts: int | None = None  # mixture of experts: experts per block, each an FFN of ``ffn`` neurons
+    top_k: int | None = None  # experts each token is routed to
+    norm_topk: bool | None = None  # the top_k routing weights renormalised to sum 1
+    shared_ffn: int | None = None  # neurons of the shared expert (Qwen2-MoE), gated by sigmoid(x w)
+    base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -83,6 +89,8 @@ class ModelConfig:
             self.base_heads = self.heads
         if self.base_ffn is None:
             self.base_ffn = self.ffn
+        if self.base_shared_ffn is None:
+            self.base_shared_ffn = self.shared_ffn
         self.check()
 
     @property
@@ -92,7 +100,12 @@ class ModelConfig:
     @property
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
-        return self.base_heads < self.heads or self.base_ffn < self.ffn
+        shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared
+
+    def base_units(self, kind: str) -> int:
+        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
+        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
 
     @property
     def norm(self) -> str:
@@ -145,6 +158,10 @@ class ModelConfig:
             raise GrowError("growth state base_heads/base_ffn out of range")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
+        if f.moe and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
+            raise GrowError(f"{self.family} needs the number of experts and of experts per token")
+        if f.moe and not 0 < self.top_k <= self.experts:
+            raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
         if f.mqa and self.kv_heads != 1:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
@@ -196,6 +213,8 @@ class ModelConfig:
             hf["rope_parameters"] = rp
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
+        if self.shared_ffn is not None:
+            hf["growtool"]["base_shared_ffn"] = self.base_shared_ffn
         return hf
 
     @classmethod
@@ -223,6 +242,8 @@ class ModelConfig:
         def get(name, default=None):
             key = a.keys.get(name)
             val = hf.get(key) if key else None
+            if val is None and key in a.alt_keys:
+                val = hf.get(a.alt_keys[key])
             return val if val is not None else a.defaults.get(name, default)
 
         try:
@@ -287,6 +308,11 @@ class ModelConfig:
                 attention_multiplier=get("attention_multiplier"),
                 logits_scaling=get("logits_scaling"),
                 logit_scale=get("logit_scale"),
+                experts=get("experts"),
+                top_k=get("top_k"),
+                norm_topk=get("norm_topk"),
+                shared_ffn=get("shared_ffn"),
+                base_shared_ffn=own.get("base_shared_ffn"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},

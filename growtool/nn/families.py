@@ -21,6 +21,7 @@ Roles
   unit_norm    a norm over all units at once (OLMo-2's q/k norms over heads x head_dim)
   head         the untied output head (a reader of the final norm)
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
+  router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
@@ -64,6 +65,8 @@ class Features:
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
+    moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
+    #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,7 @@ class Arch:
     refuse: dict = field(default_factory=dict)  # HF key -> reason, refused when truthy
     require: dict = field(default_factory=dict)  # HF key -> (value(s), reason[, value when absent]), else refused
     mirrors: dict = field(default_factory=dict)  # HF key -> ModelConfig field it must equal (written back with it)
+    alt_keys: dict = field(default_factory=dict)  # HF key -> another spelling configs use for it (read only)
 
     @property
     def embed(self) -> str:
@@ -724,13 +728,25 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("post_attn")
     if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
-    if f.mlp == "glu_fused":
+    if f.moe:
+        s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
+        for j in range(cfg.experts):
+            e = f"{B}{a.modules['experts']}.{j}."
+            s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+            s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+            s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
+        if cfg.shared_ffn:
+            s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
+            s += writer("s_down", ("sffn",), "ffn", False)
+            s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+    elif f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
     else:
         if f.mlp == "glu":
             s += reader("gate", ("ffn",), "ffn", ln2, cfg.mlp_bias)
         s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
-    s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    if not f.moe:
+        s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
     if f.post_norms:
         s += norm("post_ffn")
     if cfg.gated:
@@ -752,6 +768,9 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "qkvg": (cfg.kv_heads, (cfg.heads // cfg.kv_heads + 2) * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
+        "sffn": (cfg.shared_ffn or 0, 1),
+        "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
+        "one": (1, 1),  # the shared expert's gate logit
     }[kind]
 
 

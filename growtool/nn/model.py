@@ -178,6 +178,18 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     m["o"] = lin(qd, d, cfg.o_bias)
+    if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
+        a = arch_of(cfg)
+        m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
+        for _ in range(cfg.experts):
+            m["experts"].append(nn.Module())
+            for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
+                _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
+        if cfg.shared_ffn:
+            sf = cfg.shared_ffn
+            m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
+            m["s_router"] = lin(d, 1, False)
+        return m
     if f.mlp == "glu_fused":
         m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
     else:
@@ -219,10 +231,10 @@ class Block(nn.Module):
             q, k, v = grp[:, :, :, :-2], grp[:, :, :, -2], grp[:, :, :, -1]
         else:  # interleaved: per head [q k v]
             q, k, v = s["qkv"](x).view(B, T, H, 3 * hd).chunk(3, dim=-1)
-        if cfg.clip_qkv is not None:  # OLMo: each projection clamped
-            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         if f.qk_norm == "full":  # over all heads at once, before the split into heads (OLMo-2)
             q, k = s["q_norm"](q), s["k_norm"](k)
+        if cfg.clip_qkv is not None:  # OLMo, OLMoE: clamped after the projections (and a full q/k norm)
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
         if f.qk_norm == "head":
             q, k = s["q_norm"](q), s["k_norm"](k)
@@ -241,8 +253,40 @@ class Block(nn.Module):
             y = y * mult
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
+    def _moe(self, x, g):
+        """Mixture of experts: the router picks top_k experts per token from softmax(router(x))
+        (float32), their weights renormalised to sum 1 where the family does (``norm_topk``); each
+        picked expert's GLU output times its weight, summed; plus sigmoid(s_router(x)) x the shared
+        expert. Grown neurons of every expert (and of the shared one) sit behind the gate."""
+        cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
+        act, shape = ACT[cfg.activation], x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = torch.softmax(s["router"](x).float(), dim=-1)
+        top, pick = torch.topk(probs, cfg.top_k, dim=-1)
+        if cfg.norm_topk:
+            top = top / top.sum(dim=-1, keepdim=True)
+        top = top.to(x.dtype)
+        mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
+        out = torch.zeros_like(x)
+        for e, ex in enumerate(s["experts"]):
+            tok, k = torch.where(pick == e)
+            if tok.numel() == 0:
+                continue
+            h = x[tok]
+            m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
+            m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
+            out.index_add_(0, tok, m * top[tok, k, None])
+        if cfg.shared_ffn:
+            h = act(s["s_gate"](x)) * s["s_up"](x)
+            if cfg.base_shared_ffn < cfg.shared_ffn:
+                h = h * unit_mask(cfg.shared_ffn, cfg.base_shared_ffn, g, h)
+            out = out + torch.sigmoid(s["s_router"](x)) * s["s_down"](h)
+        return out.view(shape)
+
     def _ffn(self, x, g):
         cfg, s, f = self.cfg, self.slot, self.features
+        if f.moe:
+            return self._moe(x, g)
         act = ACT[cfg.activation]
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
