@@ -69,6 +69,9 @@ def _falcon(tie=True, **over):
     return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
+QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 CASES = {
     "opt": (_opt, {}),
@@ -101,6 +104,28 @@ CASES = {
     ),
     "falcon-gqa": (_falcon, {"num_kv_heads": 2}),
     "falcon-mha-untied-bias-relu": (_falcon, {"tie": False, "num_kv_heads": 4, "bias": True, "activation": "relu"}),
+    "mixtral-top2": (
+        _llama_like("Mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48),
+        {},
+    ),
+    "mixtral-tied-top1-window": (
+        _llama_like("Mixtral", num_key_value_heads=4, num_local_experts=3, num_experts_per_tok=1, sliding_window=8),
+        {"tie": True},
+    ),
+    "qwen2_moe-shared": (_llama_like("Qwen2Moe", num_key_value_heads=2, **QWEN2_MOE), {}),
+    "qwen2_moe-shared-normtopk-tied": (
+        _llama_like("Qwen2Moe", num_key_value_heads=4, norm_topk_prob=True, **QWEN2_MOE),
+        {"tie": True},
+    ),
+    "qwen3_moe": (_llama_like("Qwen3Moe", num_key_value_heads=2, head_dim=16, **MOE), {}),
+    "qwen3_moe-normtopk-tied": (_llama_like("Qwen3Moe", norm_topk_prob=True, head_dim=24, **MOE), {"tie": True}),
+    "olmoe": (_llama_like("Olmoe", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, **MOE), {}),
+    "olmoe-clip-bias-normtopk": (
+        _llama_like(
+            "Olmoe", clip_qkv=0.05, attention_bias=True, norm_topk_prob=True, pad_token_id=0, eos_token_id=1, **MOE
+        ),
+        {},
+    ),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -393,3 +418,80 @@ def test_falcon_refuses_what_it_cannot_grow_with_one_line(over, match):
     hf = _falcon().config.to_dict()
     del hf["new_decoder_architecture"]  # absent means the old layout (transformers' default)
     _refused(hf, "without new_decoder_architecture")
+
+
+# ---- mixtures of experts --------------------------------------------------------------------
+
+
+def routes(model: LM, x: torch.Tensor, alpha=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per block: (the experts each token is sent to, in order; their routing weights)."""
+    cfg, out = model.cfg, []
+    hooks = [
+        b.slot["router"].register_forward_hook(
+            lambda m, i, o: out.append(torch.topk(torch.softmax(o.float(), -1), cfg.top_k, -1)[::-1])
+        )
+        for b in model.blocks
+    ]
+    with torch.no_grad():
+        model(x, alpha=alpha)
+    for h in hooks:
+        h.remove()
+    return [(idx, w / w.sum(-1, keepdim=True) if cfg.norm_topk else w) for idx, w in out]
+
+
+@pytest.mark.parametrize("name", ["mixtral-top2", "qwen2_moe-shared", "qwen3_moe", "olmoe"])
+def test_moe_tokens_go_to_the_same_experts_after_growth(name, tmp_path):
+    """Gate 0: every router reads the same normed residual, so every token is sent to the same
+    experts with the same weights, in every block; every expert's FFN (and the router, and
+    the shared expert with its gate) grew with the width, and --ffn grows the expert FFNs."""
+    make_source(name, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    src = ck.model()
+    x = torch.randint(V, (4, T), generator=torch.Generator().manual_seed(7))
+    before = routes(src, x)
+    assert len({int(e) for idx, _ in before for e in idx.flatten()}) == ck.config.experts  # every expert used
+    for ffn in (None, 2 * ck.config.ffn):
+        out = tmp_path / f"g{ffn}.safetensors"
+        args = ("--ffn", ffn) if ffn else ()
+        assert cli("expand", tmp_path / "src", "--width", 96, *args, "-o", out, "-q").exit_code == 0
+        g = checkpoint.load(out)
+        f0 = ck.config.ffn
+        assert (
+            g.config.ffn == (ffn or f0 * 3 // 2) and g.config.base_ffn == f0 and g.config.experts == ck.config.experts
+        )
+        e0 = arch_of(g.config).block.format(i=0) + arch_of(g.config).modules["experts"] + ".3."
+        assert g.get(e0 + arch_of(g.config).modules["e_down"] + ".weight").shape == (96, g.config.ffn)
+        grown = g.model()
+        after = routes(grown, x, alpha=0.0)
+        for (i0, w0), (i1, w1) in zip(before, after, strict=True):
+            assert torch.equal(i0, i1)
+            assert float((w0 - w1).abs().max()) <= 1e-5
+        with torch.no_grad():
+            assert rel(grown(x, alpha=0.0), src(x)) <= 1e-4
+    if ck.config.shared_ffn:  # the shared expert grew too, its new neurons behind the gate
+        assert (g.config.shared_ffn, g.config.base_shared_ffn) == (120, 80)
+        assert g.get("model.layers.0.mlp.shared_expert.up_proj.weight").shape == (120, 96)
+        assert g.get("model.layers.0.mlp.shared_expert_gate.weight").shape == (1, 96)
+
+
+def test_moe_bf16_sharded_folder_as_transformers_writes_it(tmp_path):
+    """A bf16 Qwen2-MoE saved in shards by transformers: read, grown to float32, verified."""
+    make, kw = CASES["qwen2_moe-shared"]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval().to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "src", max_shard_size="100KB")
+    assert (tmp_path / "src" / "model.safetensors.index.json").exists()
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.main_dtype() == torch.bfloat16
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src", dtype=torch.float32).eval()
+    assert rel(ck.model()(X).detach(), hf_logits(ref)) <= 1e-5
+    g = tmp_path / "g"
+    assert cli("expand", tmp_path / "src", "--width", 96, "--dtype", "float32", "-o", g, "-q").exit_code == 0
+    assert verify_json(tmp_path / "src", g)[0] == 0
+
+
+@pytest.mark.parametrize(
+    "over, match", [({"decoder_sparse_step": 2}, "decoder_sparse_step"), ({"mlp_only_layers": [0]}, "mlp_only_layers")]
+)
+def test_qwen_moe_with_dense_layers_is_refused_with_one_line(over, match):
+    _refused({**_llama_like("Qwen2Moe", **QWEN2_MOE)().config.to_dict(), **over}, match)

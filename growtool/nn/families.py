@@ -634,11 +634,118 @@ FALCON = Arch(
     },
 )
 
+_MOE_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+    "router": "mlp.gate",
+    "experts": "mlp.experts",
+    "e_gate": "gate_proj",
+    "e_up": "up_proj",
+    "e_down": "down_proj",
+    "s_gate": "mlp.shared_expert.gate_proj",
+    "s_up": "mlp.shared_expert.up_proj",
+    "s_down": "mlp.shared_expert.down_proj",
+    "s_router": "mlp.shared_expert_gate",
+}
+_MOE_KEYS = {
+    **_LLAMA_KEYS,
+    "ffn": "moe_intermediate_size",
+    "experts": "num_experts",
+    "top_k": "num_experts_per_tok",
+    "norm_topk": "norm_topk_prob",
+}
+_SPARSE_EVERY_LAYER = {  # Qwen MoE: dense MLPs in some layers are not supported
+    "decoder_sparse_step": (1, "a decoder_sparse_step other than 1 (dense MLP layers) is not supported"),
+    "mlp_only_layers": ((None, []), "mlp_only_layers (dense MLP layers) are not supported"),
+}
+
+MIXTRAL = Arch(
+    name="mixtral",
+    model_type="mixtral",
+    hf_class="MixtralForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **_MOE_MODULES,
+        "router": "block_sparse_moe.gate",
+        "experts": "block_sparse_moe.experts",
+        "e_gate": "w1",
+        "e_up": "w3",
+        "e_down": "w2",
+    },
+    features=Features(moe=True),
+    keys={
+        **_LLAMA_KEYS,
+        "experts": "num_local_experts",
+        "top_k": "num_experts_per_tok",
+        "sliding_window": "sliding_window",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 4096 * 32, "norm_eps": 1e-5},
+)
+
+QWEN2_MOE = Arch(
+    name="qwen2_moe",
+    model_type="qwen2_moe",
+    hf_class="Qwen2MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MOE_MODULES,
+    features=Features(moe=True),
+    keys={
+        **_MOE_KEYS,
+        "shared_ffn": "shared_expert_intermediate_size",
+        "qkv_bias": "qkv_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "qkv_bias": True},
+    require=_SPARSE_EVERY_LAYER,
+)
+
+QWEN3_MOE = Arch(
+    name="qwen3_moe",
+    model_type="qwen3_moe",
+    hf_class="Qwen3MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MOE_MODULES,
+    features=Features(moe=True, qk_norm="head"),
+    keys={
+        **_MOE_KEYS,
+        "experts": "num_local_experts",  # transformers writes this; Hub configs say num_experts
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
+    require=_SPARSE_EVERY_LAYER,
+    alt_keys={"num_local_experts": "num_experts"},
+)
+
+OLMOE = Arch(
+    name="olmoe",
+    model_type="olmoe",
+    hf_class="OlmoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MOE_MODULES,
+    features=Features(moe=True, qk_norm="full"),
+    keys={
+        **_MOE_KEYS,
+        "ffn": "intermediate_size",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "clip_qkv": "clip_qkv",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
+        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
