@@ -68,6 +68,7 @@ class ModelConfig:
     attention_multiplier: float | None = None  # the attention score scale, instead of 1/sqrt(head_dim) (Granite)
     logits_scaling: float | None = None  # logits / this (Granite)
     logit_scale: float | None = None  # logits x this (Cohere)
+    rope_layers: list | None = None  # per layer 1 (RoPE) or 0 (none): SmolLM3's no_rope_layers
     experts: int | None = None  # mixture of experts: experts per block, each an FFN of ``ffn`` neurons
     top_k: int | None = None  # experts each token is routed to
     norm_topk: bool | None = None  # the top_k routing weights renormalised to sum 1
@@ -154,6 +155,8 @@ class ModelConfig:
             raise GrowError(f"sliding_window must be a positive integer, got {self.sliding_window!r}")
         if self.layer_types is not None and len(self.layer_types) != self.layers:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
+        if self.rope_layers is not None and len(self.rope_layers) != self.layers:
+            raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
         if f.shared_norm and not self.parallel:
@@ -276,6 +279,10 @@ class ModelConfig:
                     "sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
                     for i in range(int(get("layers")))
                 ]
+            rope_layers = get("rope_layers")
+            if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
+                every = int(hf.get("no_rope_layer_interval") or 4)
+                rope_layers = [int((i + 1) % every != 0) for i in range(int(get("layers")))]
             cfg = cls(
                 family=a.name,
                 vocab_size=int(get("vocab_size")),
@@ -308,6 +315,7 @@ class ModelConfig:
                 attention_multiplier=get("attention_multiplier"),
                 logits_scaling=get("logits_scaling"),
                 logit_scale=get("logit_scale"),
+                rope_layers=list(rope_layers) if rope_layers is not None else None,
                 experts=get("experts"),
                 top_k=get("top_k"),
                 norm_topk=get("norm_topk"),

@@ -399,6 +399,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
             if theta not in ropes:
                 ropes[theta] = rope_tables(cfg, T, idx.device, theta)
             rope = ropes[theta]
+        if cfg.rope_layers is not None and not cfg.rope_layers[i]:
+            rope = None  # SmolLM3: no RoPE in this layer
         x = b(x, rope, alpha)
     return model.get_submodule(a.modules["final_norm"])(x)
 
