@@ -126,6 +126,16 @@ CASES = {
         ),
         {},
     ),
+    "smollm3-tied": (
+        _llama_like("SmolLM3", num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1),
+        {"tie": True},
+    ),
+    "smollm3-untied-biases": (
+        _llama_like(
+            "SmolLM3", no_rope_layers=[0, 1], attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1
+        ),
+        {},
+    ),
     "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
     "olmo-clip-bias": (
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
@@ -495,3 +505,22 @@ def test_moe_bf16_sharded_folder_as_transformers_writes_it(tmp_path):
 )
 def test_qwen_moe_with_dense_layers_is_refused_with_one_line(over, match):
     _refused({**_llama_like("Qwen2Moe", **QWEN2_MOE)().config.to_dict(), **over}, match)
+
+
+# ---- SmolLM3 --------------------------------------------------------------------------------
+
+
+def test_smollm3_layers_without_rope(tmp_path):
+    """SmolLM3's no_rope_layers (1: RoPE, 0: none) is read per layer (with RoPE everywhere the
+    logits differ), derived from no_rope_layer_interval when absent, and carried through growth."""
+    model = make_source("smollm3-tied", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.rope_layers == [1, 0]
+    with torch.no_grad():
+        everywhere = LM.from_tensors(ck.config.replace(rope_layers=None), {n: ck.get(n) for n in ck.names()})(X)
+    assert rel(everywhere, hf_logits(model)) > 1e-3
+    hf = model.config.to_dict()
+    del hf["no_rope_layers"], hf["layer_types"]
+    assert ModelConfig.from_hf({**hf, "num_hidden_layers": 8}).rope_layers == [1, 0] * 4
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["no_rope_layers"] == [1, 0]

@@ -740,12 +740,28 @@ OLMOE = Arch(
     defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
 )
 
+SMOLLM3 = Arch(
+    name="smollm3",
+    model_type="smollm3",
+    hf_class="SmolLM3ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
+    keys={
+        **LLAMA.keys,
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+        "rope_layers": "no_rope_layers",
+    },
+    defaults={"activation": "silu", "tie": True, "context": 32768, "norm_eps": 1e-6},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
-        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE),
+        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
