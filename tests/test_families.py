@@ -120,11 +120,11 @@ CASES = {
     "qwen3_moe": (_llama_like("Qwen3Moe", num_key_value_heads=2, head_dim=16, **MOE), {}),
     "qwen3_moe-normtopk-tied": (_llama_like("Qwen3Moe", norm_topk_prob=True, head_dim=24, **MOE), {"tie": True}),
     "olmoe": (_llama_like("Olmoe", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, **MOE), {}),
-    "olmoe-clip-bias-normtopk": (
+    "olmoe-tied-clip-bias-normtopk": (
         _llama_like(
             "Olmoe", clip_qkv=0.05, attention_bias=True, norm_topk_prob=True, pad_token_id=0, eos_token_id=1, **MOE
         ),
-        {},
+        {"tie": True},
     ),
     "smollm3-tied": (
         _llama_like("SmolLM3", num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1),
