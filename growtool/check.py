@@ -50,7 +50,10 @@ def random_batches(vocab: int, context: int, samples: int, seed: int = 0, seq: i
 
 def text_batches(path: str, vocab: int, context: int, samples: int, seq: int = 64) -> torch.Tensor:
     """Byte-level tokens from a text file (ids >= vocab wrap around), ``samples`` windows spread over it."""
-    data = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.uint8).long() % vocab
+    raw = bytearray(open(path, "rb").read())
+    if not raw:
+        raise GrowError(f"{path}: empty file (no text to check on)")
+    data = torch.frombuffer(raw, dtype=torch.uint8).long() % vocab
     seq = min(seq, context, max(1, len(data)))
     if len(data) < seq:
         return data.view(1, -1)

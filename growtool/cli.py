@@ -327,6 +327,9 @@ def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, 
 
     if out in (None, "-"):
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
+    from growtool.io import confine
+
+    confine.check_output(out, [src])  # not inside the source run, nor holding it
     with surgery_threading():
         plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force)
     show_plan(plan, quiet)

@@ -65,10 +65,11 @@ class GrowtoolForCausalLM(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        model = super().from_pretrained(*args, **kwargs)
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True: (model, info)
         for gate in model.growth_gates():  # loading makes fresh parameters, trainable: freeze the gates again
             gate.requires_grad_(False)
-        return model
+        return loaded
 
     def _init_weights(self, module):
         pass  # every weight comes from the checkpoint
