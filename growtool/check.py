@@ -75,14 +75,14 @@ class Streamed:
         self.ck, self.cfg, self.dtype, self.progress = ck, ck.config, dtype, progress
         self.arch = arch_of(ck.config)
 
-    def _load(self, make, prefix: str) -> nn.Module:
+    def _load(self, make, prefix: str, names: dict | None = None) -> nn.Module:
         """``make()`` built without memory (meta device), then given the checkpoint's tensors
         themselves (``assign``): one copy of each weight, no random initialisation."""
         with torch.device("meta"):
             module = make()
         sd = {}
         for k in module.state_dict():
-            t = self.ck.get(prefix + k)
+            t = self.ck.get((names or {}).get(k, prefix + k))  # ``names``: a key stored elsewhere
             sd[k] = t.to(self.dtype)
             if self.progress:
                 self.progress(prefix + k, t.numel() * t.element_size())
@@ -102,10 +102,12 @@ class Streamed:
             return self._load(lambda: make_norm(cfg, cfg.width), path + ".")
         if path == a.modules["head"]:
             head = (a.modules["embed"] if cfg.tie else path) + "."
-            return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
+            bias = a.features.head_bias  # stored under the head's own name, also when the weight is tied
+            make = lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=bias)  # noqa: E731
+            return self._load(make, head, {"bias": path + ".bias"})
         if path in (a.modules["embed"], a.modules.get("pos")):
             return EmbeddingRows(self, path + ".weight")
-        rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
+        rows = cfg.context + a.features.pos_offset if path == a.modules.get("pos") else cfg.vocab_size
         # _weight: no random init (normal_ on the meta device would import torch._dynamo: 1 s of start-up)
         return self._load(lambda: nn.Embedding(rows, cfg.width, _weight=torch.empty(rows, cfg.width)), path + ".")
 

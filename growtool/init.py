@@ -23,7 +23,7 @@ def init_sigma(name: str, spec, shape, cfg: ModelConfig, gamma: float, embed_gam
     """The std of a tensor under the rule, or None for tensors that are not drawn (gains, biases)."""
     if spec.role == "embedding":
         return cfg.width ** (-embed_gamma)
-    if spec.role in ("reader", "head"):
+    if spec.role in ("reader", "head", "router"):
         return shape[spec.res_axis] ** (-gamma)
     if spec.role == "writer":
         return shape[spec.unit_axis] ** (-gamma)

@@ -21,13 +21,22 @@ from growtool.nn.model import LM
 from helpers_hardening import random_tensors
 
 
+def _moe(draw, arch) -> dict:
+    experts = draw(st.integers(1, 4))
+    kw = dict(experts=experts, top_k=draw(st.integers(1, experts)), norm_topk=draw(st.booleans()))
+    if "shared_ffn" in arch.keys:  # Qwen2-MoE's shared expert
+        kw["shared_ffn"] = draw(st.integers(1, 40))
+    return kw
+
+
 @st.composite
 def growth_cases(draw):
     family = draw(st.sampled_from(sorted(ARCHS)))
     f = ARCHS[family].features
-    head_dim = draw(st.sampled_from([8, 16] if family == "gpt_neox" else [4, 6, 8, 16]))  # NeoX rotates 1/4
+    partial = ARCHS[family].defaults.get("rotary_fraction", 1.0) < 1  # NeoX rotates 1/4, Phi 1/2
+    head_dim = draw(st.sampled_from([8, 16] if partial else [4, 6, 8, 16]))
     per_kv = draw(st.sampled_from([1, 2, 3])) if f.gqa else 1  # query heads per KV head
-    kv = draw(st.integers(1, 3))
+    kv = 1 if f.mqa else draw(st.integers(1, 3))  # multi-query: one KV head, before and after growth
     new_kv = draw(st.integers(kv + 1, kv + 3))
     heads, width = kv * per_kv, kv * per_kv * head_dim
     bias = draw(st.booleans())
@@ -41,12 +50,13 @@ def growth_cases(draw):
         head_dim=head_dim,
         ffn=draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
         context=16,
-        tie=draw(st.booleans()),
+        tie=draw(st.booleans()) and f.norm_affine,  # a tied head over a norm without gain: refused
         attn_gate=draw(st.booleans()),
         qkv_bias=bias,
         o_bias=bias,
         mlp_bias=draw(st.booleans()),
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
+        **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
     )
     recipe = draw(st.sampled_from(["srio", "copy"] + (["nrio"] if f.norm == "rmsnorm" else [])))
     return cfg, new_kv * per_kv * head_dim, recipe, draw(st.integers(0, 2**16))

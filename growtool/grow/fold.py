@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def fold_config(cfg: ModelConfig) -> ModelConfig:
-    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
 
 
 def fold_tensor(
@@ -39,8 +39,8 @@ def fold_tensor(
     part = None  # (axis, start, length) of the gated units' weights
     if spec.role == "writer":
         kind = spec.units[0]
-        base = cfg.base_heads if kind == "q" else cfg.base_ffn
-        n = cfg.heads if kind == "q" else cfg.ffn
+        base = cfg.base_units(kind)
+        n = unit_count(cfg, kind)[0]
         if base != n:
             block = unit_count(cfg, kind)[1]
             part = (spec.unit_axis, base * block, (n - base) * block)

@@ -163,6 +163,17 @@ def qk_scale(plan: Plan, spec: TensorSpec) -> float:
     return s2**0.5
 
 
+def resid_scale(plan: Plan) -> float:
+    """c = sqrt(D/d) where the norm eps is fixed by the class (``Features.fixed_eps``), else 1.
+
+    A residual carried as c R[h; 0] has the old variance over D dims, so a LayerNorm with the old
+    eps gives c [core(h); 0] exactly (core = (h - mean) / sqrt(var + eps)): the gains x sqrt(d/D)
+    then give [LN(h); 0], as with eps x d/D. Every write into the residual (embeddings, writers,
+    their biases) takes the factor c; a tied head reads c E, so the final norm takes a further 1/c.
+    Without gains (``norm_affine`` False) the readers take sqrt(d/D) instead."""
+    return (plan.cfg.width / plan.src.width) ** 0.5 if arch_of(plan.src).features.fixed_eps else 1.0
+
+
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     """The steps that make the grown tensor ``name`` from its source."""
     return _fuse_pad_rotate(_steps(spec, name, plan), plan)
@@ -170,37 +181,45 @@ def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
 
 def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     role, rot = spec.role, [Rotate()] if plan.eps != 1.0 else []
-    a, f = arch_of(plan.src), embed_factor(plan)
+    a, f, c = arch_of(plan.src), embed_factor(plan), resid_scale(plan)
+    up = [Scale(c, "residual x sqrt(D/d): fixed norm eps")] if c != 1.0 else []
+    tied_final = plan.src.tie and spec.pattern.rsplit(".", 1)[0] == a.modules["final_norm"]
     if role == "growth_gate":
         return [GateZero()]
     if role == "norm_gain":
-        extra = 1.0 / f if (plan.src.tie and spec.pattern == a.modules["final_norm"] + ".weight") else 1.0
+        extra = 1.0 / f if tied_final else 1.0
+        if c != 1.0 and tied_final:  # the tied head reads the residual's scale: the final norm x 1/c
+            return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=1.0 / c, why="tied head")]
         return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=extra)]
     if role == "norm_bias":
-        return [PadZero()]
+        return [PadZero()] + ([Scale(1.0 / c, "tied head reads a residual x sqrt(D/d)")] if tied_final and up else [])
     if role == "head_norm":
         return [Keep("over head_dim, which is fixed")]
+    if role == "head_bias":
+        return [Keep("vocabulary-sized")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
         if _mean_filled(name, plan):
-            return [ExpandResidual("mean")]
+            return [ExpandResidual("mean")] + up
         scale = [Scale(f, "embedding scale sqrt(d)/sqrt(D)")] if (name == a.embed and f != 1.0) else []
-        return [ExpandResidual("zero")] + scale + rot
+        return up + [ExpandResidual("zero")] + scale + rot
     qk = []  # q/k feeding a q/k norm: see qk_scale; new units must not move a norm shared by all units
     if spec.qk_norm:
         qk = [Scale(qk_scale(plan, spec), "q/k norm eps")] + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
     if role == "unit_bias":
         return [ExpandUnits(writer=False)] + qk
     fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
+    if not a.features.norm_affine:  # no gain to take the grown norm's sqrt(D/d): the readers take sqrt(d/D)
+        fold = [Scale((plan.src.width / plan.cfg.width) ** 0.5, "norm without gain")]
     rrot = rot if plan.rotate_readers else []
-    if role == "head":
+    if role in ("head", "router"):  # no units to grow: the same logits from the grown residual
         return fold + [ExpandResidual("zero")] + rrot
     if role == "reader":
         steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
         return steps + _symmetry(plan, spec, writer=False)
     if role == "writer":
-        steps = [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        steps = [ExpandUnits(writer=True)] + up + [ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
         return steps + _symmetry(plan, spec, writer=True)
     raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
 
@@ -234,6 +253,8 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     bound = not arch_of(src).features.free_head_dim
     if heads is None:
         heads = _heads_for(src, D)
+    if arch_of(src).features.mqa:  # one key/value head read by all query heads: any count of query heads
+        r = heads
     if bound and heads * hd != D:
         raise GrowError(f"target width {D} is not heads x head_dim ({heads} x {hd}); {src.family} needs them equal")
     if heads < src.heads:
@@ -250,9 +271,15 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
         ffn = round(src.ffn * D / d)
     if ffn < src.ffn:
         raise GrowError(f"target ffn {ffn} smaller than the source's {src.ffn}")
-    return src.replace(
-        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=ops.grow_norm_eps(src.norm_eps, d, D)
-    )
+    f = arch_of(src).features
+    if src.tie and not f.norm_affine:
+        raise GrowError(
+            f"{src.family} with tied embeddings cannot grow exactly: its LayerNorm has no gain, so the tied "
+            "head (the embedding) would have to take the norm's sqrt(D/d) that the embedding must not"
+        )
+    eps = src.norm_eps if f.fixed_eps else ops.grow_norm_eps(src.norm_eps, d, D)
+    shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
+    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared)
 
 
 def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
@@ -280,6 +307,8 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
             )
     elif src.norm == "layernorm":
         exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+        if arch_of(src).features.fixed_eps:
+            exact_map = f"sqrt(D/d) x {exact_map}; the norm eps is fixed: the residual is scaled to keep its variance"
         if abs(eps - exact) > 1e-9:
             lossy.append(
                 f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} "
@@ -331,9 +360,9 @@ def build_plan(
                 "fold it first (growtool fold --alpha ...)"
             )
     if gated:
-        cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn)
+        cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn)
     else:
-        cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+        cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
         if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
             lossy.append(
                 "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
@@ -351,12 +380,17 @@ def build_plan(
         gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
         kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
         q = ops.group_to_heads(kv, r)
+        if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
+            q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
-        units.append({"q": q, "kv": kv, "qkv": q, "qgate": q, "ffn": f})
+        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
+        if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
+            units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         split.append(
             {
                 kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                for kind, e in (("q", q), ("ffn", f))
+                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
+                if e is not None
             }
         )
     gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)

@@ -103,6 +103,7 @@ class NormGain(Step):
     uniform: bool  # gains folded into the readers: every dim sqrt(d/D)
     offset: float = 0.0  # the stored gain is w with effective gain offset + w (Gemma)
     extra: float = 1.0  # a further factor (the final norm of a tied, embedding-scaled head)
+    why: str = "tied head scale"
 
     def apply(self, t, c):
         g = ops.grow_norm_gain(t + self.offset, c.plan.cfg.width, uniform=self.uniform) * self.extra
@@ -112,7 +113,7 @@ class NormGain(Step):
         text = "uniform sqrt(d/D) (gain folded into readers)" if self.uniform else "gain * sqrt(d/D), new = mean"
         if self.offset:
             text = text.replace("gain", f"({self.offset:g} + w)", 1) + f", stored as w = gain - {self.offset:g}"
-        return text + (f", x {self.extra:.6g} (tied head scale)" if self.extra != 1.0 else "")
+        return text + (f", x {self.extra:.6g} ({self.why})" if self.extra != 1.0 else "")
 
 
 @dataclass(frozen=True)
@@ -273,7 +274,7 @@ class ZeroOldWrites(Step):
         if plan.res[spec.group].kind == "zero":
             return t  # the new dims were padded with zeros (``ExpandResidual``): nothing to clear
         kind = spec.units[0]
-        n_base = (plan.cfg.base_heads if kind == "q" else plan.cfg.base_ffn) * unit_count(plan.src, kind)[1]
+        n_base = plan.cfg.base_units(kind) * unit_count(plan.src, kind)[1]
         d, D = plan.src.width, plan.cfg.width
         t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
         return t

@@ -29,6 +29,7 @@ FEATURE_FALLBACK = {
     "activation": "silu",
     "rotary_fraction": 1.0,
     "parallel": False,
+    "norm_topk": False,
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
@@ -65,6 +66,18 @@ class ModelConfig:
     final_softcap: float | None = None  # logits -> cap * tanh(logits / cap)
     query_pre_attn_scalar: float | None = None  # attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
     rope_scaling: dict | None = None  # RoPE scaling (linear, dynamic, yarn, longrope, llama3): see rope.py
+    clip_qkv: float | None = None  # q, k and v clamped to [-clip, clip] after their projections (OLMo)
+    embedding_multiplier: float | None = None  # embeddings x this (Granite)
+    residual_multiplier: float | None = None  # each sublayer's output x this before the residual add (Granite)
+    attention_multiplier: float | None = None  # the attention score scale, instead of 1/sqrt(head_dim) (Granite)
+    logits_scaling: float | None = None  # logits / this (Granite)
+    logit_scale: float | None = None  # logits x this (Cohere)
+    rope_layers: list | None = None  # per layer 1 (RoPE) or 0 (none): SmolLM3's no_rope_layers
+    experts: int | None = None  # mixture of experts: experts per block, each an FFN of ``ffn`` neurons
+    top_k: int | None = None  # experts each token is routed to
+    norm_topk: bool | None = None  # the top_k routing weights renormalised to sum 1
+    shared_ffn: int | None = None  # neurons of the shared expert (Qwen2-MoE), gated by sigmoid(x w)
+    base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -81,6 +94,8 @@ class ModelConfig:
             self.base_heads = self.heads
         if self.base_ffn is None:
             self.base_ffn = self.ffn
+        if self.base_shared_ffn is None:
+            self.base_shared_ffn = self.shared_ffn
         self.check()
 
     @property
@@ -90,7 +105,12 @@ class ModelConfig:
     @property
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
-        return self.base_heads < self.heads or self.base_ffn < self.ffn
+        shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared
+
+    def base_units(self, kind: str) -> int:
+        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
+        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
 
     @property
     def norm(self) -> str:
@@ -141,9 +161,19 @@ class ModelConfig:
             raise GrowError(f"sliding_window must be a positive integer, got {self.sliding_window!r}")
         if self.layer_types is not None and len(self.layer_types) != self.layers:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
+        if self.rope_layers is not None and len(self.rope_layers) != self.layers:
+            raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
-        if self.base_heads % (self.heads // self.kv_heads):
+        if f.shared_norm and not self.parallel:
+            raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
+        if f.moe and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
+            raise GrowError(f"{self.family} needs the number of experts and of experts per token")
+        if f.moe and not 0 < self.top_k <= self.experts:
+            raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
+        if f.mqa and self.kv_heads != 1:
+            raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
+        if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
 
     def replace(self, **kw) -> ModelConfig:
@@ -173,6 +203,8 @@ class ModelConfig:
             if val is None and key not in hf:
                 continue
             hf[key] = val
+        for key, name in a.mirrors.items():
+            hf[key] = getattr(self, name)
         if a.features.free_head_dim:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
@@ -191,6 +223,8 @@ class ModelConfig:
             hf["rope_parameters"] = rp
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
+        if self.shared_ffn is not None:
+            hf["growtool"]["base_shared_ffn"] = self.base_shared_ffn
         return hf
 
     @classmethod
@@ -206,10 +240,20 @@ class ModelConfig:
         for key, reason in a.refuse.items():
             if hf.get(key):
                 raise GrowError(reason)
+        for key, (want, reason, *absent) in a.require.items():  # want: a value or a tuple of values
+            got = hf.get(key, absent[0] if absent else want)
+            if got not in (want if isinstance(want, tuple) else (want,)):
+                raise GrowError(reason)
+        for key, name in a.mirrors.items():
+            other = a.keys[name]
+            if hf.get(key) is not None and hf.get(key) != hf.get(other):
+                raise GrowError(f"{a.name} {key} {hf[key]} different from {other} {hf.get(other)} is not supported")
 
         def get(name, default=None):
             key = a.keys.get(name)
             val = hf.get(key) if key else None
+            if val is None and key in a.alt_keys:
+                val = hf.get(a.alt_keys[key])
             return val if val is not None else a.defaults.get(name, default)
 
         try:
@@ -227,6 +271,8 @@ class ModelConfig:
             scaling = rope_from_hf(hf, int(get("context"))) if a.features.positions == "rope" else None
             theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
             frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
+            if frac is None and hf.get("rotary_dim"):  # GPT-J: rotated dims per head, absolute
+                frac = int(hf["rotary_dim"]) / int(hd)
             window = get("sliding_window")
             if hf.get("use_sliding_window") is False:
                 window = None  # Qwen2/3 keep a window size in the config but switch it off
@@ -236,6 +282,10 @@ class ModelConfig:
                     "sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
                     for i in range(int(get("layers")))
                 ]
+            rope_layers = get("rope_layers")
+            if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
+                every = int(hf.get("no_rope_layer_interval") or 4)
+                rope_layers = [int((i + 1) % every != 0) for i in range(int(get("layers")))]
             cfg = cls(
                 family=a.name,
                 vocab_size=int(get("vocab_size")),
@@ -263,6 +313,18 @@ class ModelConfig:
                 final_softcap=get("final_softcap"),
                 query_pre_attn_scalar=get("query_pre_attn_scalar"),
                 rope_scaling=scaling,
+                clip_qkv=get("clip_qkv"),
+                embedding_multiplier=get("embedding_multiplier"),
+                residual_multiplier=get("residual_multiplier"),
+                attention_multiplier=get("attention_multiplier"),
+                logits_scaling=get("logits_scaling"),
+                logit_scale=get("logit_scale"),
+                rope_layers=list(rope_layers) if rope_layers is not None else None,
+                experts=get("experts"),
+                top_k=get("top_k"),
+                norm_topk=get("norm_topk"),
+                shared_ffn=get("shared_ffn"),
+                base_shared_ffn=own.get("base_shared_ffn"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},

@@ -20,10 +20,13 @@ Roles
   head_norm    a per-head norm over head_dim (q/k norms): untouched when head_dim is fixed
   unit_norm    a norm over all units at once (OLMo-2's q/k norms over heads x head_dim)
   head         the untied output head (a reader of the final norm)
+  head_bias    the output head's bias (vocabulary-sized: kept by growth)
+  router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
-``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qgate`` (one gate
+``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
+group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
 logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
 ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
@@ -42,6 +45,7 @@ class Features:
     norm: str = "rmsnorm"  # "layernorm" (gain + bias) | "rmsnorm" (gain)
     linear: str = "out_in"  # weight layout: "out_in" (nn.Linear) | "in_out" (GPT-2's Conv1D)
     qkv: str = "separate"  # "separate" q/k/v | "concat" [Q|K|V] | "interleaved" per head [q k v]
+    #                        | "grouped" per KV group [q_1 .. q_r k v] (Falcon's new decoder architecture)
     mlp: str = "glu"  # "glu" act(gate) * up | "glu_fused" [gate|up] in one tensor | "plain" act(up)
     positions: str = "rope"  # "rope" | "learned" (a position embedding)
     qk_norm: str = ""  # "head": RMSNorm on q and k over head_dim, before RoPE (Qwen3, Gemma 3)
@@ -52,6 +56,17 @@ class Features:
     embed_scale: bool = False  # embeddings times sqrt(width), rounded to the weights' dtype (Gemma)
     pre_norms: bool = True  # a norm on the residual before each sublayer (its readers' norm)
     post_norms: bool = False  # a norm on each sublayer's output before the residual add (Gemma 2/3, OLMo-2)
+    pos_offset: int = 0  # learned positions: position p reads row p + offset (OPT: 2)
+    fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
+    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
+    norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
+    mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
+    shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
+    head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
+    rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
+    norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
+    moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
+    #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
 
 @dataclass(frozen=True)
@@ -68,6 +83,9 @@ class Arch:
     template: dict = field(default_factory=dict)  # HF keys a fresh config.json carries
     aliases: dict = field(default_factory=dict)  # stored-name prefix rewrites, canonical -> as stored
     refuse: dict = field(default_factory=dict)  # HF key -> reason, refused when truthy
+    require: dict = field(default_factory=dict)  # HF key -> (value(s), reason[, value when absent]), else refused
+    mirrors: dict = field(default_factory=dict)  # HF key -> ModelConfig field it must equal (written back with it)
+    alt_keys: dict = field(default_factory=dict)  # HF key -> another spelling configs use for it (read only)
 
     @property
     def embed(self) -> str:
@@ -388,8 +406,363 @@ OLMO2 = Arch(
     defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6},
 )
 
+OPT = Arch(
+    name="opt",
+    model_type="opt",
+    hf_class="OPTForCausalLM",
+    block="model.decoder.layers.{i}.",
+    modules={
+        "embed": "model.decoder.embed_tokens",
+        "pos": "model.decoder.embed_positions",
+        "final_norm": "model.decoder.final_layer_norm",
+        "head": "lm_head",
+        "ln1": "self_attn_layer_norm",
+        "ln2": "final_layer_norm",
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.out_proj",
+        "g": "self_attn.g_proj",
+        "up": "fc1",
+        "down": "fc2",
+    },
+    features=Features(
+        norm="layernorm", mlp="plain", positions="learned", gqa=False, free_head_dim=False, pos_offset=2, fixed_eps=True
+    ),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "num_hidden_layers",
+        "heads": "num_attention_heads",
+        "ffn": "ffn_dim",
+        "context": "max_position_embeddings",
+        "tie": "tie_word_embeddings",
+        "activation": "activation_function",
+        "qkv_bias": "enable_bias",
+        "o_bias": "enable_bias",
+        "mlp_bias": "enable_bias",
+    },
+    defaults={
+        "activation": "relu",
+        "tie": True,
+        "context": 2048,
+        "norm_eps": 1e-5,  # nn.LayerNorm's default: not in config.json
+        "qkv_bias": True,
+        "o_bias": True,
+        "mlp_bias": True,
+    },
+    template={"dropout": 0.0, "attention_dropout": 0.0, "layerdrop": 0.0},
+    refuse={"_remove_final_layer_norm": "opt _remove_final_layer_norm is not supported"},
+    require={
+        "do_layer_norm_before": (
+            True,
+            "opt with do_layer_norm_before=false (post-LayerNorm, as OPT-350m) is not supported: its residual "
+            "is a LayerNorm output, which a zero-padded or rotated residual cannot reproduce",
+        ),
+        "layer_norm_elementwise_affine": (True, "opt with layer_norm_elementwise_affine=false is not supported"),
+    },
+    mirrors={"word_embed_proj_dim": "width"},  # project_in / project_out exist only when they differ
+)
+
+OLMO = Arch(
+    name="olmo",
+    model_type="olmo",
+    hf_class="OlmoForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", norm_affine=False, fixed_eps=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k != "norm_eps"},  # OlmoLayerNorm: eps 1e-5 in code
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "clip_qkv": "clip_qkv",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+)
+
+GPT_BIGCODE = Arch(
+    name="gpt_bigcode",
+    model_type="gpt_bigcode",
+    hf_class="GPTBigCodeForCausalLM",
+    block="transformer.h.{i}.",
+    modules={**GPT2.modules},
+    features=Features(norm="layernorm", qkv="concat", mlp="plain", positions="learned", free_head_dim=False, mqa=True),
+    keys={**GPT2.keys},
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True},
+    defaults={"kv_heads": 1, "activation": "gelu_pytorch_tanh", "tie": True, "context": 1024, "norm_eps": 1e-5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0, "multi_query": True},
+    refuse={"add_cross_attention": "gpt_bigcode add_cross_attention is not supported"},
+    require={
+        "multi_query": (True, "gpt_bigcode with multi_query=false (per-head interleaved q, k, v) is not supported"),
+        "scale_attn_weights": (True, "gpt_bigcode with scale_attn_weights=false is not supported"),
+    },
+)
+
+GRANITE = Arch(
+    name="granite",
+    model_type="granite",
+    hf_class="GraniteForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
+    keys={
+        **LLAMA.keys,
+        **{k: k for k in ("embedding_multiplier", "residual_multiplier", "attention_multiplier", "logits_scaling")},
+    },
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
+PHI = Arch(
+    name="phi",
+    model_type="phi",
+    hf_class="PhiForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        "embed": "model.embed_tokens",
+        "final_norm": "model.final_layernorm",
+        "head": "lm_head",
+        "ln1": "input_layernorm",
+        "q": "self_attn.q_proj",
+        "k": "self_attn.k_proj",
+        "v": "self_attn.v_proj",
+        "o": "self_attn.dense",
+        "g": "self_attn.g_proj",
+        "up": "mlp.fc1",
+        "down": "mlp.fc2",
+    },
+    features=Features(norm="layernorm", mlp="plain", shared_norm=True, head_bias=True),
+    keys={**_LLAMA_KEYS, "norm_eps": "layer_norm_eps"},
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True, "parallel": True},
+    defaults={"activation": "gelu_new", "tie": False, "context": 2048, "norm_eps": 1e-5, "rotary_fraction": 0.5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+    require={"qk_layernorm": (False, "phi with qk_layernorm=true is not supported")},
+)
+
+GPTJ = Arch(
+    name="gptj",
+    model_type="gptj",
+    hf_class="GPTJForCausalLM",
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_1",
+        "q": "attn.q_proj",
+        "k": "attn.k_proj",
+        "v": "attn.v_proj",
+        "o": "attn.out_proj",
+        "g": "attn.g_proj",
+        "up": "mlp.fc_in",
+        "down": "mlp.fc_out",
+    },
+    features=Features(
+        norm="layernorm",
+        mlp="plain",
+        gqa=False,
+        free_head_dim=False,
+        shared_norm=True,
+        head_bias=True,
+        rope_interleaved=True,
+    ),
+    keys={**GPT2.keys},
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": True, "parallel": True},
+    defaults={"activation": "gelu_new", "tie": False, "context": 2048, "norm_eps": 1e-5},
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attn_pdrop": 0.0},
+)
+
+COHERE = Arch(
+    name="cohere",
+    model_type="cohere",
+    hf_class="CohereForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", norm_bias=False, shared_norm=True, rope_interleaved=True),
+    keys={
+        **_LLAMA_KEYS,
+        "norm_eps": "layer_norm_eps",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "logit_scale": "logit_scale",
+    },
+    fixed={"mlp_bias": False, "parallel": True},
+    defaults={"activation": "silu", "tie": True, "context": 8192, "norm_eps": 1e-5},
+    require={"use_qk_norm": (False, "cohere with use_qk_norm=true is not supported")},
+)
+
+FALCON = Arch(
+    name="falcon",
+    model_type="falcon",
+    hf_class="FalconForCausalLM",
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.word_embeddings",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_attn",
+        "ln2": "ln_mlp",
+        "qkv": "self_attention.query_key_value",
+        "o": "self_attention.dense",
+        "g": "self_attention.g_proj",
+        "up": "mlp.dense_h_to_4h",
+        "down": "mlp.dense_4h_to_h",
+    },
+    features=Features(norm="layernorm", qkv="grouped", mlp="plain", free_head_dim=False),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("head_dim", "ffn", "activation")},
+        "kv_heads": "num_kv_heads",
+        "ffn": "ffn_hidden_size",
+        "norm_eps": "layer_norm_epsilon",
+        "activation": "activation",
+        "qkv_bias": "bias",
+        "o_bias": "bias",
+        "mlp_bias": "bias",
+    },
+    fixed={"parallel": True},
+    defaults={"activation": "gelu", "tie": True, "context": 2048, "norm_eps": 1e-5, "qkv_bias": False},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    require={
+        "new_decoder_architecture": (
+            True,
+            "falcon without new_decoder_architecture (Falcon-7B/RW layouts) is not supported",
+            False,
+        ),
+        "parallel_attn": (True, "falcon with parallel_attn=false is not supported"),
+        "num_ln_in_parallel_attn": ((None, 2), "falcon with num_ln_in_parallel_attn=1 is not supported"),
+        "alibi": (False, "falcon with alibi is not supported"),
+    },
+)
+
+_MOE_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+    "router": "mlp.gate",
+    "experts": "mlp.experts",
+    "e_gate": "gate_proj",
+    "e_up": "up_proj",
+    "e_down": "down_proj",
+    "s_gate": "mlp.shared_expert.gate_proj",
+    "s_up": "mlp.shared_expert.up_proj",
+    "s_down": "mlp.shared_expert.down_proj",
+    "s_router": "mlp.shared_expert_gate",
+}
+_MOE_KEYS = {
+    **_LLAMA_KEYS,
+    "ffn": "moe_intermediate_size",
+    "experts": "num_experts",
+    "top_k": "num_experts_per_tok",
+    "norm_topk": "norm_topk_prob",
+}
+_SPARSE_EVERY_LAYER = {  # Qwen MoE: dense MLPs in some layers are not supported
+    "decoder_sparse_step": (1, "a decoder_sparse_step other than 1 (dense MLP layers) is not supported"),
+    "mlp_only_layers": ((None, []), "mlp_only_layers (dense MLP layers) are not supported"),
+}
+
+MIXTRAL = Arch(
+    name="mixtral",
+    model_type="mixtral",
+    hf_class="MixtralForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **_MOE_MODULES,
+        "router": "block_sparse_moe.gate",
+        "experts": "block_sparse_moe.experts",
+        "e_gate": "w1",
+        "e_up": "w3",
+        "e_down": "w2",
+    },
+    features=Features(moe=True),
+    keys={
+        **_LLAMA_KEYS,
+        "experts": "num_local_experts",
+        "top_k": "num_experts_per_tok",
+        "sliding_window": "sliding_window",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 4096 * 32, "norm_eps": 1e-5},
+)
+
+QWEN2_MOE = Arch(
+    name="qwen2_moe",
+    model_type="qwen2_moe",
+    hf_class="Qwen2MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MOE_MODULES,
+    features=Features(moe=True),
+    keys={
+        **_MOE_KEYS,
+        "shared_ffn": "shared_expert_intermediate_size",
+        "qkv_bias": "qkv_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "qkv_bias": True},
+    require=_SPARSE_EVERY_LAYER,
+)
+
+QWEN3_MOE = Arch(
+    name="qwen3_moe",
+    model_type="qwen3_moe",
+    hf_class="Qwen3MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MOE_MODULES,
+    features=Features(moe=True, qk_norm="head"),
+    keys={
+        **_MOE_KEYS,
+        "experts": "num_local_experts",  # transformers writes this; Hub configs say num_experts
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6},
+    require=_SPARSE_EVERY_LAYER,
+    alt_keys={"num_local_experts": "num_experts"},
+)
+
+OLMOE = Arch(
+    name="olmoe",
+    model_type="olmoe",
+    hf_class="OlmoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MOE_MODULES,
+    features=Features(moe=True, qk_norm="full"),
+    keys={
+        **_MOE_KEYS,
+        "ffn": "intermediate_size",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "clip_qkv": "clip_qkv",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
+)
+
+SMOLLM3 = Arch(
+    name="smollm3",
+    model_type="smollm3",
+    hf_class="SmolLM3ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
+    keys={
+        **LLAMA.keys,
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+        "rope_layers": "no_rope_layers",
+    },
+    defaults={"activation": "silu", "tie": True, "context": 32768, "norm_eps": 1e-6},
+)
+
 ARCHS = {
-    a.name: a for a in (GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2)
+    a.name: a
+    for a in (
+        *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
+        *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
+        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3),
+    )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
@@ -417,7 +790,7 @@ class TensorSpec:
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
-    return ("qkv",) if f.qkv == "interleaved" else ("q", "kv", "kv")
+    return {"interleaved": ("qkv",), "grouped": ("qkvg",)}.get(f.qkv, ("q", "kv", "kv"))
 
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
@@ -425,7 +798,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     f, B = a.features, a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
-    ln2 = B + a.modules["ln2"] if f.pre_norms else None
+    ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
 
     def w(slot):
         return (B if slot not in ("embed", "pos", "final_norm", "head") else "") + a.modules[slot] + ".weight"
@@ -446,8 +819,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         return out
 
     def norm(slot):
+        if not f.norm_affine:
+            return []  # a LayerNorm without parameters: no tensors
         out = [TensorSpec(w(slot), "norm_gain")]
-        if f.norm == "layernorm":
+        if f.norm == "layernorm" and f.norm_bias:
             out.append(TensorSpec(b(slot), "norm_bias"))
         return out
 
@@ -474,15 +849,27 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += writer("o", ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
-    if f.pre_norms:
+    if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
-    if f.mlp == "glu_fused":
+    if f.moe:
+        s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
+        for j in range(cfg.experts):
+            e = f"{B}{a.modules['experts']}.{j}."
+            s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+            s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+            s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
+        if cfg.shared_ffn:
+            s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
+            s += writer("s_down", ("sffn",), "ffn", False)
+            s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+    elif f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
     else:
         if f.mlp == "glu":
             s += reader("gate", ("ffn",), "ffn", ln2, cfg.mlp_bias)
         s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
-    s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    if not f.moe:
+        s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
     if f.post_norms:
         s += norm("post_ffn")
     if cfg.gated:
@@ -490,6 +877,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += norm("final_norm")
     if not cfg.tie:
         s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
+    if f.head_bias:
+        s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
     return s
 
 
@@ -499,8 +888,12 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "q": (cfg.heads, cfg.head_dim),
         "kv": (cfg.kv_heads, cfg.head_dim),
         "qkv": (cfg.heads, 3 * cfg.head_dim),
+        "qkvg": (cfg.kv_heads, (cfg.heads // cfg.kv_heads + 2) * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
+        "sffn": (cfg.shared_ffn or 0, 1),
+        "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
+        "one": (1, 1),  # the shared expert's gate logit
     }[kind]
 
 
@@ -526,10 +919,13 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     if spec.role == "head_norm":
         return (cfg.head_dim,)
     if spec.role == "embedding":
-        rows = cfg.vocab_size if name == arch_of(cfg).embed else cfg.context
+        a = arch_of(cfg)
+        rows = cfg.vocab_size if name == a.embed else cfg.context + a.features.pos_offset
         return (rows, cfg.width)
     if spec.role == "head":
         return (cfg.vocab_size, cfg.width)
+    if spec.role == "head_bias":
+        return (cfg.vocab_size,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
         return (units,)

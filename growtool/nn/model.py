@@ -69,7 +69,8 @@ class RMSNorm(nn.Module):
 
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     if cfg.norm == "layernorm":
-        return nn.LayerNorm(d, eps=cfg.norm_eps)
+        f = arch_of(cfg).features
+        return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=f.norm_affine, bias=f.norm_affine and f.norm_bias)
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
 
@@ -91,6 +92,17 @@ def apply_rope(x, cos, sin):
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
 
 
+def apply_rope_interleaved(x, cos, sin):
+    """``apply_rope`` on pairs of adjacent dims (2i, 2i + 1) with frequency i (GPT-J), from the same
+    tables (whose first half holds each frequency once)."""
+    rot = cos.shape[-1]
+    cos, sin = (t[..., : rot // 2].repeat_interleave(2, -1).to(x.dtype) for t in (cos, sin))
+    xr, xp = x[..., :rot], x[..., rot:]
+    turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
+    xr = xr * cos + turned * sin
+    return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
+
+
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
 
 
@@ -99,6 +111,8 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
     optional soft-capped scores; grouped-query heads read their KV group."""
     T, H, K = q.shape[2], q.shape[1], k.shape[1]
     scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
+    if cfg.attention_multiplier is not None:  # Granite: the score scale itself
+        scale = cfg.attention_multiplier
     window = cfg.window(layer)
     i = torch.arange(T, device=q.device)
     mask = (
@@ -151,6 +165,8 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         return Linear(n_in, n_out, bias, in_out=f.linear == "in_out")
 
     m = {"ln1": make_norm(cfg, d), "ln2": make_norm(cfg, d)} if f.pre_norms else {}
+    if f.shared_norm:
+        del m["ln2"]  # attention and MLP read ln1
     if f.post_norms:
         m.update(post_attn=make_norm(cfg, d), post_ffn=make_norm(cfg, d))
     if f.qkv == "separate":
@@ -163,6 +179,18 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     m["o"] = lin(qd, d, cfg.o_bias)
+    if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
+        a = arch_of(cfg)
+        m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
+        for _ in range(cfg.experts):
+            m["experts"].append(nn.Module())
+            for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
+                _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
+        if cfg.shared_ffn:
+            sf = cfg.shared_ffn
+            m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
+            m["s_router"] = lin(d, 1, False)
+        return m
     if f.mlp == "glu_fused":
         m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
     else:
@@ -199,16 +227,22 @@ class Block(nn.Module):
             q, k, v = s["q"](x), s["k"](x), s["v"](x)
         elif f.qkv == "concat":
             q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
+        elif f.qkv == "grouped":  # per KV group [q_1 .. q_r k v] (Falcon)
+            grp = s["qkv"](x).view(B, T, K, H // K + 2, hd)
+            q, k, v = grp[:, :, :, :-2], grp[:, :, :, -2], grp[:, :, :, -1]
         else:  # interleaved: per head [q k v]
             q, k, v = s["qkv"](x).view(B, T, H, 3 * hd).chunk(3, dim=-1)
         if f.qk_norm == "full":  # over all heads at once, before the split into heads (OLMo-2)
             q, k = s["q_norm"](q), s["k_norm"](k)
+        if cfg.clip_qkv is not None:  # OLMo, OLMoE: clamped after the projections (and a full q/k norm)
+            q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
         if f.qk_norm == "head":
             q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
-            q, k = apply_rope(q, *rope), apply_rope(k, *rope)
+            turn = apply_rope_interleaved if f.rope_interleaved else apply_rope
+            q, k = turn(q, *rope), turn(k, *rope)
         y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
@@ -220,8 +254,40 @@ class Block(nn.Module):
             y = y * mult
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
+    def _moe(self, x, g):
+        """Mixture of experts: the router picks top_k experts per token from softmax(router(x))
+        (float32), their weights renormalised to sum 1 where the family does (``norm_topk``); each
+        picked expert's GLU output times its weight, summed; plus sigmoid(s_router(x)) x the shared
+        expert. Grown neurons of every expert (and of the shared one) sit behind the gate."""
+        cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
+        act, shape = ACT[cfg.activation], x.shape
+        x = x.reshape(-1, shape[-1])
+        probs = torch.softmax(s["router"](x).float(), dim=-1)
+        top, pick = torch.topk(probs, cfg.top_k, dim=-1)
+        if cfg.norm_topk:
+            top = top / top.sum(dim=-1, keepdim=True)
+        top = top.to(x.dtype)
+        mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
+        out = torch.zeros_like(x)
+        for e, ex in enumerate(s["experts"]):
+            tok, k = torch.where(pick == e)
+            if tok.numel() == 0:
+                continue
+            h = x[tok]
+            m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
+            m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
+            out.index_add_(0, tok, m * top[tok, k, None])
+        if cfg.shared_ffn:
+            h = act(s["s_gate"](x)) * s["s_up"](x)
+            if cfg.base_shared_ffn < cfg.shared_ffn:
+                h = h * unit_mask(cfg.shared_ffn, cfg.base_shared_ffn, g, h)
+            out = out + torch.sigmoid(s["s_router"](x)) * s["s_down"](h)
+        return out.view(shape)
+
     def _ffn(self, x, g):
         cfg, s, f = self.cfg, self.slot, self.features
+        if f.moe:
+            return self._moe(x, g)
         act = ACT[cfg.activation]
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
@@ -236,12 +302,16 @@ class Block(nn.Module):
 
     def forward(self, x, rope=None, alpha=None):
         g, s, f = self._gate(alpha), self.slot, self.features
+        r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
         if self.cfg.parallel:
-            return x + self._attention(s["ln1"](x), rope, g) + self._ffn(s["ln2"](x), g)
+            h = s["ln1"](x)
+            return x + self._attention(h, rope, g) + self._ffn(h if f.shared_norm else s["ln2"](x), g)
         a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
-        x = x + (s["post_attn"](a) if f.post_norms else a)
+        a = s["post_attn"](a) if f.post_norms else a
+        x = x + (a if r is None else a * r)
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
-        return x + (s["post_ffn"](m) if f.post_norms else m)
+        m = s["post_ffn"](m) if f.post_norms else m
+        return x + (m if r is None else m * r)
 
 
 class LM(nn.Module):
@@ -295,10 +365,10 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
     model.cfg = cfg
     _put(model, a.modules["embed"], nn.Embedding(cfg.vocab_size, cfg.width))
     if a.features.positions == "learned":
-        _put(model, a.modules["pos"], nn.Embedding(cfg.context, cfg.width))
+        _put(model, a.modules["pos"], nn.Embedding(cfg.context + a.features.pos_offset, cfg.width))
     _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
     _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
-    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=False))
+    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=a.features.head_bias))
     if cfg.tie:
         model.get_submodule(a.modules["head"]).weight = model.get_submodule(a.modules["embed"]).weight
 
@@ -317,9 +387,12 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
     x = model.get_submodule(a.modules["embed"])(idx)
     if a.features.embed_scale:  # Gemma: sqrt(width), rounded to the weights' dtype as transformers does
         x = x * torch.tensor(cfg.width**0.5).to(x.dtype)
+    if cfg.embedding_multiplier is not None:  # Granite
+        x = x * cfg.embedding_multiplier
     ropes = {}
     if a.features.positions == "learned":
-        x = x + model.get_submodule(a.modules["pos"])(torch.arange(T, device=idx.device))
+        pos = torch.arange(T, device=idx.device) + a.features.pos_offset  # OPT reads row p + 2
+        x = x + model.get_submodule(a.modules["pos"])(pos)
     for i, b in enumerate(model.get_submodule(a.blocks_path)):
         rope = None
         if a.features.positions == "rope":
@@ -327,6 +400,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
             if key not in ropes:
                 ropes[key] = rope_tables(cfg, T, idx.device, layer=i)
             rope = ropes[key]
+        if cfg.rope_layers is not None and not cfg.rope_layers[i]:
+            rope = None  # SmolLM3: no RoPE in this layer
         x = b(x, rope, alpha)
     return model.get_submodule(a.modules["final_norm"])(x)
 
@@ -335,6 +410,10 @@ def head_logits(model: nn.Module, x: torch.Tensor, head: nn.Module | None = None
     """The head (and the final soft-cap) applied to final-norm outputs ``x``."""
     cfg = model.cfg
     logits = (head or model.get_submodule(arch_of(cfg).modules["head"]))(x)
+    if cfg.logits_scaling is not None:  # Granite divides the logits
+        logits = logits / cfg.logits_scaling
+    if cfg.logit_scale is not None:  # Cohere multiplies them
+        logits = logits * cfg.logit_scale
     if cfg.final_softcap:
         logits = torch.tanh(logits / cfg.final_softcap) * cfg.final_softcap
     return logits

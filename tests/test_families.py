@@ -1,0 +1,526 @@
+"""The families of issue 31 against transformers' own forward pass (as tests/test_architectures.py).
+
+For each case (a tiny random model that transformers creates and saves here, 2 layers, vocabulary
+256, norm gains and biases perturbed): growtool's forward equals transformers' logits on the
+source (<= 1e-5 x logit scale); ``expand`` 64 -> 96 verifies at gate 0 (<= 1e-4); ``fold --alpha
+0`` loads with ``AutoModelForCausalLM`` as the same class with the source's logits (<= 1e-4);
+``fold --alpha 1`` equals growtool's gate-1 forward (<= 1e-5). Then what each family refuses,
+with its one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool.grow import growth, recipes  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.nn.families import arch_of  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
+
+from conftest import cli, perturbed, verify_json  # noqa: E402
+
+V, T = 256, 20
+X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
+
+
+def _opt(tie=True, **over):
+    kw = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=160)
+    kw.update(max_position_embeddings=64, pad_token_id=1, bos_token_id=2, eos_token_id=2, dropout=0.0)
+    return transformers.OPTForCausalLM(transformers.OPTConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+def _llama_like(cls_name, model_cls=None, **kw):
+    def make(tie=False, **over):
+        base = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=160)
+        cfg = getattr(transformers, cls_name + "Config")(
+            **{**base, "max_position_embeddings": 64, **kw, **over}, tie_word_embeddings=tie
+        )
+        return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
+
+    return make
+
+
+def _bigcode(tie=True, **over):
+    kw = dict(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64)
+    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+GRANITE_MULT = dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05, logits_scaling=4.0)
+
+
+def _gptj(tie=False, **over):
+    kw = dict(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64, rotary_dim=8)
+    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPTJForCausalLM(transformers.GPTJConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+def _falcon(tie=True, **over):
+    kw = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_hidden_size=160)
+    kw.update(max_position_embeddings=64, new_decoder_architecture=True, bos_token_id=0, eos_token_id=0)
+    return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
+QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+
+# name -> (factory, kwargs): each a model transformers builds; the variants cover the features
+CASES = {
+    "opt": (_opt, {}),
+    "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
+    "gpt_bigcode-mqa": (_bigcode, {}),
+    "gpt_bigcode-mqa-untied-gelu": (_bigcode, {"tie": False, "activation_function": "gelu"}),
+    "granite": (_llama_like("Granite", num_key_value_heads=2, **GRANITE_MULT), {}),
+    "granite-tied-biases": (
+        _llama_like("Granite", attention_bias=True, mlp_bias=True, **GRANITE_MULT),
+        {"tie": True},
+    ),
+    "phi-partial-rotary": (_llama_like("Phi", resid_pdrop=0.0, embd_pdrop=0.0), {}),
+    "phi-gqa-tied-quarter-rotary": (
+        _llama_like(
+            "Phi",
+            num_key_value_heads=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+        ),
+        {"tie": True},
+    ),
+    "gptj-rotary8": (_gptj, {}),
+    "gptj-rotary16-tied-relu": (_gptj, {"tie": True, "rotary_dim": 16, "activation_function": "relu"}),
+    "cohere": (
+        _llama_like("Cohere", num_key_value_heads=2, logit_scale=0.5, pad_token_id=0, bos_token_id=1),
+        {"tie": True},
+    ),
+    "cohere-untied-bias": (
+        _llama_like("Cohere", logit_scale=2.0, attention_bias=True, pad_token_id=0, bos_token_id=1),
+        {},
+    ),
+    "falcon-gqa": (_falcon, {"num_kv_heads": 2}),
+    "falcon-mha-untied-bias-relu": (_falcon, {"tie": False, "num_kv_heads": 4, "bias": True, "activation": "relu"}),
+    "mixtral-top2": (
+        _llama_like("Mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48),
+        {},
+    ),
+    "mixtral-tied-top1-window": (
+        _llama_like("Mixtral", num_key_value_heads=4, num_local_experts=3, num_experts_per_tok=1, sliding_window=8),
+        {"tie": True},
+    ),
+    "qwen2_moe-shared": (_llama_like("Qwen2Moe", num_key_value_heads=2, **QWEN2_MOE), {}),
+    "qwen2_moe-shared-normtopk-tied": (
+        _llama_like("Qwen2Moe", num_key_value_heads=4, norm_topk_prob=True, **QWEN2_MOE),
+        {"tie": True},
+    ),
+    "qwen3_moe": (_llama_like("Qwen3Moe", num_key_value_heads=2, head_dim=16, **MOE), {}),
+    "qwen3_moe-normtopk-tied": (_llama_like("Qwen3Moe", norm_topk_prob=True, head_dim=24, **MOE), {"tie": True}),
+    "olmoe": (_llama_like("Olmoe", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, **MOE), {}),
+    "olmoe-tied-clip-bias-normtopk": (
+        _llama_like(
+            "Olmoe", clip_qkv=0.05, attention_bias=True, norm_topk_prob=True, pad_token_id=0, eos_token_id=1, **MOE
+        ),
+        {"tie": True},
+    ),
+    "smollm3-tied": (
+        _llama_like("SmolLM3", num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1),
+        {"tie": True},
+    ),
+    "smollm3-untied-biases": (
+        _llama_like(
+            "SmolLM3", no_rope_layers=[0, 1], attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1
+        ),
+        {},
+    ),
+    "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
+    "olmo-clip-bias": (
+        _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
+        {},
+    ),
+}
+
+
+def hf_logits(model, x=X):
+    with torch.no_grad():
+        return model(x).logits.float()
+
+
+def rel(a, b):
+    return float((a - b).abs().max() / b.std())
+
+
+def make_source(name, path):
+    make, kw = CASES[name]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval()
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.fixture(scope="module", params=sorted(CASES))
+def source(request, tmp_path_factory):
+    path = tmp_path_factory.mktemp(request.param) / "src"
+    return path, make_source(request.param, path)
+
+
+def test_our_forward_equals_transformers(source):
+    path, model = source
+    ours = checkpoint.load(path).model()
+    with torch.no_grad():
+        assert rel(ours(X), hf_logits(model)) <= 1e-5
+
+
+def test_grow_verify_fold_round_trip(source, tmp_path):
+    path, model = source
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", path, "--width", 96, "-o", grown)
+    assert r.exit_code == 0, r.stderr
+    assert "residual map:" in r.stderr
+    code, rep = verify_json(path, grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    f0 = tmp_path / "f0"
+    assert cli("fold", grown, "--alpha", 0, "-o", f0).exit_code == 0
+    assert json.loads((f0 / "config.json").read_text())["architectures"] == [type(model).__name__]
+    back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
+    assert type(back) is type(model)
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+    f1 = tmp_path / "f1"
+    assert cli("fold", grown, "--alpha", 1, "-o", f1).exit_code == 0
+    back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
+    with torch.no_grad():
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+    assert rel(hf_logits(back1), ours1) <= 1e-5
+    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
+
+
+def test_every_recipe_is_exact_or_refused(source, tmp_path):
+    """Each shipped recipe: verified at gate 0, or refused with its reason (never silently lossy);
+    a lossy-declared recipe (nrio) fails verify when its loss is real."""
+    path, _ = source
+    for recipe in ("copy", "nrio"):
+        out = tmp_path / f"{recipe}.safetensors"
+        r = cli("expand", path, "--width", 96, "--recipe", recipe, "-q", "-o", out)
+        if r.exit_code == 2:
+            assert "refused" in r.stderr and not out.exists(), r.stderr
+            continue
+        assert r.exit_code == 0, r.stderr
+        code, rep = verify_json(path, out)
+        lossy = checkpoint.load(out).lineage[-1]["exact"] is False
+        assert code == (1 if lossy and rep["results"][0]["rel"] > 1e-4 else 0), (recipe, rep)
+        assert lossy or rep["results"][0]["rel"] <= 1e-4, (recipe, rep)
+
+
+def _refused(hf: dict, match: str):
+    with pytest.raises(GrowError, match=match):
+        ModelConfig.from_hf(hf)
+
+
+# ---- OPT ------------------------------------------------------------------------------------
+
+
+def test_opt_positions_read_rows_offset_by_two_and_the_eps_stays(tmp_path):
+    """OPT's position table has max_position_embeddings + 2 rows and position p reads row p + 2;
+    its LayerNorm eps (1e-5) is no config key, so growth keeps it and scales the residual."""
+    model = make_source("opt", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.get("model.decoder.embed_positions.weight").shape == (66, 64)
+    with torch.no_grad():  # rows 0 and 1 matter to no position: changing them changes nothing
+        model.model.decoder.embed_positions.weight[:2] += 1.0
+    assert rel(ck.model()(X).detach(), hf_logits(model)) <= 1e-5
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert "sqrt(D/d) x R(0.8165)" in r.stderr, r.stderr
+    assert checkpoint.load(tmp_path / "g.safetensors").config.norm_eps == 1e-5
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"do_layer_norm_before": False}, "do_layer_norm_before=false"),
+        ({"word_embed_proj_dim": 32}, "word_embed_proj_dim 32 different from hidden_size 64"),
+        ({"layer_norm_elementwise_affine": False}, "layer_norm_elementwise_affine=false"),
+        ({"_remove_final_layer_norm": True}, "_remove_final_layer_norm"),
+    ],
+)
+def test_opt_refuses_what_it_cannot_grow_with_one_line(over, match, tmp_path):
+    cfg = _opt().config.to_dict()
+    _refused({**cfg, **over}, match)
+    if "_remove" not in match:  # the CLI: one line, exit 2, nothing written
+        _opt(**over).save_pretrained(tmp_path / "src")
+        r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+        assert r.exit_code == 2 and match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "g.safetensors").exists()
+
+
+# ---- OLMo -----------------------------------------------------------------------------------
+
+
+def test_olmo_layernorm_without_parameters_grows_by_scaling_readers(tmp_path):
+    """OlmoLayerNorm has no gain, no bias and eps 1e-5 in code: the residual is carried as
+    sqrt(D/d) R[h; 0] (so its variance and the eps stay the old ones) and every reader of a norm
+    takes sqrt(d/D); the grown checkpoint has no norm tensors at all, as the source. clip_qkv
+    bites in this model (the logits change without it), and is carried."""
+    model = make_source("olmo-clip-bias", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert not [n for n in ck.names() if "norm" in n]
+    unclipped = ck.config.replace(clip_qkv=None)
+    with torch.no_grad():
+        assert rel(LM.from_tensors(unclipped, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-2
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert r.exit_code == 0 and "sqrt(D/d) x R(0.8165)" in r.stderr, r.stderr
+    ops = dict((pat, op) for pat, _, _, op in growth.build_plan(ck.config, recipes.load("srio"), 96).rows())
+    assert ops["model.layers.{i}.self_attn.q_proj.weight"].startswith("x 0.816497 (norm without gain)")
+    assert ops["lm_head.weight"].startswith("x 0.816497 (norm without gain)")
+    g = checkpoint.load(tmp_path / "g.safetensors")
+    assert g.config.norm_eps == 1e-5 and g.config.clip_qkv == 0.05
+
+
+def test_olmo_tied_is_refused_with_one_line(tmp_path):
+    """Tied, no exact growth exists: the head (the embedding) reads the norm's output, which must be
+    scaled sqrt(D/d) over the grown width, while the embedding written into the residual must not."""
+    make_source_tied = CASES["olmo"][0]
+    torch.manual_seed(0)
+    make_source_tied(tie=True).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "olmo with tied embeddings cannot grow exactly" in r.stderr
+    assert not (tmp_path / "g.safetensors").exists()
+
+
+# ---- GPT-BigCode ----------------------------------------------------------------------------
+
+
+def test_bigcode_multi_query_keeps_one_kv_head_and_grows_query_heads(tmp_path):
+    """Multi-query attention: c_attn is [Q (heads x hd) | K (hd) | V (hd)]; growth 64 -> 96 adds
+    two query heads that read the same key/value head, which stays one (the folded config too)."""
+    make_source("gpt_bigcode-mqa", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.kv_heads == 1 and ck.get("transformer.h.0.attn.c_attn.weight").shape == (64 + 32, 64)
+    for recipe in ("srio", "copy"):
+        plan = growth.build_plan(ck.config, recipes.load(recipe), 96)
+        assert (plan.cfg.heads, plan.cfg.kv_heads) == (6, 1)
+        assert plan.shapes["transformer.h.0.attn.c_attn.weight"] == (96 + 32, 96)
+        assert plan.units[0]["q"].n_new == 6 and plan.units[0]["kv"].added == 0
+    assert cli("expand", tmp_path / "src", "--width", 128, "--heads", 8, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["multi_query"] is True
+    assert verify_json(tmp_path / "src", tmp_path / "g")[0] == 0
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"multi_query": False}, "multi_query=false"),
+        ({"scale_attn_weights": False}, "scale_attn_weights=false"),
+        ({"add_cross_attention": True}, "add_cross_attention"),
+    ],
+)
+def test_bigcode_refuses_what_it_cannot_grow_with_one_line(over, match):
+    _refused({**_bigcode().config.to_dict(), **over}, match)
+
+
+# ---- Granite --------------------------------------------------------------------------------
+
+
+def test_granite_multipliers_are_read_and_carried(tmp_path):
+    """Granite's four scalars (embeddings x m, sublayer outputs x m, attention scale, logits / s)
+    each change the function, and are carried unchanged through growth and fold (they do not
+    depend on the width)."""
+    model = make_source("granite", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    tensors = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        for key, value in GRANITE_MULT.items():
+            assert getattr(ck.config, key) == value
+            plain = LM.from_tensors(ck.config.replace(**{key: None}), tensors)(X)
+            assert rel(plain, hf_logits(model)) > 1e-3, key
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    cfg = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert {k: cfg[k] for k in GRANITE_MULT} == GRANITE_MULT and cfg["hidden_size"] == 96
+
+
+# ---- Phi ------------------------------------------------------------------------------------
+
+
+def test_phi_one_norm_feeds_attention_and_mlp_and_the_head_has_a_bias(tmp_path):
+    """Phi-1/2: one input_layernorm read by the attention and the MLP in parallel, an lm_head bias
+    (kept by growth, also when the head's weight is the tied embedding), partial rotary."""
+    make_source("phi-gqa-tied-quarter-rotary", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert "model.layers.0.post_attention_layernorm.weight" not in ck.names()
+    assert ck.config.rotary_dim == 4 and ck.config.tie and ck.config.parallel
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors", "-q").exit_code == 0
+    g = checkpoint.load(tmp_path / "g.safetensors")
+    assert torch.equal(g.get("lm_head.bias"), ck.get("lm_head.bias")) and float(ck.get("lm_head.bias").abs().max()) > 0
+    _refused({**_llama_like("Phi")().config.to_dict(), "qk_layernorm": True}, "qk_layernorm=true")
+
+
+# ---- GPT-J ----------------------------------------------------------------------------------
+
+
+def test_gptj_rotary_turns_adjacent_pairs(tmp_path):
+    """GPT-J rotates pairs of adjacent dims (rotate_every_two) over the first rotary_dim dims of
+    each head: read as growtool's usual half-split rotation the logits are wrong, so the parity
+    test above would fail without ``rope_interleaved``; rotary_dim is carried (head_dim is kept)."""
+    model = make_source("gptj-rotary8", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.rotary_dim == 8 and ck.config.head_dim == 16
+    halves = dataclasses.replace(arch_of(ck.config).features, rope_interleaved=False)
+    tensors = {n: ck.get(n) for n in ck.names()}
+    m = LM.from_tensors(ck.config, tensors)
+    for b in m.blocks:
+        b.features = halves
+    with torch.no_grad():
+        assert rel(m(X), hf_logits(model)) > 1e-3
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["rotary_dim"] == 8
+
+
+# ---- Cohere ---------------------------------------------------------------------------------
+
+
+def test_cohere_layernorm_without_bias_interleaved_rope_and_logit_scale(tmp_path):
+    """Cohere: LayerNorm gains without biases (none stored, none grown), one norm for the parallel
+    attention and MLP, RoPE on adjacent pairs, logits x logit_scale (carried)."""
+    model = make_source("cohere", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert not [n for n in ck.names() if n.endswith("layernorm.bias") or n == "model.norm.bias"]
+    assert ck.config.tie and ck.config.logit_scale == 0.5
+    with torch.no_grad():
+        unscaled = LM.from_tensors(ck.config.replace(logit_scale=None), {n: ck.get(n) for n in ck.names()})(X)
+    assert rel(unscaled, 2 * hf_logits(model)) <= 1e-5
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["logit_scale"] == 0.5
+    _refused({**model.config.to_dict(), "use_qk_norm": True}, "use_qk_norm=true")
+
+
+# ---- Falcon ---------------------------------------------------------------------------------
+
+
+def test_falcon_fused_qkv_is_grown_by_whole_kv_groups(tmp_path):
+    """Falcon's new decoder architecture fuses q, k and v per KV group: [q_1 .. q_r k v], r query
+    heads per group. Growth adds whole groups (unit kind ``qkvg``); the old groups' rows are kept
+    bit for bit, the new ones sit after them."""
+    make_source("falcon-gqa", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    plan = growth.build_plan(ck.config, recipes.load("srio"), 128)
+    assert (plan.cfg.heads, plan.cfg.kv_heads) == (8, 4)
+    name = "transformer.h.0.self_attention.query_key_value.weight"
+    w_old, w_new = ck.get(name), growth.grow_tensor(name, plan, ck.get)
+    assert w_old.shape == (2 * 4 * 16, 64) and w_new.shape == (4 * 4 * 16, 128)
+    assert torch.equal(w_new[: 2 * 4 * 16, :64], w_old)
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"new_decoder_architecture": False}, "without new_decoder_architecture"),
+        ({"parallel_attn": False}, "parallel_attn=false"),
+        ({"num_ln_in_parallel_attn": 1}, "num_ln_in_parallel_attn=1"),
+        ({"alibi": True}, "alibi"),
+    ],
+)
+def test_falcon_refuses_what_it_cannot_grow_with_one_line(over, match):
+    _refused({**_falcon().config.to_dict(), **over}, match)
+    hf = _falcon().config.to_dict()
+    del hf["new_decoder_architecture"]  # absent means the old layout (transformers' default)
+    _refused(hf, "without new_decoder_architecture")
+
+
+# ---- mixtures of experts --------------------------------------------------------------------
+
+
+def routes(model: LM, x: torch.Tensor, alpha=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per block: (the experts each token is sent to, in order; their routing weights)."""
+    cfg, out = model.cfg, []
+    hooks = [
+        b.slot["router"].register_forward_hook(
+            lambda m, i, o: out.append(torch.topk(torch.softmax(o.float(), -1), cfg.top_k, -1)[::-1])
+        )
+        for b in model.blocks
+    ]
+    with torch.no_grad():
+        model(x, alpha=alpha)
+    for h in hooks:
+        h.remove()
+    return [(idx, w / w.sum(-1, keepdim=True) if cfg.norm_topk else w) for idx, w in out]
+
+
+@pytest.mark.parametrize("name", ["mixtral-top2", "qwen2_moe-shared", "qwen3_moe", "olmoe"])
+def test_moe_tokens_go_to_the_same_experts_after_growth(name, tmp_path):
+    """Gate 0: every router reads the same normed residual, so every token is sent to the same
+    experts with the same weights, in every block; every expert's FFN (and the router, and
+    the shared expert with its gate) grew with the width, and --ffn grows the expert FFNs."""
+    make_source(name, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    src = ck.model()
+    x = torch.randint(V, (4, T), generator=torch.Generator().manual_seed(7))
+    before = routes(src, x)
+    assert len({int(e) for idx, _ in before for e in idx.flatten()}) == ck.config.experts  # every expert used
+    for ffn in (None, 2 * ck.config.ffn):
+        out = tmp_path / f"g{ffn}.safetensors"
+        args = ("--ffn", ffn) if ffn else ()
+        assert cli("expand", tmp_path / "src", "--width", 96, *args, "-o", out, "-q").exit_code == 0
+        g = checkpoint.load(out)
+        f0 = ck.config.ffn
+        assert (
+            g.config.ffn == (ffn or f0 * 3 // 2) and g.config.base_ffn == f0 and g.config.experts == ck.config.experts
+        )
+        e0 = arch_of(g.config).block.format(i=0) + arch_of(g.config).modules["experts"] + ".3."
+        assert g.get(e0 + arch_of(g.config).modules["e_down"] + ".weight").shape == (96, g.config.ffn)
+        grown = g.model()
+        after = routes(grown, x, alpha=0.0)
+        for (i0, w0), (i1, w1) in zip(before, after, strict=True):
+            assert torch.equal(i0, i1)
+            assert float((w0 - w1).abs().max()) <= 1e-5
+        with torch.no_grad():
+            assert rel(grown(x, alpha=0.0), src(x)) <= 1e-4
+    if ck.config.shared_ffn:  # the shared expert grew too, its new neurons behind the gate
+        assert (g.config.shared_ffn, g.config.base_shared_ffn) == (120, 80)
+        assert g.get("model.layers.0.mlp.shared_expert.up_proj.weight").shape == (120, 96)
+        assert g.get("model.layers.0.mlp.shared_expert_gate.weight").shape == (1, 96)
+
+
+def test_moe_bf16_sharded_folder_as_transformers_writes_it(tmp_path):
+    """A bf16 Qwen2-MoE saved in shards by transformers: read, grown to float32, verified."""
+    make, kw = CASES["qwen2_moe-shared"]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval().to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "src", max_shard_size="100KB")
+    assert (tmp_path / "src" / "model.safetensors.index.json").exists()
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.main_dtype() == torch.bfloat16
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src", dtype=torch.float32).eval()
+    assert rel(ck.model()(X).detach(), hf_logits(ref)) <= 1e-5
+    g = tmp_path / "g"
+    assert cli("expand", tmp_path / "src", "--width", 96, "--dtype", "float32", "-o", g, "-q").exit_code == 0
+    assert verify_json(tmp_path / "src", g)[0] == 0
+
+
+@pytest.mark.parametrize(
+    "over, match", [({"decoder_sparse_step": 2}, "decoder_sparse_step"), ({"mlp_only_layers": [0]}, "mlp_only_layers")]
+)
+def test_qwen_moe_with_dense_layers_is_refused_with_one_line(over, match):
+    _refused({**_llama_like("Qwen2Moe", **QWEN2_MOE)().config.to_dict(), **over}, match)
+
+
+# ---- SmolLM3 --------------------------------------------------------------------------------
+
+
+def test_smollm3_layers_without_rope(tmp_path):
+    """SmolLM3's no_rope_layers (1: RoPE, 0: none) is read per layer (with RoPE everywhere the
+    logits differ), derived from no_rope_layer_interval when absent, and carried through growth."""
+    model = make_source("smollm3-tied", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.rope_layers == [1, 0]
+    with torch.no_grad():
+        everywhere = LM.from_tensors(ck.config.replace(rope_layers=None), {n: ck.get(n) for n in ck.names()})(X)
+    assert rel(everywhere, hf_logits(model)) > 1e-3
+    hf = model.config.to_dict()
+    del hf["no_rope_layers"], hf["layer_types"]
+    assert ModelConfig.from_hf({**hf, "num_hidden_layers": 8}).rope_layers == [1, 0] * 4
+    assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["no_rope_layers"] == [1, 0]
