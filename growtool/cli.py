@@ -28,7 +28,7 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from growtool import tokenizer  # noqa: E402
-from growtool.grow import growth, recipes  # noqa: E402
+from growtool.grow import depth, growth, recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.errors import GrowError, check_range  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
@@ -418,14 +418,15 @@ def init(
 # ---- expand -------------------------------------------------------------------------------
 
 
-def default_out(src: str, width: int, folder: bool = False) -> str:
-    """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
+def default_out(src: str, width: int | None, folder: bool = False, layers: int | None = None) -> str:
+    """Next to the input, named after it and the width / layers (a folder for a folder input or when sharding)."""
     if src == "-":
         return "-"
+    tag = "-".join(([f"d{width}"] if width else []) + ([f"L{layers}"] if layers else []))
     p = Path(src.rstrip("/"))
     if p.is_dir():
-        return str(p.with_name(f"{p.name}-d{width}"))
-    return str(p.with_name(f"{p.stem}-d{width}" + ("" if folder else ".safetensors")))
+        return str(p.with_name(f"{p.name}-{tag}"))
+    return str(p.with_name(f"{p.stem}-{tag}" + ("" if folder else ".safetensors")))
 
 
 def plan_table(plan) -> Table:
@@ -463,26 +464,71 @@ def plan_json(plan, out: str | None) -> dict:
             "dtype": str(plan.dtype).replace("torch.", ""),
         },
         "out": out,
+        **({"depth": plan.depth.to_json()} if getattr(plan, "depth", None) else {}),
     }
 
 
 def show_plan(plan, quiet: bool) -> None:
     """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
-    if not quiet:
+    if not quiet and plan.rows():
         err.print(plan_table(plan))
+    if not quiet and getattr(plan, "depth", None):
+        err.print(depth_table(plan.depth))
     for reason in plan.lossy:
         err.print(f"[yellow]lossy:[/] {reason}")
     for w in plan.warnings:
         err.print(f"[yellow]warning:[/] {w}")
 
 
+def compose_options(*options):
+    def wrap(fn):
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
+DEPTH_OPTIONS = compose_options(
+    click.option("--layers", type=int, default=None, callback=bounded(1), help="new number of blocks (depth growth)"),
+    click.option(
+        "--depth-method",
+        type=click.Choice(["stack", "interleave", "middle", "identity"]),
+        default="stack",
+        show_default=True,
+        help="where new blocks come from (docs/growth.md#depth)",
+    ),
+    click.option(
+        "--insert-at", default=None, metavar="P[:S],...", help="place new blocks: P source blocks before each"
+    ),
+)
+
+
+def depth_table(dp) -> Table:
+    t = Table(title=f"depth plan: {dp.src_layers} -> {dp.layers} blocks ({dp.method})", title_justify="left")
+    for c in ("block", "from", "what"):
+        t.add_column(c)
+    for row in dp.rows():
+        t.add_row(*row)
+    return t
+
+
+def depth_plan(ck, wplan, layers, method, insert_at, r, seed, dt, width_grow):
+    """(one plan for width and depth, the function making each output tensor): ``grow/depth.py``."""
+    g = depth.build(ck.config, wplan, layers, method, insert_at, r, seed, dt, growth.gate_values(ck))
+    if wplan is None:  # depth alone: the source's own tensors, placed
+        width_grow = lambda n, rows=None: ck.get(n) if rows is None else ck.get(n, rows=rows)  # noqa: E731
+    return g, lambda n, rows=None: g.grow_tensor(n, width_grow, rows)
+
+
 @main.command()
 @click.argument("ckpt")
-@click.option("--width", type=int, required=True, callback=bounded(1), help="new residual width D")
+@click.option("--width", type=int, default=None, callback=bounded(1), help="new residual width D")
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="new FFN width (default scales with width)")
 @click.option(
     "--heads", type=int, default=None, callback=bounded(1), help="new query heads (default scales with width)"
 )
+@DEPTH_OPTIONS
 @click.option("--recipe", default="srio", show_default=True, help="shipped name or YAML file")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a recipe field")
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
@@ -500,6 +546,9 @@ def expand(
     width,
     ffn,
     heads,
+    layers,
+    depth_method,
+    insert_at,
     recipe,
     sets,
     seed,
@@ -513,20 +562,25 @@ def expand(
     quiet,
     tokenizer_path,
 ):
-    """Grow CKPT to --width; prints the written path on stdout.
+    """Grow CKPT to --width and / or --layers; prints the written path on stdout.
 
     CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
     run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
+    deep = layers is not None or insert_at is not None
+    if width is None and not deep:
+        raise GrowError("give --width and / or --layers (or --insert-at)")
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
         if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path:
             raise GrowError(
                 f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype "
                 "and --tokenizer do not apply"
             )
-        return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet)
-    out = out or default_out(ckpt, width, folder=shard_size is not None)
+        depth_args = (layers, depth_method, insert_at) if deep else None
+        return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args)
+    n_new = f"+{len(insert_at.split(','))}" if insert_at and layers is None else layers
+    out = out or default_out(ckpt, width, folder=shard_size is not None, layers=n_new)
     if plan_json_ and out == "-" and not dry_run:
         raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
     checkpoint.check_destination(out, [ckpt], force)  # fail before any work
@@ -534,17 +588,22 @@ def expand(
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
     try:
-        plan = growth.build_plan(
-            ck.config,
-            r,
-            width,
-            ffn,
-            heads,
-            seed=seed,
-            allow_lossy=allow_lossy,
-            dtype=dt,
-            gate_values=growth.gate_values(ck),
-        )
+        plan = None
+        if width is not None:
+            plan = growth.build_plan(
+                ck.config,
+                r,
+                width,
+                ffn,
+                heads,
+                seed=seed,
+                allow_lossy=allow_lossy,
+                dtype=dt,
+                gate_values=growth.gate_values(ck),
+            )
+        grow_tensor = lambda n, rows=None, p=plan: growth.grow_tensor(n, p, ck.get, work, read, rows)  # noqa: E731
+        if deep:  # one plan: the width plan's tensors placed by the depth plan (grow/depth.py)
+            plan, grow_tensor = depth_plan(ck, plan, layers, depth_method, insert_at, r, seed, dt, grow_tensor)
     except GrowError as e:
         raise GrowError(f"{ckpt}: {e}") from None
     show_plan(plan, quiet)
@@ -565,7 +624,7 @@ def expand(
         )
         return
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
-    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
+    lineage = ck.lineage + [(depth.lineage_entry if deep else growth.lineage_entry)(plan, source_hash.token)]
     work = growth.Workspace(surgery_threads())  # memory reused from tensor to tensor
     read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
     try:
@@ -578,7 +637,7 @@ def expand(
                 plan.cfg,
                 lineage,
                 plan.outputs(),
-                lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows),
+                grow_tensor,
                 force=force,
                 inputs=[ckpt],
                 shard_size=shard_size,
@@ -588,7 +647,7 @@ def expand(
                 source_hash=source_hash,
                 recycle=work.recycle,
                 workers=plan.producers(producers, resident_bytes()),  # fewer where memory is short
-                place=work.place,
+                place=None if deep else work.place,  # (depth: outputs are made under their sources' names)
                 pieces=plan.pieces,
             )
     finally:
@@ -601,32 +660,36 @@ def expand(
         from growtool.verify import compare, random_batches
 
         src = ck.model()
-        grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+        work = read = None
+        grown = LM.from_tensors(plan.cfg, {n: grow_tensor(n) for n, _, _ in plan.outputs()})
         c = compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, seed), alpha=0.0)
         err.print(
             f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
             f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
         )
     err.print(
-        f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}: "
-        f"{ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters"
+        f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}"
+        + (f", {ck.config.layers} -> {plan.cfg.layers} layers" if deep else "")
+        + f": {ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters"
     )
     if path != "-":
         click.echo(path)
     Growtool.done = True
 
 
-def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet):
+def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args=None):
     """``expand RUN_DIR``: grow a run's resumable state (model + optimizer) into a new run folder."""
     from growtool.training.stages import expand_run
 
     if out in (None, "-"):
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
     with surgery_threading():
-        plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force)
+        plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force, depth_args)
     show_plan(plan, quiet)
+    layers = f", {plan.src.layers} -> {plan.cfg.layers} layers" if depth_args else ""
     err.print(
-        f"grew run {src} at step {step}: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width}, AdamW moments "
+        f"grew run {src} at step {step}: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width}{layers}, "
+        "AdamW moments "
         f"grown; continue with: growtool train <its checkpoint> --data ... --out {out} --resume",
         soft_wrap=True,
     )

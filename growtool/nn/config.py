@@ -61,6 +61,7 @@ class ModelConfig:
     attn_softcap: float | None = None  # attention scores -> cap * tanh(scores / cap) (Gemma 2)
     final_softcap: float | None = None  # logits -> cap * tanh(logits / cap)
     query_pre_attn_scalar: float | None = None  # attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
+    new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -86,7 +87,12 @@ class ModelConfig:
     @property
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
-        return self.base_heads < self.heads or self.base_ffn < self.ffn
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or bool(self.new_layers)
+
+    def new_block(self, layer: int) -> bool:
+        """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
+        it adds nothing to the residual stream, whatever its weights."""
+        return bool(self.new_layers) and layer in self.new_layers
 
     @property
     def norm(self) -> str:
@@ -139,6 +145,9 @@ class ModelConfig:
             raise GrowError("growth state base_heads/base_ffn out of range")
         if self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
+        nl = self.new_layers or []
+        if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
+            raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -184,6 +193,8 @@ class ModelConfig:
             hf["rope_parameters"] = rp
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
+        if self.new_layers:
+            hf["growtool"]["new_layers"] = list(self.new_layers)
         return hf
 
     @classmethod
@@ -261,6 +272,7 @@ class ModelConfig:
                 query_pre_attn_scalar=get("query_pre_attn_scalar"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
+                new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

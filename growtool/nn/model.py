@@ -9,7 +9,9 @@ plain HF model:
   normed block input, one logit per head - before the output projection;
 * growth gates: in a grown, unfolded model, units (query heads, FFN neurons) with an index at or
   above ``base_heads`` / ``base_ffn`` have their outputs multiplied by the block's ``growth_gate``
-  (a 1-element parameter). Gate 0 is the source model's function; gate 1 is a plain model.
+  (a 1-element parameter); a block added by depth growth (``new_layers``) has every residual write
+  (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
+  gate 1 is a plain model.
 
 This file, ``config.py``, ``families.py`` and ``errors.py`` import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
@@ -234,13 +236,19 @@ class Block(nn.Module):
         return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):
-        g, s, f = self._gate(alpha), self.slot, self.features
+        g = self._gate(alpha)
+        if self.cfg.new_block(self.layer):  # added by depth growth: every residual write through the gate
+            return self._forward(x, rope, g, lambda y: g.to(y.dtype) * y)
+        return self._forward(x, rope, g, lambda y: y)
+
+    def _forward(self, x, rope, g, w):
+        s, f = self.slot, self.features
         if self.cfg.parallel:
-            return x + self._attention(s["ln1"](x), rope, g) + self._ffn(s["ln2"](x), g)
+            return x + w(self._attention(s["ln1"](x), rope, g)) + w(self._ffn(s["ln2"](x), g))
         a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
-        x = x + (s["post_attn"](a) if f.post_norms else a)
+        x = x + w(s["post_attn"](a) if f.post_norms else a)
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
-        return x + (s["post_ffn"](m) if f.post_norms else m)
+        return x + w(s["post_ffn"](m) if f.post_norms else m)
 
 
 class LM(nn.Module):

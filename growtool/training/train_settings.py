@@ -112,7 +112,8 @@ class Settings:
     )
     grow_at: tuple[str, ...] = setting(
         (),
-        "FRACTION:WIDTH: grow to WIDTH after that fraction of the steps, carrying the optimizer (repeatable)",
+        "FRACTION:WIDTH or FRACTION:width=W,layers=L[,method=stack|interleave|middle|identity]: grow after "
+        "that fraction of the steps, carrying the optimizer (repeatable)",
         multiple=True,
     )
     grow_recipe: str = setting("srio", "recipe for --grow-at growths (a shipped name or a YAML file)")
