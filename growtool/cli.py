@@ -570,7 +570,7 @@ def expand(
     r = recipes.load(recipe, recipes.parse_set(sets))
     deep = layers is not None or insert_at is not None
     if width is None and not deep:
-        raise GrowError("give --width and / or --layers (or --insert-at)")
+        raise GrowError("Missing option '--width' (or --layers / --insert-at, to grow the depth)")
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
         if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path:
             raise GrowError(

@@ -207,7 +207,7 @@ def small(tmp_path_factory):
         (["--layers", 4, "--insert-at", 1], "--insert-at places 1 blocks, but --layers 4 adds 2"),
         (["--insert-at", "x"], "expected P[:S]"),
         (["--layers", 3, "--depth-method", "sideways"], "sideways"),
-        ([], "give --width and / or --layers"),
+        ([], "Missing option '--width' (or --layers"),
     ],
 )
 def test_bad_depth_input_is_one_line_exit_2_nothing_written(small, tmp_path, args, msg):
