@@ -668,7 +668,8 @@ def expand(
             f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
         )
     err.print(
-        f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}"
+        f"grew {ck.config.family} d{ck.config.width}"
+        + (f" -> d{plan.cfg.width}" if plan.cfg.width != ck.config.width or not deep else "")
         + (f", {ck.config.layers} -> {plan.cfg.layers} layers" if deep else "")
         + f": {ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters"
     )
