@@ -48,8 +48,10 @@ ARCH_CASES = {
 QWEN2_WINDOW = _llama_like(
     "Qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=1
 )
-# (method, layers, width, noise)
+# (method, layers, width, noise[, --insert-at])
 VARIANTS = [
+    ("stack", 4, None, 0.0, "0,2:0"),
+    ("identity", 3, 96, 0.1, "1"),
     ("stack", 4, None, 0.0),
     ("interleave", 4, None, 0.1),
     ("middle", 4, None, 0.0),
@@ -87,10 +89,11 @@ def grow(path, layers, method="stack", width=None, noise=0.0, insert_at=None, se
     return g, LM.from_tensors(g.cfg, {n: g.grow_tensor(n, get) for n, _, _ in g.outputs()})
 
 
-@pytest.mark.parametrize("method,layers,width,noise", VARIANTS)
-def test_depth_growth_keeps_the_function_at_gate_0(source, method, layers, width, noise):
+@pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v)))
+def test_depth_growth_keeps_the_function_at_gate_0(source, variant):
+    method, layers, width, noise, *at = variant
     path, _, ref = source
-    g, grown = grow(path, layers, method, width, noise)
+    g, grown = grow(path, layers, method, width, noise, insert_at=at[0] if at else None)
     assert grown.cfg.layers == layers and grown.cfg.width == (width or 64) and len(g.depth.new) == layers - 2
     with torch.no_grad():
         assert rel(grown(X, alpha=0.0), ref) <= 1e-4
@@ -147,6 +150,11 @@ def test_fold_loads_in_transformers_as_the_same_class(source, tmp_path, method, 
     assert rel(hf_logits(f1, X), ours1) <= 1e-5
     if method == "identity":  # zero writers: the plain deeper model is still the source
         assert rel(ours1, ref) <= 1e-4
+    else:  # any gate value folds into writers (pre-norm) or post-norm gains
+        assert cli("fold", grown, "--alpha", 0.5, "-o", tmp_path / "fh").exit_code == 0
+        with torch.no_grad():
+            half = ck.model()(X, alpha=0.5)
+        assert rel(hf_logits(auto(tmp_path / "fh").eval(), X), half) <= 1e-5
 
 
 WINDOWED = {
