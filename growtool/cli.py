@@ -935,6 +935,7 @@ def inspect(ckpt, metrics, as_json):
         "gated": cfg.gated,
         "base_heads": cfg.base_heads,
         "base_ffn": cfg.base_ffn,
+        "new_layers": list(cfg.new_layers or []),
         "gates": gates,
         "lineage": ck.lineage,
         "tokenizer": ck.tokenizer,
@@ -970,7 +971,7 @@ def inspect(ckpt, metrics, as_json):
         "none (plain model)"
         if not cfg.gated
         else f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
-        f"{cfg.base_ffn}/{cfg.ffn} ffn",
+        f"{cfg.base_ffn}/{cfg.ffn} ffn" + (f"; new (gated) blocks: {cfg.new_layers}" if cfg.new_layers else ""),
     )
     for i, st in enumerate(ck.lineage):
         desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))

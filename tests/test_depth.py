@@ -263,6 +263,8 @@ def test_chained_depth_growth_and_noise(small, tmp_path):
     cfg = checkpoint.load(b).config
     # a: blocks 0 1 0'; interleave to 5: 0 1 1' 0' 0'' (block 2 of a, new, is now 3; its copy 4)
     assert cfg.layers == 5 and cfg.new_layers == [2, 3, 4]
+    info = json.loads(cli("inspect", b, "--json").stdout)
+    assert info["new_layers"] == [2, 3, 4] and info["layers"] == 5 and info["gated"]
     ck = checkpoint.load(a)
     q = "model.layers.{}.self_attn.q_proj.weight"
     assert not torch.equal(ck.get(q.format(2)), ck.get(q.format(0)))  # noise on the copy of block 0
