@@ -624,7 +624,11 @@ def expand(
         )
         return
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
-    lineage = ck.lineage + [(depth.lineage_entry if deep else growth.lineage_entry)(plan, source_hash.token)]
+    if deep:  # the width plan's entry, with the depth layout added
+        w = plan.width and growth.lineage_entry(plan.width, source_hash.token)
+        lineage = ck.lineage + [depth.lineage_entry(plan, source_hash.token, w)]
+    else:
+        lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
     work = growth.Workspace(surgery_threads())  # memory reused from tensor to tensor
     read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
     try:

@@ -27,7 +27,8 @@ it the RoPE base per layer type) and every list in the config with one entry per
 
 Width and depth compose in one plan: the width plan grows every source block (tensor names in the
 source's numbering), then the depth layout renames them (``grow_tensor``). The AdamW moments follow
-the same map: copies take their source block's (grown) moments, identity blocks start at zero.
+the same map (``depth_state``): copies take their source block's (grown) moments, identity blocks
+start at zero. This module imports nothing else of ``grow/`` (the fold hook calls it).
 """
 
 from __future__ import annotations
@@ -283,15 +284,15 @@ def build(
     return g
 
 
-def lineage_entry(g: Grown, source_sha256: str) -> dict:
-    """One lineage entry for the whole growth (width and depth)."""
+def lineage_entry(g: Grown, source_sha256: str, width_entry: dict | None = None) -> dict:
+    """One lineage entry for the whole growth: the width plan's entry (``width_entry``, made by the
+    caller from ``g.width``) or a width-kept one, with the depth layout added."""
     from growtool import __version__
-    from growtool.grow import growth
 
-    if g.width is not None:
-        entry = growth.lineage_entry(g.width, source_sha256)
-    else:
-        entry = {
+    entry = (
+        dict(width_entry)
+        if width_entry is not None
+        else {
             "op": "expand",
             "source_sha256": source_sha256,
             "width_from": g.src.width,
@@ -301,6 +302,7 @@ def lineage_entry(g: Grown, source_sha256: str) -> dict:
             "exact": True,
             "growtool": __version__,
         }
+    )
     entry.update(
         layers_from=g.src.layers,
         layers_to=g.cfg.layers,
@@ -340,55 +342,6 @@ def fold_new_block_tensor(name: str, cfg: ModelConfig, alpha: float, get, dtype:
     return None
 
 
-# ---- AdamW moments ------------------------------------------------------------------------------
-
-
-def grow_optimizer_state(opt_state: dict, src_names: list[str], new_groups: list[list[str]], g: Grown, get) -> dict:
-    """The AdamW ``state_dict`` of the grown model: each tensor's moments grown by the width plan's
-    rules (``grow_state``), then placed by the depth layout. A copied block takes its source block's
-    moments (Staged Training's rule: the copy starts where its source's optimizer is); an identity
-    block and the gates start at zero moments with the common step count."""
-    from growtool.grow import grow_state
-
-    src = grow_state.moments_by_name(src_names, opt_state)
-    steps = [s["step"] for s in src.values()]
-    step0 = steps[0].clone() if steps else torch.tensor(0.0)
-    shapes = expected_shapes(g.cfg)
-    state, cache = {}, {}
-
-    def grown(n):  # the width-grown moments of source tensor n (each computed once)
-        if n not in cache:
-            m = src[n]
-            if g.width is None:
-                cache[n] = {k: m[k].detach().float().clone() for k in ("exp_avg", "exp_avg_sq")}
-            else:
-                cache[n] = {
-                    "exp_avg": grow_state.grow_moment(n, g.width, get, m["exp_avg"], second=False),
-                    "exp_avg_sq": grow_state.grow_moment(n, g.width, get, m["exp_avg_sq"], second=True),
-                }
-            cache[n]["step"] = m["step"]
-        return cache[n]
-
-    new_names = [n for grp in new_groups for n in grp]
-    for i, n in enumerate(new_names):
-        s = g.source_name(n)
-        _, j = g.specs[n]
-        identity = j is not None and g.depth.layout[j].kind == "identity"
-        if s in src and not identity:
-            m = grown(s)
-            state[i] = {k: m[k].clone() for k in ("step", "exp_avg", "exp_avg_sq")}
-        elif opt_state["state"]:
-            z = torch.zeros(shapes[n])
-            state[i] = {"step": step0.clone(), "exp_avg": z, "exp_avg_sq": z.clone()}
-    groups, k = [], 0
-    if len(opt_state["param_groups"]) != len(new_groups):
-        raise GrowError("the optimizer's parameter groups do not match the grown model's")
-    for grp, names in zip(opt_state["param_groups"], new_groups):
-        groups.append({**grp, "params": list(range(k, k + len(names)))})
-        k += len(names)
-    return {"state": state, "param_groups": groups}
-
-
 def describe(dp: DepthPlan) -> str:
     """One line: the method and where the new blocks come from."""
     new = [f"{j}<-{dp.layout[j].src}" for j in dp.new]
@@ -405,7 +358,6 @@ __all__ = [
     "depth_config",
     "lineage_entry",
     "fold_new_block_tensor",
-    "grow_optimizer_state",
     "method_inserts",
     "parse_insert_at",
 ]

@@ -210,6 +210,7 @@ def grow_model(
 def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dict, seed: int, mup: bool, depth):
     """``grow_model`` with a depth growth (grow/depth.py), after the width plan ``plan`` (or None)."""
     from growtool.grow import depth as deep
+    from growtool.grow import depth_state
     from growtool.nn.model import LM
 
     g = deep.build(cfg, plan, *depth, recipe, seed, torch.float32)
@@ -220,8 +221,9 @@ def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dic
             p.requires_grad_(False)
     new.set_gates(0.0)
     new.train()
-    state = deep.grow_optimizer_state(opt_state, src_names, grow_state.param_groups(new, mup), g, t.__getitem__)
-    return g, new, state, deep.lineage_entry(g, tensors_sha256(t))
+    state = depth_state.grow_optimizer_state(opt_state, src_names, grow_state.param_groups(new, mup), g, t.__getitem__)
+    sha = tensors_sha256(t)
+    return g, new, state, deep.lineage_entry(g, sha, plan and growth.lineage_entry(plan, sha))
 
 
 def due(run, step: int) -> int | None:
