@@ -21,7 +21,8 @@ transformers = pytest.importorskip("transformers")
 from test_architectures import CASES, V, _llama_like, hf_logits, rel  # noqa: E402
 from test_train import make_text, tiny_cfg  # noqa: E402
 
-from growtool.grow import depth, grow_state, growth, recipes  # noqa: E402
+from growtool.grow import depth, growth, recipes  # noqa: E402
+from growtool.grow import moments as grow_state  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
@@ -295,7 +296,7 @@ def strip(records):
 
 @pytest.mark.parametrize("target", ["layers=3,method=interleave", "width=48,layers=4"])
 def test_grow_at_depth_end_to_end_and_resume_exactly(world, target):
-    from growtool.training.train import read_metrics, train
+    from growtool.training.loop import read_metrics, train
 
     d, text, base = world["dir"], world["text"], world["base"]
     tag = target.replace("=", "").replace(",", "_")
@@ -320,7 +321,7 @@ def test_copied_blocks_take_their_sources_moments(world, tmp_path):
     """``expand RUN_DIR --layers``: the grown run's AdamW state at the first step after the growth
     has each copied block's moments equal to its source block's (grown with the width), identity
     blocks at zero; the run then resumes at the source's loss."""
-    from growtool.training.train import STATE, read_metrics, train
+    from growtool.training.loop import STATE, read_metrics, train
 
     text, base = world["text"], world["base"]
     kw = dict(KW, steps=8, grow_schedule="continue")

@@ -1,11 +1,11 @@
 """The AdamW state of a depth growth (grow/depth.py): each tensor's moments grown by the width plan's
-rules (``grow_state``), then placed by the depth layout, as the weights are."""
+rules (``moments``), then placed by the depth layout, as the weights are."""
 
 from __future__ import annotations
 
 import torch
 
-from growtool.grow import grow_state
+from growtool.grow import moments as grow_state
 from growtool.grow.depth import Grown
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
@@ -13,7 +13,7 @@ from growtool.nn.families import expected_shapes
 
 def grow_optimizer_state(opt_state: dict, src_names: list[str], new_groups: list[list[str]], g: Grown, get) -> dict:
     """The AdamW ``state_dict`` of the grown model: each tensor's moments grown by the width plan's
-    rules (``grow_state``), then placed by the depth layout. A copied block takes its source block's
+    rules (``moments``), then placed by the depth layout. A copied block takes its source block's
     moments (Staged Training's rule: the copy starts where its source's optimizer is); an identity
     block and the gates start at zero moments with the common step count."""
     src = grow_state.moments_by_name(src_names, opt_state)

@@ -1,9 +1,9 @@
 """The trainer's settings, defined once.
 
 Every field of ``Settings`` is a ``growtool train`` option (``--name-with-dashes``, its help, default
-and range from here), a keyword of ``growtool.training.train.train``, and, unless marked otherwise, part of
+and range from here), a keyword of ``growtool.training.loop.train``, and, unless marked otherwise, part of
 the settings saved with a run and compared when the run is resumed. Adding a setting is one field
-here (plus using it in train.py); tests/test_train_settings.py checks that every field reaches the
+here (plus using it in loop.py); tests/test_train_settings.py checks that every field reaches the
 CLI and the resume check.
 """
 
@@ -152,14 +152,10 @@ class Settings:
             if value_type(f.name) is int and (not isinstance(v, int) or isinstance(v, bool)):
                 raise GrowError(f"{option(f.name)} must be an integer, got {v!r}")
             check_range(option(f.name), v, m["low"], m["high"], m["low_open"])
-        from growtool.training.stages import parse_grow_at
-
         parse_grow_at(self.grow_at)
 
     def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
         """The run's saved settings: defaults filled in from the data, the model and the run length."""
-        from growtool.training.stages import resolve_grow_at
-
         seq = self.seq or min(context, 128)
         per_step = self.batch * seq
         steps = self.steps or math.ceil((self.tokens if self.tokens is not None else n_train) / per_step)
@@ -221,3 +217,72 @@ def resume_keys() -> list[str]:
 
 def defaults() -> dict:
     return {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
+
+
+# ---- growths scheduled inside a run (--grow-at) ----------------------------------------------
+
+
+def parse_grow_at(items) -> list[tuple[float, int | dict]]:
+    """``("0.25:96", "0.5:width=128,layers=4")`` -> [(0.25, 96), (0.5, {"width": 128, "layers": 4})];
+    one clear line for bad input. A target is a width (FRACTION:WIDTH) or ``key=value`` pairs:
+    ``width``, ``layers`` (depth growth, grow/depth.py) and ``method`` (its depth method)."""
+    out = []
+    for item in items or ():
+        frac, sep, target = str(item).partition(":")
+        try:
+            f = float(frac)
+            w = int(target) if "=" not in target else depth_target(target)
+        except ValueError:
+            raise GrowError(
+                f"--grow-at {item!r}: expected FRACTION:WIDTH or FRACTION:width=W,layers=L[,method=M], e.g. 0.3:96"
+            ) from None
+        if not sep or not 0 < f < 1 or (isinstance(w, int) and w < 1):
+            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH with 0 < FRACTION < 1 and WIDTH >= 1")
+        out.append((f, w))
+    if [f for f, _ in out] != sorted({f for f, _ in out}):
+        raise GrowError("--grow-at: fractions must be distinct and in increasing order")
+    widths = [target_width(w) for _, w in out if target_width(w) is not None]
+    if widths != sorted(set(widths)):
+        raise GrowError("--grow-at: widths must increase from stage to stage")
+    return out
+
+
+def depth_target(text: str) -> dict:
+    """``"width=96,layers=4,method=interleave"`` -> {"width": 96, "layers": 4, "method": "interleave"}."""
+    from growtool.grow.depth import METHODS
+
+    out = {}
+    for pair in text.split(","):
+        k, eq, v = pair.partition("=")
+        k = k.strip()
+        if not eq or k not in ("width", "layers", "method") or k in out:
+            raise ValueError(pair)
+        if k == "method":
+            if v not in METHODS:
+                raise GrowError(f"--grow-at: depth method {v!r} is not one of {', '.join(METHODS)}")
+            out[k] = v
+        else:
+            out[k] = int(v)
+            if out[k] < 1:
+                raise ValueError(pair)
+    if "method" in out and "layers" not in out:
+        raise GrowError(f"--grow-at {text!r}: method= needs layers=")
+    if "width" not in out and "layers" not in out:
+        raise ValueError(text)
+    return out
+
+
+def target_width(w) -> int | None:
+    return w if isinstance(w, int) else w.get("width")
+
+
+def target_layers(w) -> int | None:
+    return None if isinstance(w, int) else w.get("layers")
+
+
+def resolve_grow_at(items, steps: int) -> list[list[int]]:
+    """[[step, width], ...]: each fraction of the run rounded to a step in 1 .. steps - 1."""
+    out = [[min(steps - 1, max(1, round(f * steps))), w] for f, w in parse_grow_at(items)]
+    if len({s for s, _ in out}) != len(out):
+        raise GrowError(f"--grow-at: two growths fall on the same step of a {steps}-step run")
+    return out
