@@ -215,6 +215,13 @@ class Grown:
     def rows(self):
         return self.width.rows() if self.width else []
 
+    @property
+    def carried(self) -> list[str]:
+        """Settings that pass through growth unchanged, said in the plan (RoPE scaling)."""
+        from growtool.nn.rope import describe
+
+        return describe(self.cfg) if arch_of(self.cfg).features.positions == "rope" else []
+
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
 
