@@ -25,6 +25,7 @@ from rich.console import Console  # noqa: E402
 
 from growtool import check, info, surgery, views  # noqa: E402
 from growtool.console import (  # noqa: E402, F401 (the frame of the command line; kept importable here)
+    DEPTH_OPTIONS,
     PROGRESS_DELAY,
     Bar,
     Growtool,
@@ -204,10 +205,10 @@ plan_table, plan_json = views.plan_table, views.plan_json
 
 def show_plan(plan, quiet: bool) -> None:
     """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
-    if not quiet:
-        err.print(plan_table(plan))
-        for c in plan.carried:
-            err.print(f"carried: {c}", soft_wrap=True)
+    for table in [] if quiet else views.plan_tables(plan):  # (a depth growth: where every block comes from)
+        err.print(table)
+    for c in [] if quiet else plan.carried:
+        err.print(f"carried: {c}", soft_wrap=True)
     for reason in plan.lossy:
         err.print(f"[yellow]lossy:[/] {reason}")
     for w in plan.warnings:
@@ -238,17 +239,17 @@ def show_expanded(job) -> None:
             f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
             f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
         )
-    src, cfg = job.ck.config, job.plan.cfg
-    err.print(f"grew {src.family} d{src.width} -> d{cfg.width}: {src.n_params():,} -> {cfg.n_params():,} parameters")
+    err.print(views.grew_line(job.ck.config, job.plan.cfg))
 
 
 @main.command()
 @click.argument("ckpt")
-@click.option("--width", type=int, required=True, callback=bounded(1), help="new residual width D")
+@click.option("--width", type=int, default=None, callback=bounded(1), help="new residual width D")
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="new FFN width (default scales with width)")
 @click.option(
     "--heads", type=int, default=None, callback=bounded(1), help="new query heads (default scales with width)"
 )
+@DEPTH_OPTIONS
 @click.option("--recipe", default="srio", show_default=True, help="shipped name or YAML file")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a recipe field")
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
@@ -266,6 +267,9 @@ def expand(
     width,
     ffn,
     heads,
+    layers,
+    depth_method,
+    insert_at,
     recipe,
     sets,
     seed,
@@ -279,20 +283,20 @@ def expand(
     quiet,
     tokenizer_path,
 ):
-    """Grow CKPT to --width; prints the written path on stdout.
+    """Grow CKPT to --width and / or --layers; prints the written path on stdout.
 
     CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
     run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
+    depth_args = surgery.depth_args(width, layers, depth_method, insert_at)  # None: the width alone
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
         if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path:
             raise GrowError(
                 f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype "
                 "and --tokenizer do not apply"
             )
-        return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet)
-    out = out or default_out(ckpt, width, folder=shard_size is not None)
+        return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args)
     if plan_json_ and out == "-" and not dry_run:
         raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
     job = surgery.prepare_expand(
@@ -302,6 +306,9 @@ def expand(
         recipe=r,
         ffn=ffn,
         heads=heads,
+        layers=layers,
+        depth_method=depth_method,
+        insert_at=insert_at,
         seed=seed,
         allow_lossy=allow_lossy,
         dtype=DTYPE_OPT[dtype] if dtype else None,
@@ -309,7 +316,7 @@ def expand(
         force=force,
         tokenizer_path=tokenizer_path,
     )
-    plan = job.plan
+    plan, out = job.plan, job.out
     show_plan(plan, quiet)
     if plan_json_:
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
@@ -323,7 +330,7 @@ def expand(
     Growtool.done = True
 
 
-def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet):
+def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args=None):
     """``expand RUN_DIR``: grow a run's resumable state (model + optimizer) into a new run folder."""
     from growtool.training.stages import expand_run
 
@@ -333,13 +340,9 @@ def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, 
 
     confine.check_output(out, [src])  # not inside the source run, nor holding it
     with surgery_threading():
-        plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force)
+        plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force, depth_args)
     show_plan(plan, quiet)
-    err.print(
-        f"grew run {src} at step {step}: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width}, AdamW moments "
-        f"grown; continue with: growtool train <its checkpoint> --data ... --out {out} --resume",
-        soft_wrap=True,
-    )
+    err.print(views.grew_run_line(src, step, plan, out), soft_wrap=True)
     click.echo(out)
 
 

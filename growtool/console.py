@@ -260,3 +260,30 @@ def settings_options(fn):
             multiple=m["multiple"],
         )(fn)
     return fn
+
+
+def compose_options(*options):
+    """One decorator applying several click options, in the order listed."""
+
+    def wrap(fn):
+        for opt in reversed(options):
+            fn = opt(fn)
+        return fn
+
+    return wrap
+
+
+# expand's depth options (grow/depth.py)
+DEPTH_OPTIONS = compose_options(
+    click.option("--layers", type=int, default=None, callback=bounded(1), help="new number of blocks (depth growth)"),
+    click.option(
+        "--depth-method",
+        type=click.Choice(["stack", "interleave", "middle", "identity"]),
+        default="stack",
+        show_default=True,
+        help="where new blocks come from (docs/growth.md#depth)",
+    ),
+    click.option(
+        "--insert-at", default=None, metavar="P[:S],...", help="place new blocks: P source blocks before each"
+    ),
+)

@@ -27,6 +27,7 @@ def inspect(ckpt, *, metrics: bool = False) -> dict:
         "gated": cfg.gated,
         "base_heads": cfg.base_heads,
         "base_ffn": cfg.base_ffn,
+        "new_layers": list(cfg.new_layers or []),
         "gates": growth.gate_values(ck),
         "lineage": ck.lineage,
         "tokenizer": ck.tokenizer,

@@ -22,21 +22,31 @@ from pathlib import Path
 import torch
 
 from growtool import machine, tokenizer
-from growtool.grow import growth, limits, recipes
+from growtool.grow import depth, growth, limits, recipes
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
 
-def default_out(src: str, width: int, folder: bool = False) -> str:
-    """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
+def default_out(src: str, width: int | None, folder: bool = False, layers=None) -> str:
+    """Next to the input, named after it and the width / layers (a folder for a folder input or when sharding)."""
     if src == "-":
         return "-"
+    tag = "-".join(([f"d{width}"] if width else []) + ([f"L{layers}"] if layers else []))
     p = Path(src.rstrip("/"))
     if p.is_dir():
-        return str(p.with_name(f"{p.name}-d{width}"))
-    return str(p.with_name(f"{p.stem}-d{width}" + ("" if folder else ".safetensors")))
+        return str(p.with_name(f"{p.name}-{tag}"))
+    return str(p.with_name(f"{p.stem}-{tag}" + ("" if folder else ".safetensors")))
+
+
+def depth_args(width, layers, depth_method: str = "stack", insert_at=None) -> tuple | None:
+    """(layers, method, insert_at) of a depth growth, None for the width alone; neither: refused."""
+    if layers is None and insert_at is None:
+        if width is None:
+            raise GrowError("Missing option '--width' (or --layers / --insert-at, to grow the depth)")
+        return None
+    return layers, depth_method, insert_at
 
 
 def _dtype(dtype) -> torch.dtype | None:
@@ -78,12 +88,15 @@ class Expansion:
 def prepare_expand(
     src: str,
     *,
-    width: int,
+    width: int | None = None,
     out: str | None = None,
     recipe="srio",
     sets=(),
     ffn: int | None = None,
     heads: int | None = None,
+    layers: int | None = None,
+    depth_method: str = "stack",
+    insert_at=None,
     seed: int = 0,
     allow_lossy: bool = False,
     dtype=None,
@@ -92,28 +105,39 @@ def prepare_expand(
     tokenizer_path: str | None = None,
 ) -> Expansion:
     """Check the destination, read ``src``'s header and build the plan; reads no tensor.
-    ``recipe``: a shipped name, a YAML path or a loaded recipe dict; ``sets``: "KEY=VALUE" overrides."""
+    ``recipe``: a shipped name, a YAML path or a loaded recipe dict; ``sets``: "KEY=VALUE" overrides.
+    ``layers`` / ``insert_at`` grow the depth too (``grow/depth.py``; ``width`` None: depth alone):
+    the plan is then a ``depth.Grown``, the width plan's tensors placed by the depth plan."""
     src, out = str(src), None if out is None else str(out)
     shard_size = _size(shard_size)
+    deep = depth_args(width, layers, depth_method, insert_at) is not None
     r = recipes.load(recipe, recipes.parse_set(sets)) if not isinstance(recipe, dict) else recipe
-    out = out or default_out(src, width, folder=shard_size is not None)
+    n_new = f"+{len(str(insert_at).split(','))}" if deep and layers is None else layers
+    out = out or default_out(src, width, folder=shard_size is not None, layers=n_new)
     checkpoint.check_destination(out, [src], force)  # fail before any work
     ck = checkpoint.load(src)  # the header and config; tensors are read on demand
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = _dtype(dtype) or ck.main_dtype()
-    limits.check_growth(ck.config, width, ffn, dt.itemsize)  # an absurd width: one line, before the plan
+    if width is not None:
+        limits.check_growth(ck.config, width, ffn, dt.itemsize)  # an absurd width: one line, before the plan
+    if layers is not None and ck.config.n_params() * dt.itemsize * layers / ck.config.layers > limits.MAX_BYTES:
+        raise GrowError(f"--layers {layers}: the grown model would be beyond any machine")
     try:
-        plan = growth.build_plan(
-            ck.config,
-            r,
-            width,
-            ffn,
-            heads,
-            seed=seed,
-            allow_lossy=allow_lossy,
-            dtype=dt,
-            gate_values=growth.gate_values(ck),
-        )
+        plan = None
+        if width is not None:
+            plan = growth.build_plan(
+                ck.config,
+                r,
+                width,
+                ffn,
+                heads,
+                seed=seed,
+                allow_lossy=allow_lossy,
+                dtype=dt,
+                gate_values=growth.gate_values(ck),
+            )
+        if deep:
+            plan = depth.build(ck.config, plan, layers, depth_method, insert_at, r, seed, dt, growth.gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
     return Expansion(src, ck, plan, out, carry, force, shard_size)
@@ -130,11 +154,12 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
     limits.check_space(checkpoint.specs_nbytes(plan.outputs()), out)  # before any work
     t_all = time.perf_counter()
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
-    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
+    lineage = ck.lineage + [lineage_entry(plan, source_hash.token)]
     work = growth.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
     read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
-    produce = lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows)  # noqa: E731
-    if timings is not None:
+    produce = producer(plan, ck, work, read)
+    deep = isinstance(plan, depth.Grown)
+    if timings is not None and not deep:
         produce = _timed_producer(job, work, timings)
         source_hash.value = _timed_wait(source_hash.value, timings)
     specs = plan.outputs()
@@ -160,7 +185,7 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
                 source_hash=source_hash,
                 recycle=work.recycle,
                 workers=workers,
-                place=work.place,
+                place=None if deep else work.place,  # (depth: outputs are made under their sources' names)
                 pieces=plan.pieces,
             )
             t_save = time.perf_counter() - t_save
@@ -172,6 +197,26 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
     if plan.lossy:
         job.loss = measure_loss(job)
     return job
+
+
+def producer(plan, ck, work=None, read=None):
+    """``produce(name, rows=None)``: an output tensor of ``plan`` from checkpoint ``ck``; a depth
+    plan (``depth.Grown``) places the width plan's tensors (or the source's own, width kept)."""
+    width = plan.width if isinstance(plan, depth.Grown) else plan
+    if width is None:
+        grow = lambda n, rows=None: ck.get(n) if rows is None else ck.get(n, rows=rows)  # noqa: E731
+    else:
+        grow = lambda n, rows=None: growth.grow_tensor(n, width, ck.get, work, read, rows)  # noqa: E731
+    if isinstance(plan, depth.Grown):
+        return lambda n, rows=None: plan.grow_tensor(n, grow, rows)
+    return grow
+
+
+def lineage_entry(plan, token: str) -> dict:
+    """The one lineage entry of an expand (width, depth or both)."""
+    if isinstance(plan, depth.Grown):
+        return depth.lineage_entry(plan, token, plan.width and growth.lineage_entry(plan.width, token))
+    return growth.lineage_entry(plan, token)
 
 
 def _timed_producer(job: Expansion, work, timings: dict):
@@ -221,11 +266,14 @@ def measure_loss(job: Expansion):
 
     ck, plan = job.ck, job.plan
     src = ck.model()
-    grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+    grow = producer(plan, ck)
+    grown = LM.from_tensors(plan.cfg, {n: grow(n) for n, _, _ in plan.outputs()})
     return compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, job.plan.seed), alpha=0.0)
 
 
-def expand(src: str, *, width: int, out: str | None = None, recipe="srio", progress=None, **options) -> Path:
+def expand(
+    src: str, *, width: int | None = None, out: str | None = None, recipe="srio", progress=None, **options
+) -> Path:
     """Grow the checkpoint ``src`` (a .safetensors file, an HF folder, a nanoGPT ckpt.pt) to residual
     width ``width``; returns the written path (``out``; by default beside ``src``, named after the width).
 
@@ -233,7 +281,8 @@ def expand(src: str, *, width: int, out: str | None = None, recipe="srio", progr
     ``heads``, ``seed``, ``allow_lossy`` (else a plan that does not keep the function is refused),
     ``dtype`` ("float32" / "bfloat16" / "float16" or a torch dtype; default the input's),
     ``shard_size`` (bytes or "2GB": shards in a folder ``out``), ``force`` (replace ``out``),
-    ``tokenizer_path``. ``progress``: see the module docstring."""
+    ``tokenizer_path``; depth: ``layers``, ``depth_method`` ("stack", "interleave", "middle",
+    "identity"), ``insert_at`` ("P[:S],..."). ``progress``: see the module docstring."""
     job = run_expand(prepare_expand(src, width=width, out=out, recipe=recipe, **options), progress=progress)
     return Path(job.path)
 

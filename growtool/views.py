@@ -44,7 +44,44 @@ def plan_json(plan, out: str | None) -> dict:
             "dtype": str(plan.dtype).replace("torch.", ""),
         },
         "out": out,
+        **({"depth": plan.depth.to_json()} if getattr(plan, "depth", None) else {}),
     }
+
+
+def plan_tables(plan) -> list[Table]:
+    """The printed plan: the width plan's table (when the width grows), the depth plan's (when the depth does)."""
+    deep = getattr(plan, "depth", None)
+    return ([plan_table(plan)] if plan.rows() else []) + ([depth_table(deep)] if deep else [])
+
+
+def grew_run_line(src, step: int, plan, out) -> str:
+    """What ``expand RUN_DIR`` says once written."""
+    layers = f", {plan.src.layers} -> {plan.cfg.layers} layers" if plan.cfg.layers != plan.src.layers else ""
+    return (
+        f"grew run {src} at step {step}: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width}{layers}, AdamW "
+        f"moments grown; continue with: growtool train <its checkpoint> --data ... --out {out} --resume"
+    )
+
+
+def grew_line(src, cfg) -> str:
+    """What ``expand`` says once written: the family, widths (and layers), parameters."""
+    deep = cfg.layers != src.layers
+    return (
+        f"grew {src.family} d{src.width}"
+        + (f" -> d{cfg.width}" if cfg.width != src.width or not deep else "")
+        + (f", {src.layers} -> {cfg.layers} layers" if deep else "")
+        + f": {src.n_params():,} -> {cfg.n_params():,} parameters"
+    )
+
+
+def depth_table(dp) -> Table:
+    """Where every block of a depth growth comes from (``grow/depth.py``)."""
+    t = Table(title=f"depth plan: {dp.src_layers} -> {dp.layers} blocks ({dp.method})", title_justify="left")
+    for c in ("block", "from", "what"):
+        t.add_column(c)
+    for row in dp.rows():
+        t.add_row(*row)
+    return t
 
 
 def verify_table(rows, source: str, grown: str) -> Table:
@@ -91,7 +128,8 @@ def inspect_tables(facts: dict, ckpt: str, metrics: bool) -> list[Table]:
         "none (plain model)"
         if not facts["gated"]
         else f"{len(gates)} x {sorted(set(gates))}; ungated units: {facts['base_heads']}/{facts['heads']} heads, "
-        f"{facts['base_ffn']}/{facts['ffn']} ffn",
+        f"{facts['base_ffn']}/{facts['ffn']} ffn"
+        + (f"; new (gated) blocks: {facts['new_layers']}" if facts.get("new_layers") else ""),
     )
     for i, st in enumerate(facts["lineage"]):
         desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))

@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 
 
 def fold_config(cfg: ModelConfig) -> ModelConfig:
-    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
+    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, new_layers=None)
 
 
 def fold_tensor(
@@ -35,6 +35,16 @@ def fold_tensor(
     scaled or converted there through this thread's float32 block); any other source is read into
     this thread's source block. The same bytes, without fresh memory or a copy per tensor.
     """
+    if cfg.new_layers:  # blocks added by depth growth: their gate goes into writers or post-norms
+        from growtool.grow import depth
+
+        width_only = cfg.replace(new_layers=None)
+        t = depth.fold_new_block_tensor(
+            name, cfg, alpha, get, dtype, lambda n, dt: fold_tensor(n, width_only, alpha, get, dt)
+        )
+        if t is not None:
+            return t
+        cfg = width_only
     spec = tensor_specs(cfg)[name]
     part = None  # (axis, start, length) of the gated units' weights
     if spec.role == "writer":

@@ -78,6 +78,7 @@ class ModelConfig:
     norm_topk: bool | None = None  # the top_k routing weights renormalised to sum 1
     shared_ffn: int | None = None  # neurons of the shared expert (Qwen2-MoE), gated by sigmoid(x w)
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
+    new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -106,11 +107,16 @@ class ModelConfig:
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
         shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
-        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
         """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
         return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
+
+    def new_block(self, layer: int) -> bool:
+        """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
+        it adds nothing to the residual stream, whatever its weights."""
+        return bool(self.new_layers) and layer in self.new_layers
 
     @property
     def norm(self) -> str:
@@ -175,6 +181,9 @@ class ModelConfig:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
+        nl = self.new_layers or []
+        if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
+            raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -225,6 +234,8 @@ class ModelConfig:
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         if self.shared_ffn is not None:
             hf["growtool"]["base_shared_ffn"] = self.base_shared_ffn
+        if self.new_layers:
+            hf["growtool"]["new_layers"] = list(self.new_layers)
         return hf
 
     @classmethod
@@ -327,6 +338,7 @@ class ModelConfig:
                 base_shared_ffn=own.get("base_shared_ffn"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
+                new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

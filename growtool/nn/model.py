@@ -9,7 +9,9 @@ plain HF model:
   normed block input, one logit per head - before the output projection;
 * growth gates: in a grown, unfolded model, units (query heads, FFN neurons) with an index at or
   above ``base_heads`` / ``base_ffn`` have their outputs multiplied by the block's ``growth_gate``
-  (a 1-element parameter). Gate 0 is the source model's function; gate 1 is a plain model.
+  (a 1-element parameter); a block added by depth growth (``new_layers``) has every residual write
+  (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
+  gate 1 is a plain model.
 
 This file, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
@@ -301,17 +303,23 @@ class Block(nn.Module):
         return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):
-        g, s, f = self._gate(alpha), self.slot, self.features
+        g = self._gate(alpha)
+        if self.cfg.new_block(self.layer):  # added by depth growth: every residual write through the gate
+            return self._forward(x, rope, g, lambda y: g.to(y.dtype) * y)
+        return self._forward(x, rope, g, lambda y: y)
+
+    def _forward(self, x, rope, g, w):
+        s, f = self.slot, self.features
         r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
         if self.cfg.parallel:
             h = s["ln1"](x)
-            return x + self._attention(h, rope, g) + self._ffn(h if f.shared_norm else s["ln2"](x), g)
+            return x + w(self._attention(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
         a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
         a = s["post_attn"](a) if f.post_norms else a
-        x = x + (a if r is None else a * r)
+        x = x + w(a if r is None else a * r)
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
         m = s["post_ffn"](m) if f.post_norms else m
-        return x + (m if r is None else m * r)
+        return x + w(m if r is None else m * r)
 
 
 class LM(nn.Module):

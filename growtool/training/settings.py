@@ -112,7 +112,8 @@ class Settings:
     )
     grow_at: tuple[str, ...] = setting(
         (),
-        "FRACTION:WIDTH: grow to WIDTH after that fraction of the steps, carrying the optimizer (repeatable)",
+        "FRACTION:WIDTH or FRACTION:width=W,layers=L[,method=stack|interleave|middle|identity]: grow after "
+        "that fraction of the steps, carrying the optimizer (repeatable)",
         multiple=True,
     )
     grow_recipe: str = setting("srio", "recipe for --grow-at growths (a shipped name or a YAML file)")
@@ -221,23 +222,62 @@ def defaults() -> dict:
 # ---- growths scheduled inside a run (--grow-at) ----------------------------------------------
 
 
-def parse_grow_at(items) -> list[tuple[float, int]]:
-    """``("0.25:96", "0.5:128")`` -> [(0.25, 96), (0.5, 128)]; one clear line for bad input."""
+def parse_grow_at(items) -> list[tuple[float, int | dict]]:
+    """``("0.25:96", "0.5:width=128,layers=4")`` -> [(0.25, 96), (0.5, {"width": 128, "layers": 4})];
+    one clear line for bad input. A target is a width (FRACTION:WIDTH) or ``key=value`` pairs:
+    ``width``, ``layers`` (depth growth, grow/depth.py) and ``method`` (its depth method)."""
     out = []
     for item in items or ():
-        frac, sep, width = str(item).partition(":")
+        frac, sep, target = str(item).partition(":")
         try:
-            f, w = float(frac), int(width)
+            f = float(frac)
+            w = int(target) if "=" not in target else depth_target(target)
         except ValueError:
-            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH, e.g. 0.3:96") from None
-        if not sep or not 0 < f < 1 or w < 1:
+            raise GrowError(
+                f"--grow-at {item!r}: expected FRACTION:WIDTH or FRACTION:width=W,layers=L[,method=M], e.g. 0.3:96"
+            ) from None
+        if not sep or not 0 < f < 1 or (isinstance(w, int) and w < 1):
             raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH with 0 < FRACTION < 1 and WIDTH >= 1")
         out.append((f, w))
     if [f for f, _ in out] != sorted({f for f, _ in out}):
         raise GrowError("--grow-at: fractions must be distinct and in increasing order")
-    if [w for _, w in out] != sorted({w for _, w in out}):
+    widths = [target_width(w) for _, w in out if target_width(w) is not None]
+    if widths != sorted(set(widths)):
         raise GrowError("--grow-at: widths must increase from stage to stage")
     return out
+
+
+def depth_target(text: str) -> dict:
+    """``"width=96,layers=4,method=interleave"`` -> {"width": 96, "layers": 4, "method": "interleave"}."""
+    from growtool.grow.depth import METHODS
+
+    out = {}
+    for pair in text.split(","):
+        k, eq, v = pair.partition("=")
+        k = k.strip()
+        if not eq or k not in ("width", "layers", "method") or k in out:
+            raise ValueError(pair)
+        if k == "method":
+            if v not in METHODS:
+                raise GrowError(f"--grow-at: depth method {v!r} is not one of {', '.join(METHODS)}")
+            out[k] = v
+        else:
+            out[k] = int(v)
+            if out[k] < 1:
+                raise ValueError(pair)
+    if "method" in out and "layers" not in out:
+        raise GrowError(f"--grow-at {text!r}: method= needs layers=")
+    if "width" not in out and "layers" not in out:
+        raise ValueError(text)
+    return out
+
+
+def target_width(w) -> int | None:
+    return w if isinstance(w, int) else w.get("width")
+
+
+def target_layers(w) -> int | None:
+    return None if isinstance(w, int) else w.get("layers")
 
 
 def resolve_grow_at(items, steps: int) -> list[list[int]]:

@@ -1,6 +1,7 @@
 """Growth inside training: a live model and its optimizer grown at a step, a schedule of such
-growths (``growtool train --grow-at FRACTION:WIDTH``), and a run folder grown on disk
-(``growtool expand RUN_DIR --width D -o NEW_RUN_DIR``).
+growths (``growtool train --grow-at FRACTION:WIDTH``, or ``FRACTION:width=W,layers=L[,method=M]``
+to grow the depth too), and a run folder grown on disk (``growtool expand RUN_DIR --width D
+[--layers L] -o NEW_RUN_DIR``).
 
 What holds:
 
@@ -33,21 +34,24 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import last_growth, mup, run_gate, run_gate_for  # noqa: F401 (last_growth: kept importable here)
-from growtool.training.settings import default_gate_tokens, parse_grow_at, resolve_grow_at, saved_setting  # noqa: F401
+from growtool.training.settings import (  # noqa: F401
+    default_gate_tokens,
+    parse_grow_at,
+    resolve_grow_at,
+    saved_setting,
+    target_layers,
+    target_width,
+)
 
 # ---- the schedule ----------------------------------------------------------------------------
 
 
-def precheck(grow_at, recipe: str, width: int, fsdp: bool = False) -> None:
-    """What can be checked before the data is read: widths above the model's and rising, the recipe;
-    not with --fsdp (growing a sharded model and optimizer is not built)."""
+def precheck(grow_at, recipe: str, width: int, fsdp: bool = False, layers: int | None = None) -> None:
+    """What can be checked before the data is read: widths above the model's and rising, layers not
+    below the model's, the recipe; not with --fsdp (growing a sharded model and optimizer is not built)."""
     if grow_at and fsdp:
         raise GrowError("--grow-at does not work with --fsdp yet (a sharded model and optimizer cannot grow)")
-    prev = width
-    for _, w in parse_grow_at(grow_at):
-        if w <= prev:
-            raise GrowError(f"--grow-at: width {w} is not larger than the model's width {prev} before it")
-        prev = w
+    check_targets([w for _, w in parse_grow_at(grow_at)], width, layers)
     if grow_at:
         recipes.load(recipe)
 
@@ -57,17 +61,28 @@ def check_schedule(s: dict, width: int) -> None:
     than a stage (a model grows again only once its gates are fully open)."""
     if s["grow_at"]:
         recipes.load(s["grow_recipe"])  # a bad name fails before anything is written
-    prev, per_step, g = width, s["batch"] * s["seq"], s["gate_warmup_tokens"]
+    per_step, g = s["batch"] * s["seq"], s["gate_warmup_tokens"]
     steps = [st for st, _ in s["grow_at"]] + [s["steps"]]
-    for (st, w), nxt in zip(s["grow_at"], steps[1:]):
-        if w <= prev:
-            raise GrowError(f"--grow-at: width {w} is not larger than the model's width {prev} before it")
+    check_targets([w for _, w in s["grow_at"]], width)
+    for (st, _), nxt in zip(s["grow_at"], steps[1:]):
         if nxt < s["steps"] and g is not None and (nxt - st) * per_step < g:
             raise GrowError(
                 f"--grow-at: the stage from step {st} to {nxt} is shorter than the gate ramp "
                 f"({g} tokens = {g / per_step:g} steps); lower --gate-warmup-tokens or space the growths"
             )
-        prev = w
+
+
+def check_targets(targets: list, width: int, layers: int | None = None) -> None:
+    """Each growth's width above the one before it (when it grows the width), its layers not below."""
+    for w in targets:
+        tw, tl = target_width(w), target_layers(w)
+        if tw is not None and tw <= width:
+            raise GrowError(f"--grow-at: width {tw} is not larger than the model's width {width} before it")
+        if tl is not None and layers is not None and tl < layers:
+            raise GrowError(f"--grow-at: layers {tl} is below the model's {layers} before it")
+        if tl is not None and layers is not None and tl == layers and tw is None:
+            raise GrowError(f"--grow-at: layers {tl} is not more than the model's {layers} before it")
+        width, layers = tw or width, tl or layers
 
 
 # ---- growing a live model and its optimizer ------------------------------------------------------
@@ -92,11 +107,13 @@ def grow_model(
     ffn=None,
     heads=None,
     mup: bool = False,
+    depth=None,
 ):
     """(plan, grown model (CPU, train mode, gates 0 and frozen), grown AdamW state_dict, lineage entry).
 
     ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1.
-    ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (moments.param_groups)."""
+    ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (moments.param_groups).
+    ``depth``: (layers, method, insert_at) to grow the depth too (``width`` None: depth alone)."""
     from growtool.nn.model import LM
 
     cfg = model.cfg
@@ -110,7 +127,11 @@ def grow_model(
         plain = growth.fold_config(cfg)
         t = {n: growth.fold_tensor(n, cfg, 1.0, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
         cfg = plain
-    plan = growth.build_plan(cfg, recipe, width, ffn, heads, seed=seed, allow_lossy=allow_lossy)
+    plan = None
+    if width is not None:
+        plan = growth.build_plan(cfg, recipe, width, ffn, heads, seed=seed, allow_lossy=allow_lossy)
+    if depth is not None:
+        return grow_depth(plan, cfg, t, opt_state, src_names, recipe, seed, mup, depth)
     grown = {n: growth.grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
     new = LM.from_tensors(plan.cfg, grown)
     for n, p in new.named_parameters():
@@ -122,25 +143,57 @@ def grow_model(
     return plan, new, state, growth.lineage_entry(plan, tensors_sha256(t))
 
 
+def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dict, seed: int, mup: bool, depth):
+    """``grow_model`` with a depth growth (grow/depth.py), after the width plan ``plan`` (or None)."""
+    from growtool.grow import depth as deep
+    from growtool.grow import depth_state
+    from growtool.nn.model import LM
+
+    g = deep.build(cfg, plan, *depth, recipe, seed, torch.float32)
+    width = (lambda n, rows=None: growth.grow_tensor(n, plan, t.__getitem__)) if plan else (lambda n, rows=None: t[n])
+    new = LM.from_tensors(g.cfg, {n: g.grow_tensor(n, width) for n, _, _ in g.outputs()})
+    for n, p in new.named_parameters():
+        if n.endswith("growth_gate"):
+            p.requires_grad_(False)
+    new.set_gates(0.0)
+    new.train()
+    state = depth_state.grow_optimizer_state(opt_state, src_names, moments.param_groups(new, mup), g, t.__getitem__)
+    sha = tensors_sha256(t)
+    return g, new, state, deep.lineage_entry(g, sha, plan and growth.lineage_entry(plan, sha))
+
+
 def due(run, step: int) -> int | None:
     """The width to grow to before update ``step``, if the schedule has a growth there not yet done."""
     done = {g["step"] for g in run.growths}
     return next((w for st, w in run.s.get("grow_at") or [] if st == step and st not in done), None)
 
 
-def grow_run(run, step: int, width: int) -> None:
-    """Grow ``run``'s model and optimizer in place before update ``step`` (the schedule's growth)."""
+def grow_run(run, step: int, target) -> None:
+    """Grow ``run``'s model and optimizer in place before update ``step`` (the schedule's growth:
+    a width, or a {width, layers, method} target)."""
     from growtool.training.optim import make_optimizer
 
     stage = len(run.growths) + 1
     r = recipes.load(run.s["grow_recipe"])
+    width, layers = target_width(target), target_layers(target)
+    depth = None if layers is None else (layers, target.get("method", "stack"), None)
     plan, new, state, entry = grow_model(
-        run.model, run.opt.state_dict(), run_gate(run, step), width, r, seed=run.s["seed"] + stage, mup=mup(run.s)
+        run.model,
+        run.opt.state_dict(),
+        run_gate(run, step),
+        width,
+        r,
+        seed=run.s["seed"] + stage,
+        mup=mup(run.s),
+        depth=depth,
     )
     B, T = run.s["batch"], run.s["seq"]
     partial = {"op": "train", "step": step, "tokens": step * B * T, "complete": False, "stage": stage - 1}
     run.lineage = run.lineage + [partial, {**entry, "step": step}]
-    run.growths = run.growths + [{"step": step, "width": width, "recipe": r["name"], "from": run.model.cfg.width}]
+    record = {"step": step, "width": plan.cfg.width, "recipe": r["name"], "from": run.model.cfg.width}
+    if depth is not None:
+        record.update(layers=plan.cfg.layers, layers_from=run.model.cfg.layers)
+    run.growths = run.growths + [record]
     from growtool.training import fsdp
 
     fsdp.place(new, run.dev, run.world, False, run.opts.activation_checkpointing)
@@ -177,7 +230,16 @@ def annotate(run, rec: dict, prev: dict | None) -> dict:
 
 
 def expand_run(
-    src: Path, out: Path, width: int, recipe: dict, seed: int, ffn=None, heads=None, allow_lossy=False, force=False
+    src: Path,
+    out: Path,
+    width: int | None,
+    recipe: dict,
+    seed: int,
+    ffn=None,
+    heads=None,
+    allow_lossy=False,
+    force=False,
+    depth=None,
 ) -> tuple:
     """Grow the resumable state in run folder ``src`` into a new run folder ``out``:
     ``last.safetensors`` (the grown model, gates 0), ``last.pt`` (grown AdamW moments, same step,
@@ -215,11 +277,14 @@ def expand_run(
             p.requires_grad_(False)
     gate = run_gate_for(model.cfg, s, growths, step)
     plan, new, opt_state, entry = grow_model(
-        model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads, mup=mup(s)
+        model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads, mup=mup(s), depth=depth
     )
     if s.get("gate_warmup_tokens") is None:
         s["gate_warmup_tokens"] = default_gate_tokens(s["steps"], s["batch"] * s["seq"])
-    growths.append({"step": step, "width": plan.cfg.width, "recipe": recipe["name"], "from": plan.src.width})
+    record = {"step": step, "width": plan.cfg.width, "recipe": recipe["name"], "from": plan.src.width}
+    if depth is not None:
+        record.update(layers=plan.cfg.layers, layers_from=plan.src.layers)
+    growths.append(record)
     new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
     lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
     records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
