@@ -65,7 +65,7 @@ BLOCK = 8 << 20  # bytes of a text file read at a time
 PIECE = 1 << 16  # characters per piece of a long document in a parallel batch (line-safe tokenizers)
 BATCH = 4 << 20  # characters per encode batch
 CHECKPOINT = 32 << 20  # tokens between resumable progress records
-SCAN = 1 << 24  # ids per chunk when scanning a token file
+SCAN = 1 << 22  # ids per chunk when scanning a token file
 EOT_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>")
 TOKEN_KINDS = ("bin", "npy")
 
