@@ -188,7 +188,7 @@ def train_rss(work: Path, tokens_file: Path, vocab: int, mb: int | None, quick: 
     if not model.exists():
         cfg = ModelConfig("gpt2", vocab, 64, 4, 4, 4, 16, 256, context=128)
         checkpoint.save_tensors(str(model), cfg, [], init_model(cfg, seed=0).tensors())
-    name = f"train-{mb or 'all'}"
+    name = f"train-{mb or 'all'}-{tokens_file.stat().st_size}"
     data = work / f"{name}.bin"
     if mb is None:
         os.symlink(tokens_file, data)
@@ -212,6 +212,7 @@ def extra(p) -> None:
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--train-mb", type=float, default=12.0, help="MB of text the BPE is trained on")
     p.add_argument("--baseline-mb", type=float, default=None, help="MB of text the baselines encode (default: all)")
+    p.add_argument("--fast-baseline", action="store_true", help="also time encode_batch_fast")
 
 
 def main() -> None:
@@ -235,14 +236,13 @@ def main() -> None:
         from tokenizers import Tokenizer
 
         print(f"BPE: {Tokenizer.from_file(str(tok)).get_vocab_size():,} ids in {time.perf_counter() - t0:.1f} s")
-        last_tokens = None
         for gb in sizes:
             size = int(gb * GB)
             corpora = generate(work, size, source)
             for kind, path in corpora.items():
                 limit = int(args.baseline_mb * MB) if args.baseline_mb else size * 2
                 base = measured(["slow", str(tok), str(path), str(limit)])
-                fast = measured(["fast", str(tok), str(path), str(limit)])
+                fast = measured(["fast", str(tok), str(path), str(limit)]) if args.fast_baseline or args.quick else None
                 ours = measured(["tokenise", str(tok), str(path), str(work / f"cache-{gb}-{kind}")])
                 mbs = lambda r: r["bytes"] / MB / r["seconds"]  # noqa: E731
                 row = {
@@ -253,21 +253,28 @@ def main() -> None:
                     "growtool_MB_s": mbs(ours),
                     "encode_batch_MB_s": mbs(base),
                     "ratio": mbs(ours) / mbs(base),
-                    "encode_batch_fast_MB_s": mbs(fast),
+                    "encode_batch_fast_MB_s": mbs(fast) if fast else None,
                     "baseline_MB": base["bytes"] / MB,
                     "growtool_peak_rss_MB": ours["peak_rss"] / MB,
+                    "baseline_peak_rss_MB": base["peak_rss"] / MB,
                     "growtool_s": ours["seconds"],
                     "growtool_cpu_s": ours["cpu_s"],
+                    "baseline_cpu_s": base["cpu_s"],
                 }
                 rows.append(row)
                 print(table([row]), flush=True)
-                last_tokens = Path(ours["file"])
                 shutil.rmtree(path) if path.is_dir() else path.unlink()  # keep the disk use at one corpus
-        small = train_rss(work, last_tokens, vocab, 1 if args.quick else 20, args.quick)
-        big = train_rss(work, last_tokens, vocab, None, args.quick)
-        training = [{"token_file": "first 20 MB" if not args.quick else "first 1 MB", **small}]
-        training.append({"token_file": f"{sizes[-1]} GB corpus", **big})
-        training[1]["rss_vs_small"] = big["peak_rss_MB"] / small["peak_rss_MB"]
+                if kind == "jsonl":
+                    tokens_file = Path(ours["file"])
+            small = train_rss(work, tokens_file, vocab, 1 if args.quick else 20, args.quick)
+            big = train_rss(work, tokens_file, vocab, None, args.quick)
+            training.append({"token_file": "first 1 MB" if args.quick else "first 20 MB", "GB": gb, **small})
+            training.append({"token_file": f"{gb} GB jsonl corpus", "GB": gb, **big})
+            training[-1]["rss_vs_small"] = big["peak_rss_MB"] / small["peak_rss_MB"]
+            print(table(training[-2:]), flush=True)
+            write_json(args.dir / "data.json", {"rows": rows, "training": training, "machine": machine()})
+            for f in work.glob("cache-*"):
+                shutil.rmtree(f)
     finally:
         if own:
             shutil.rmtree(work, ignore_errors=True)

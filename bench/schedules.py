@@ -1,10 +1,10 @@
 """Warmup-stable-decay against cosine at equal tokens, on a real corpus.
 
-A byte-level BPE (``--vocab``, default 8,192) is trained on the whole of ``--source`` (default
+A byte-level BPE (``--vocab``, default 2,048) is trained on the whole of ``--source`` (default
 ../shared/data/docs.jsonl: 3,338 documents, 32 MB); the corpus is tokenised once
 (growtool.training.corpus: each record followed by <|endoftext|>, the validation part its last
 whole documents). For each seed a GPT-2 (d64, 4 layers, 4 heads, context 128, gamma 0.5 init,
-the seed's init) is trained ``--steps`` steps (batch 16 x 128 tokens, peak lr 3e-3, 5% warm-up)
+the seed's init) is trained ``--steps`` steps (``--batch`` 8 x ``--seq`` 64 tokens, peak lr 3e-3, 5% warm-up)
 with ``--schedule cosine`` and with ``--schedule wsd --decay-fraction 0.2``: the same batches, the
 same tokens. Reports the final validation loss of each and the paired difference.
 
@@ -30,10 +30,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def extra(p) -> None:
     p.add_argument("--source", default=str(ROOT.parent / "shared" / "data" / "docs.jsonl"))
-    p.add_argument("--vocab", type=int, default=8192)
+    p.add_argument("--vocab", type=int, default=2048)
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--seeds", default="0,1,2")
     p.add_argument("--lr", type=float, default=3e-3)
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=64)
     p.add_argument("--decay-fraction", type=float, default=0.2)
     p.add_argument("--work", default=None, help="folder for the tokenizer, cache and runs (default: temporary)")
 
@@ -88,7 +90,7 @@ def main() -> None:
             base = checkpoint.save_tensors(
                 str(work / f"base-{seed}.safetensors"), cfg, [], init_model(cfg, seed=seed).tensors()
             )
-            row = {"seed": seed, "steps": steps, "tokens": steps * 16 * 128}
+            row = {"seed": seed, "steps": steps, "tokens": steps * args.batch * args.seq}
             for sched in ("cosine", "wsd"):
                 t0 = time.perf_counter()
                 r = train(
@@ -97,8 +99,8 @@ def main() -> None:
                     work / f"run-{sched}-{seed}",
                     tokenizer=str(tok),
                     steps=steps,
-                    batch=16,
-                    seq=128,
+                    batch=args.batch,
+                    seq=args.seq,
                     lr=args.lr,
                     schedule=sched,
                     decay_fraction=args.decay_fraction,
