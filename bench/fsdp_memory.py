@@ -33,7 +33,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MB, machine, parse_args, table, write_csv, write_json  # noqa: E402
 
-DATA = "/work/shared/data/tinyshakespeare.txt"
+DATA = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare.txt")  # ../shared/data
 SIZES = {
     "full": dict(width=768, grow_to=1024, layers=8, heads=12, grow_heads=16, ffn=2048, grow_ffn=2816, seq=128),
     "quick": dict(width=64, grow_to=96, layers=2, heads=4, grow_heads=6, ffn=128, grow_ffn=192, seq=32),

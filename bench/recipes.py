@@ -42,7 +42,7 @@ from pathlib import Path
 
 from common import machine, parse_args, table, train_phase, write_csv, write_json
 
-DATA = "/work/shared/data/tinyshakespeare.txt"
+DATA = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare.txt")  # ../shared/data
 
 # name -> (how it is made, recipe, --set overrides)
 RECIPES = {

@@ -3,7 +3,7 @@
 A grid of Llama-family models (untied head, SwiGLU FFN 4 x width, head_dim 16), each created with
 gamma-initialisation (sigma = fan_in^-gamma, embeddings width^-gamma: ``init_model``'s default
 embed_gamma = gamma) and trained with ``growtool.training.train.train`` on byte-level real text
-(default /work/shared/data/tinyshakespeare.txt) for the same number of steps:
+(default ../shared/data/tinyshakespeare.txt from the checkout root) for the same number of steps:
 
     width in {64, 128} x gamma in {0.5, 0.75, 1.0, 1.25} x RMSNorm eps in {1e-5, 1e-12}
     x gated attention {off, on}  =  32 runs (x --seeds)
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import DEFAULT_OUT, machine, parse_args, results_dir, table, write_csv, write_json  # noqa: E402
 
-DATA = "/work/shared/data/tinyshakespeare.txt"
+DATA = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "tinyshakespeare.txt")  # ../shared/data
 KINDS = (
     "embed_tokens",
     "q_proj",

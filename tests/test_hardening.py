@@ -379,7 +379,7 @@ CHILD = r"""
 import json, re, sys
 def hwm():
     return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-import torch, growtool.cli, growtool.growth, growtool.verify  # everything a run imports
+import torch, growtool.cli, growtool.grow.growth, growtool.verify  # everything a run imports
 from growtool.cli import main
 res = {"baseline": hwm(), "peaks": [], "codes": []}
 for args in sys.argv[1:]:
