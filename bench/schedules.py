@@ -72,7 +72,7 @@ def main() -> None:
     from growtool.nn.config import ModelConfig
     from growtool.training.train import train
 
-    torch.set_num_threads(2)
+    torch.set_num_threads(1)  # a shared machine: one thread per run is steadier than two
     source = Path(args.source)
     if not source.is_file():
         source = Path("/work/shared/data/docs.jsonl")
@@ -82,9 +82,10 @@ def main() -> None:
     limit = 30 if args.quick else None
     rows = []
     try:
-        data = work / "docs.jsonl"
-        data.write_text("".join(line + "\n" for line in source.read_text().splitlines()[:limit]))
-        tok = tokenizer(data, vocab, work / "tok", None)
+        data, tok = work / "docs.jsonl", work / "tok" / "tokenizer.json"
+        if not (data.is_file() and tok.is_file()):  # a --work folder from an earlier run keeps its tokenizer
+            data.write_text("".join(line + "\n" for line in source.read_text().splitlines()[:limit]))
+            tok = tokenizer(data, vocab, work / "tok", None)
         for seed in [int(s) for s in args.seeds.split(",")]:
             cfg = ModelConfig("gpt2", vocab, 64, 4, 4, 4, 16, 256, context=128)
             base = checkpoint.save_tensors(
