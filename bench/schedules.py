@@ -89,7 +89,7 @@ def main() -> None:
         for seed in [int(s) for s in args.seeds.split(",")]:
             cfg = ModelConfig("gpt2", vocab, 64, 4, 4, 4, 16, 256, context=128)
             base = checkpoint.save_tensors(
-                str(work / f"base-{seed}.safetensors"), cfg, [], init_model(cfg, seed=seed).tensors()
+                str(work / f"base-{seed}.safetensors"), cfg, [], init_model(cfg, seed=seed).tensors(), force=True
             )
             row = {"seed": seed, "steps": steps, "tokens": steps * args.batch * args.seq}
             for sched in ("cosine", "wsd"):
