@@ -108,8 +108,8 @@ def train_tokenizer(work: Path, source: Path | None, vocab: int, train_mb: float
 
 
 def child_tokenise(tok_path: str, data: str, cache: str) -> dict:
+    from growtool.tokenizer import get_tokenizer
     from growtool.training import corpus
-    from growtool.training.data import get_tokenizer
 
     tok = get_tokenizer(tok_path)
     t0 = time.perf_counter()

@@ -70,7 +70,7 @@ def main() -> None:
     from growtool.init import init_model
     from growtool.io import checkpoint
     from growtool.nn.config import ModelConfig
-    from growtool.training.train import train
+    from growtool.training.loop import train
 
     torch.set_num_threads(1)  # a shared machine: one thread per run is steadier than two
     source = Path(args.source)

@@ -21,8 +21,10 @@ import torch
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
+from growtool.tokenizer import get_tokenizer
 from growtool.training import corpus, data, schedule
-from growtool.training.train import lr_at, read_metrics, train
+from growtool.training.loop import lr_at, train
+from growtool.training.run_folder import read_metrics
 
 from conftest import cli
 from helpers_hardening import make_config
@@ -77,7 +79,7 @@ def bpe(tmp_path_factory):
     )
     tok.train_from_iterator(make_docs(300, seed=9), trainer)
     tok.save(str(d / "tokenizer.json"))
-    return data.get_tokenizer(str(d / "tokenizer.json"))
+    return get_tokenizer(str(d / "tokenizer.json"))
 
 
 def write_kind(folder: Path, kind: str, docs: list[str], key: str = "text") -> Path:
@@ -149,7 +151,7 @@ def test_other_tokenizers_encode_documents_whole(tmp_path, small_sizes):
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     tok.train_from_iterator(make_docs(100), trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"]))
     tok.save(str(tmp_path / "tok.json"))
-    t = data.get_tokenizer(str(tmp_path / "tok.json"))
+    t = get_tokenizer(str(tmp_path / "tok.json"))
     assert not corpus.line_safe(t)
     docs = make_docs(20, seed=5) + ["x" * 50 + "\n" + "y " * 200]  # one document longer than 2 pieces
     src = write_kind(tmp_path, "jsonl", docs)
@@ -159,7 +161,7 @@ def test_other_tokenizers_encode_documents_whole(tmp_path, small_sizes):
 
 
 def test_byte_tokenizer_documents_and_separator(tmp_path, small_sizes):
-    byte = data.get_tokenizer("byte")
+    byte = get_tokenizer("byte")
     docs = make_docs(10)
     src = write_kind(tmp_path, "jsonl", docs)
     c = corpus.load([src], byte, tmp_path / "cache", 256)
@@ -279,10 +281,10 @@ def test_a_killed_tokenisation_resumes_to_the_same_cache(tmp_path, bpe):
     src = write_kind(tmp_path, "text", docs)  # 200 files: the record points into the file list
     clean = corpus.load([src], bpe, tmp_path / "clean", bpe.vocab_size)
     script = (
-        "import os, signal, sys; from growtool.training import corpus, data\n"
+        "import os, signal, sys; from growtool.training import corpus; from growtool.tokenizer import get_tokenizer\n"
         "corpus.BATCH, corpus.CHECKPOINT = 500, 40\n"
         f"corpus.HOOK = lambda n: n >= {len(clean.tokens) // 2} and os.kill(os.getpid(), signal.SIGKILL)\n"
-        f"tok = data.get_tokenizer({str(bpe.name)!r})\n"
+        f"tok = get_tokenizer({str(bpe.name)!r})\n"
         f"corpus.load([{str(src)!r}], tok, {str(tmp_path / 'cache')!r}, tok.vocab_size)\n"
     )
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

@@ -138,7 +138,7 @@ class Encoder:
                     batch.append(p)
                     owner.append(k)
             else:
-                from growtool.training.data import encode_text
+                from growtool.tokenizer import encode_text
 
                 text = self.text(payload, where)
                 if len(text) > 2 * self.piece:

@@ -1,8 +1,10 @@
-"""Learning-rate schedules (``--schedule``), each over a span that begins at step ``start`` (0, or the
-latest growth under ``--grow-schedule rewarm``) and ends at the run's last step.
+"""The schedules of a training run: the learning rate and the growth gates (a linear ramp 0 -> 1
+from the run's last growth).
 
-Every schedule warms up linearly over ``warmup`` steps (capped at the span): update t of the span
-(0-based) gets lr * (t + 1) / warmup. Then, with r = ``min_lr_ratio`` and n the span's steps:
+Learning rate (``--schedule``), over a span that begins at step ``start`` (0, or the latest growth
+under ``--grow-schedule rewarm``) and ends at the run's last step. Every schedule warms up linearly
+over ``warmup`` steps (capped at the span): update t of the span (0-based) gets lr * (t + 1) /
+warmup. Then, with r = ``min_lr_ratio`` and n the span's steps:
 
 * ``cosine``: lr * (r + (1 - r) * (1 + cos(pi * p)) / 2), p = (t - warmup) / (n - warmup).
 * ``wsd`` (warmup-stable-decay): lr until the last D = round(``decay_fraction`` * n) steps (at most
@@ -14,12 +16,15 @@ from __future__ import annotations
 
 import math
 
+from growtool.training.settings import saved_setting
+
 SCHEDULES = ("cosine", "wsd", "constant")
 
 
 def lr_at(step: int, s: dict, start: int = 0) -> float:
-    """Learning rate of update ``step`` (0-based) under the saved settings ``s``."""
-    kind = s.get("schedule", "cosine")
+    """Learning rate of update ``step`` (0-based) under the saved settings ``s`` (runs saved before
+    ``schedule`` existed: cosine)."""
+    kind = saved_setting(s, "schedule")
     lr, n = s["lr"], s["steps"] - start
     warm, t, r = min(s["warmup"], n), step - start, s["min_lr_ratio"]
     if t < warm:
@@ -27,7 +32,7 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     if kind == "constant":
         return lr
     if kind == "wsd":
-        d = min(max(0, round(s.get("decay_fraction", 0.2) * n)), n - warm)
+        d = min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - warm)
         if d <= 0 or t < n - d:
             return lr
         return lr * (1 - (1 - r) * (t - (n - d)) / d)
@@ -35,4 +40,30 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-__all__ = ["SCHEDULES", "lr_at"]
+def gate_at(step: int, s: dict, start: int = 0) -> float | None:
+    """Growth-gate value in force after ``step`` updates of a ramp that began at step ``start``
+    (None for a plain model)."""
+    g = s["gate_warmup_tokens"]
+    if g is None:
+        return None
+    return 1.0 if g <= 0 else min(1.0, (step - start) * s["batch"] * s["seq"] / g)
+
+
+def run_gate_for(cfg, s: dict, growths: list, step: int) -> float | None:
+    """The gate in force after ``step`` updates for a model of ``cfg`` whose run grew at ``growths``
+    (the ramp restarts at each growth; None for a plain model)."""
+    return gate_at(step, s, last_growth(growths, step)) if cfg.gated else None
+
+
+def run_gate(run, step: int) -> float | None:
+    return run_gate_for(run.model.cfg, run.s, run.growths, step)
+
+
+def last_growth(growths: list, step: int) -> int:
+    """Step of the latest growth at or before ``step`` (0: none; the gates then ramp from the start)."""
+    return max((g["step"] for g in growths if g["step"] <= step), default=0)
+
+
+def mup(s: dict) -> bool:
+    """``--grow-lr mup``: the hidden matrices' learning rate follows 1/width across growths."""
+    return saved_setting(s, "grow_lr") == "mup"
