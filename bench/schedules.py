@@ -3,13 +3,14 @@
 A byte-level BPE (``--vocab``, default 2,048) is trained on the whole of ``--source`` (default
 ../shared/data/docs.jsonl: 3,338 documents, 32 MB); the corpus is tokenised once
 (growtool.training.corpus: each record followed by <|endoftext|>, the validation part its last
-whole documents). For each seed a GPT-2 (d64, 4 layers, 4 heads, context 128, gamma 0.5 init,
-the seed's init) is trained ``--steps`` steps (``--batch`` 8 x ``--seq`` 64 tokens, peak lr 3e-3, 5% warm-up)
-with ``--schedule cosine`` and with ``--schedule wsd --decay-fraction 0.2``: the same batches, the
-same tokens. Reports the final validation loss of each and the paired difference.
+whole documents). For each seed a GPT-2 (what ``growtool init --family gpt2 --width 64 --layers 4
+--heads 4 --vocab 2048 --context 128 --seed SEED`` makes) is trained ``--steps`` steps (``--batch``
+8 x ``--seq`` 64 tokens, peak lr 3e-3, 5% warm-up, one torch thread) with ``--schedule cosine`` and
+with ``--schedule wsd --decay-fraction 0.2``: the same batches, the same tokens. Reports the final
+validation loss of each and the paired difference.
 
-    nice -n 10 python bench/schedules.py                # 3 seeds x 300 steps
-    python bench/schedules.py --quick                   # a smoke run
+    python bench/schedules.py --steps 200               # 3 seeds x 200 steps (bench/README.md)
+    python bench/schedules.py --quick                   # a smoke run (tests/test_bench_data.py)
 """
 
 from __future__ import annotations
@@ -87,7 +88,7 @@ def main() -> None:
             data.write_text("".join(line + "\n" for line in source.read_text().splitlines()[:limit]))
             tok = tokenizer(data, vocab, work / "tok", None)
         for seed in [int(s) for s in args.seeds.split(",")]:
-            cfg = ModelConfig("gpt2", vocab, 64, 4, 4, 4, 16, 256, context=128)
+            cfg = ModelConfig("gpt2", vocab, 64, 4, 4, 4, 16, 256, context=128, norm_eps=1e-12, attn_gate=True)
             base = checkpoint.save_tensors(
                 str(work / f"base-{seed}.safetensors"), cfg, [], init_model(cfg, seed=seed).tensors(), force=True
             )
