@@ -1,18 +1,17 @@
-"""Training data: text files -> one token array (cached), a train/validation split, and batches.
+"""Training data: inputs -> one token array (cached), a train/validation split, and batches.
 
-* Tokenizer (``tokenizer_for``): the checkpoint's own (its folder's ``tokenizer.json`` or the one its
-  metadata records, see ``growtool.tokenizer``), or an explicit ``"byte"`` / path; the byte
-  tokenizer (ids 0..255) only for a model with a vocabulary of 256, and never a tokenizer with more
-  ids than the model's vocabulary. Files are tokenised in the order given and concatenated; the ids
-  equal encoding each whole file in one call (``encode_text``), computed in pieces.
-* Cache: the token array is written once as a raw uint16 (uint32 for vocabularies above 65536)
-  file named after the sha256 of the tokenizer and of every data file, and read back as a numpy
-  memmap. The file is written atomically, so a cache file is always complete.
-* Split: the last ``max(n // 20, batch * seq + 1)`` tokens are validation, the rest training.
+* Tokenizer (``tokenizer_for``, in ``growtool.tokenizer``): the checkpoint's own, or an explicit
+  ``"byte"`` / path; refused when it does not fit the model's vocabulary.
+* Corpus and cache (``growtool.training.corpus``): files, folders and globs of text, JSONL, Parquet
+  and token files, tokenised by streaming into an atomic, resumable uint16 / uint32 cache read back
+  as a numpy memmap; each document followed by the separator (``corpus_dataset``). ``load_tokens``
+  keeps the older call: the files' ids with nothing between them.
+* Split: a ``--val-data`` corpus; else the last whole documents holding at least
+  ``max(n // 20, batch * seq + 1)`` tokens (that many tokens when the documents do not allow it).
 * Batches: training batch ``step`` is drawn from ``numpy.random.default_rng([seed, step])``, so it
   depends on (seed, step) only - resuming at step s sees exactly the batches an uninterrupted run
   sees. A data-parallel rank takes its contiguous slice of the same global batch. Validation batches
-  are fixed windows spread evenly over the held-out tail.
+  are fixed windows spread evenly over the held-out part.
 """
 
 from __future__ import annotations
