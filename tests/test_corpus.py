@@ -276,6 +276,15 @@ def test_an_interrupted_tokenisation_resumes_to_the_same_cache(tmp_path, bpe, sm
     assert not list(cache.glob(".*"))
 
 
+def test_a_cut_short_cache_is_rebuilt(tmp_path, bpe, small_sizes):
+    src = write_kind(tmp_path, "jsonl", make_docs(20))
+    c = corpus.load([src], bpe, tmp_path / "cache", bpe.vocab_size)
+    whole = c.path.read_bytes()
+    c.path.write_bytes(whole[:-2])
+    again = corpus.load([src], bpe, tmp_path / "cache", bpe.vocab_size)
+    assert again.path.read_bytes() == whole
+
+
 def test_a_killed_tokenisation_resumes_to_the_same_cache(tmp_path, bpe):
     docs = make_docs(200)
     src = write_kind(tmp_path, "text", docs)  # 200 files: the record points into the file list

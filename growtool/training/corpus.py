@@ -389,6 +389,15 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+def _whole(cache: Path, meta_path: Path, docs_path: Path, dtype) -> bool:
+    """Is the cache there and of the sizes its record says (not cut short or replaced since)?"""
+    try:
+        meta = json.loads(meta_path.read_text())
+        return cache.stat().st_size == meta["tokens"] * dtype.itemsize and docs_path.stat().st_size == meta["docs"] * 8
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
 def load(
     specs,
     tok,
@@ -430,7 +439,8 @@ def load(
     cache = folder / f"tokens-{key}.{dtype.name}"
     meta_path, docs_path = folder / f"tokens-{key}.json", folder / f"tokens-{key}.docs"
     try:
-        if not (cache.is_file() and meta_path.is_file() and docs_path.is_file()):
+        if not _whole(cache, meta_path, docs_path, dtype):  # none yet, or damaged since: (re)built
+            _remove(cache, meta_path, docs_path)
             folder.mkdir(parents=True, exist_ok=True)
             build(files, shas, tok, cache, dtype, sep, text_key, vocab_size, bin_dtype, progress, label=label)
         meta = json.loads(meta_path.read_text())
