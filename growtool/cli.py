@@ -546,16 +546,17 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
 
 @main.command()
 @click.argument("ckpt")
-@click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
+@click.option("--data", "data_files", multiple=True, required=True, metavar="PATH", help="text/jsonl/parquet/bin/npy")
+@click.option("--val-data", multiple=True, metavar="PATH", help="held-out data (as --data); default: the last 5%")
 @settings_options
 @click.option("--out", required=True, help="run folder (checkpoints, metrics.jsonl, loss.png)")
 @click.option("--resume", is_flag=True, help="continue the run in --out exactly where it stopped")
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
-def train(ckpt, data_files, out, resume, quiet, **settings):
+def train(ckpt, data_files, val_data, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
     from growtool.training.loop import train as run
 
-    r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
+    r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, val_data=list(val_data), **settings)
     Growtool.done = True  # every file is written and closed, the process group (torchrun) destroyed
     if os.environ.get("RANK", "0") != "0":
         return

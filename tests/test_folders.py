@@ -162,7 +162,21 @@ def test_attaching_a_tokenizer_larger_than_the_vocabulary_is_refused(world, tmp_
 def test_train_uses_the_folders_tokenizer_without_flags(world, tmp_path):
     run = tmp_path / "run"
     r = cli(
-        "train", world["folded"], "--data", world["text"], "--steps", 2, "--batch", 4, "--seq", 32, "--out", run, "-q"
+        "train",
+        world["folded"],
+        "--data",
+        world["text"],
+        "--steps",
+        2,
+        "--batch",
+        4,
+        "--seq",
+        32,
+        "--out",
+        run,
+        "-q",
+        "--doc-sep",
+        "none",  # the file's ids alone (the default adds <|endoftext|> after it: tests/test_corpus.py)
     )
     assert r.exit_code == 0, r.stderr
     cache = list((run / "cache").glob("tokens-*.uint16"))

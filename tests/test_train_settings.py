@@ -20,7 +20,7 @@ from growtool.training.settings import IDENTITY, Settings, option, resume_keys
 from helpers_hardening import cli, listing, make_config
 
 FIELDS = {f.name: f for f in fields(Settings)}
-IO_OPTIONS = {"ckpt", "data_files", "out", "resume", "quiet"}  # where, not how: not settings
+IO_OPTIONS = {"ckpt", "data_files", "val_data", "out", "resume", "quiet"}  # where, not how: not settings
 RUN = dict(steps=6, stop_at=2, batch=4, seq=16, eval_batches=2, device="cpu", progress=False)
 # for every setting compared on resume: a valid value that differs from RUN's resolved one
 ALT = dict(
@@ -43,6 +43,11 @@ ALT = dict(
     grow_optimizer="reset",
     grow_lr="mup",
     grow_schedule="continue",
+    schedule="wsd",
+    decay_fraction=0.3,
+    text_key="body",
+    doc_sep="none",
+    data_dtype="uint32",
 )
 
 

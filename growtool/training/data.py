@@ -1,30 +1,27 @@
-"""Training data: text files -> one token array (cached), a train/validation split, and batches.
+"""Training data: inputs -> one token array (cached), a train/validation split, and batches.
 
-* Tokenizer (``tokenizer_for``): the checkpoint's own (its folder's ``tokenizer.json`` or the one its
-  metadata records, see ``growtool.tokenizer``), or an explicit ``"byte"`` / path; the byte
-  tokenizer (ids 0..255) only for a model with a vocabulary of 256, and never a tokenizer with more
-  ids than the model's vocabulary. Files are tokenised in the order given and concatenated; the ids
-  equal encoding each whole file in one call (``encode_text``), computed in pieces.
-* Cache: the token array is written once as a raw uint16 (uint32 for vocabularies above 65536)
-  file named after the sha256 of the tokenizer and of every data file, and read back as a numpy
-  memmap. The file is written atomically, so a cache file is always complete.
-* Split: the last ``max(n // 20, batch * seq + 1)`` tokens are validation, the rest training.
+* Tokenizer (``tokenizer_for``, in ``growtool.tokenizer``): the checkpoint's own, or an explicit
+  ``"byte"`` / path; refused when it does not fit the model's vocabulary.
+* Corpus and cache (``growtool.training.corpus``): files, folders and globs of text, JSONL, Parquet
+  and token files, tokenised by streaming into an atomic, resumable uint16 / uint32 cache read back
+  as a numpy memmap; each document followed by the separator (``corpus_dataset``). ``load_tokens``
+  keeps the older call: the files' ids with nothing between them.
+* Split: a ``--val-data`` corpus; else the last whole documents holding at least
+  ``max(n // 20, batch * seq + 1)`` tokens (that many tokens when the documents do not allow it).
 * Batches: training batch ``step`` is drawn from ``numpy.random.default_rng([seed, step])``, so it
   depends on (seed, step) only - resuming at step s sees exactly the batches an uninterrupted run
   sees. A data-parallel rank takes its contiguous slice of the same global batch. Validation batches
-  are fixed windows spread evenly over the held-out tail.
+  are fixed windows spread evenly over the held-out part.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 from pathlib import Path
 
 import numpy as np
 import torch
 
-from growtool.io.checkpoint import atomic_file
 from growtool.nn.errors import GrowError
 from growtool.tokenizer import (  # noqa: F401 (the tokenizer lives in growtool.tokenizer; kept importable here)
     AGREE,
@@ -61,12 +58,13 @@ def check_files(files) -> list[Path]:
     return out
 
 
-def check_tokens(ids: np.ndarray, vocab_size: int | None, need: int, src: str) -> None:
-    """Raise GrowError unless the tokens are non-empty, fit the vocabulary and number at least ``need``."""
+def check_tokens(ids: np.ndarray, vocab_size: int | None, need: int, src: str, top: int | None = None) -> None:
+    """Raise GrowError unless the tokens are non-empty, fit the vocabulary and number at least ``need``
+    (``top``: the largest id when known, so a memory-mapped corpus is not read whole)."""
     if len(ids) == 0:
         raise GrowError(f"{src}: no tokens (the data is empty)")
-    top = int(ids.max())
-    if vocab_size is not None and top >= vocab_size:
+    top = int(ids.max()) if top is None and vocab_size is not None else top
+    if vocab_size is not None and top is not None and top >= vocab_size:
         raise GrowError(
             f"{src}: token id {top} does not fit the model's vocabulary of {vocab_size} "
             f"(use a model with a larger vocab or another tokenizer)"
@@ -86,35 +84,31 @@ def load_tokens(
     need: int = 1,
     write_cache: bool = True,
 ) -> np.ndarray:
-    """All files' tokens, concatenated: read from the cache in ``cache_dir``, or tokenised (and then
-    cached there, if ``write_cache``). The tokens are checked (``check_tokens``) before anything
-    is written, so bad data leaves no file behind."""
-    paths = check_files(files)
-    shas = [file_sha256(p) for p in paths]
-    dtype = np.uint16 if tok.vocab_size <= 1 << 16 else np.uint32
-    key = hashlib.sha256(json.dumps([tok.key, shas, "whole-text"]).encode()).hexdigest()[:32]
-    cache = Path(cache_dir) / f"tokens-{key}.{np.dtype(dtype).name}" if cache_dir is not None else None
-    src = ", ".join(map(str, paths))
-    if cache is not None and cache.is_file() and cache.stat().st_size > 0:
-        if cache.stat().st_size % np.dtype(dtype).itemsize == 0:  # else cut short: rebuilt below
-            ids = np.memmap(cache, dtype=dtype, mode="r")
-            if len(ids) and int(ids.max()) < tok.vocab_size:  # else damaged: rebuilt below
-                check_tokens(ids, vocab_size, need, src)
-                return ids
-    parts = []
-    for p in paths:
-        try:
-            raw = p.read_bytes()
-        except OSError as e:
-            raise GrowError(f"{p}: cannot read ({e.strerror})") from None
-        parts.append(tok.encode(raw, str(p)))
-    ids = np.concatenate(parts).astype(dtype)
-    check_tokens(ids, vocab_size, need, src)
-    if cache is None or not write_cache:
-        return ids
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    atomic_file(cache, lambda fh: fh.write(ids.tobytes()))
-    return np.memmap(cache, dtype=dtype, mode="r")
+    """All files' tokens, concatenated with nothing between them (``corpus.load`` with
+    ``doc_sep="none"``): read from the cache in ``cache_dir``, or tokenised into it (streaming; bad
+    data leaves no file behind). A memory map."""
+    from growtool.training import corpus
+
+    c = corpus.load(files, tok, cache_dir, vocab_size, doc_sep="none", write_cache=write_cache)
+    check_tokens(c.tokens, None, need, ", ".join(map(str, c.files)), top=c.max_id)
+    return c.tokens
+
+
+def corpus_dataset(files, val_files, tok, cache_dir, vocab_size, seq, opts, rank=0, progress=False):
+    """The trainer's data (growtool.training.corpus): the training corpus, its validation part (the
+    ``val_files`` corpus, or its last whole documents), and the run identity (inputs' sha256)."""
+    from growtool.training import corpus
+
+    kw = dict(text_key=opts.text_key, doc_sep=opts.doc_sep, data_dtype=opts.data_dtype, write_cache=rank == 0)
+    train = corpus.load(files, tok, cache_dir, vocab_size, progress=progress and rank == 0, **kw)
+    val = corpus.load(val_files, tok, cache_dir, vocab_size, label="validation", **kw) if val_files else None
+    src = ", ".join(map(str, train.files))
+    check_tokens(train.tokens, vocab_size, min_tokens(seq, opts.batch) if val is None else seq + 1, src, train.max_id)
+    if val is not None:
+        check_tokens(val.tokens, vocab_size, seq + 1, ", ".join(map(str, val.files)), val.max_id)
+    ds = Dataset(train.tokens, seq, opts.batch, src, val=None if val is None else val.tokens, doc_ends=train.doc_ends)
+    identity = {"data_sha256": train.shas, "val_sha256": val.shas if val is not None else []}
+    return ds, identity
 
 
 def val_tokens(n: int, seq: int, batch: int) -> int:
@@ -127,18 +121,48 @@ def min_tokens(seq: int, batch: int) -> int:
     return (seq + 1) + (batch * seq + 1)
 
 
-class Dataset:
-    """A token array split into training and validation parts; batches of ``seq`` tokens."""
+RELEASE_EVERY = 1024  # training steps between dropping the memory map's pages from this process
 
-    def __init__(self, tokens: np.ndarray, seq: int, batch: int, src: str = "data"):
+
+def release(tokens) -> None:
+    """Drop a memory-mapped token array's pages from this process's resident set (they stay in the
+    page cache), so that RSS does not grow with the tokens a long run has touched."""
+    import mmap
+
+    m = getattr(tokens, "_mmap", None)
+    if m is not None and hasattr(m, "madvise") and hasattr(mmap, "MADV_DONTNEED"):
+        m.madvise(mmap.MADV_DONTNEED)
+
+
+class Dataset:
+    """A token array split into training and validation parts; batches of ``seq`` tokens.
+
+    ``val``: a held-out token array (then all of ``tokens`` trains). Otherwise, given ``doc_ends``
+    (where documents end), the validation part is the last whole documents holding at least
+    ``val_tokens`` tokens; without them, or when that would leave less than one training window
+    (a corpus of one long document), the last ``val_tokens`` tokens."""
+
+    def __init__(self, tokens: np.ndarray, seq: int, batch: int, src: str = "data", val=None, doc_ends=None):
         n = len(tokens)
-        self.tokens, self.seq, self.batch = tokens, seq, batch
+        self.tokens, self.seq, self.batch, self.val = tokens, seq, batch, val
+        if val is not None:
+            self.n_val, self.n_train = len(val), n
+            check_tokens(tokens, None, seq + 1, src, top=0)
+            check_tokens(val, None, seq + 1, "--val-data", top=0)
+            return
         self.n_val = val_tokens(n, seq, batch)
         self.n_train = n - self.n_val
-        check_tokens(tokens, None, min_tokens(seq, batch), src)
+        if doc_ends is not None and len(doc_ends):
+            k = int(np.searchsorted(doc_ends, self.n_train, side="right"))
+            cut = int(doc_ends[k - 1]) if k else 0
+            if cut >= seq + 1:
+                self.n_train, self.n_val = cut, n - cut
+        check_tokens(tokens, None, min_tokens(seq, batch), src, top=0)
 
     def train_batch(self, step: int, seed: int, rank: int = 0, world: int = 1) -> tuple[torch.Tensor, torch.Tensor]:
         """Global batch ``step`` (a function of seed and step only); this rank's slice of it."""
+        if step % RELEASE_EVERY == 0:
+            release(self.tokens)
         rng = np.random.default_rng([seed, step])
         starts = rng.integers(0, self.n_train - self.seq, size=self.batch)
         per = self.batch // world
@@ -146,13 +170,15 @@ class Dataset:
 
     def val_batches(self, max_batches: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Fixed validation windows (non-overlapping where the tail allows), in batches."""
-        lo, hi = self.n_train, len(self.tokens) - self.seq - 1
+        src = self.tokens if self.val is None else self.val
+        lo, hi = (self.n_train if self.val is None else 0), len(src) - self.seq - 1
         n = max(1, min(max_batches * self.batch, (hi - lo) // self.seq + 1))
         starts = np.linspace(lo, hi, n).round().astype(np.int64)
-        return [self._windows(starts[i : i + self.batch]) for i in range(0, n, self.batch)]
+        return [self._windows(starts[i : i + self.batch], src) for i in range(0, n, self.batch)]
 
-    def _windows(self, starts) -> tuple[torch.Tensor, torch.Tensor]:
-        w = np.stack([np.asarray(self.tokens[s : s + self.seq + 1], dtype=np.int64) for s in starts])
+    def _windows(self, starts, src=None) -> tuple[torch.Tensor, torch.Tensor]:
+        src = self.tokens if src is None else src
+        w = np.stack([np.asarray(src[s : s + self.seq + 1], dtype=np.int64) for s in starts])
         w = torch.from_numpy(w)
         return w[:, :-1], w[:, 1:]
 

@@ -51,7 +51,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import data, dcp_safe, fsdp, runfiles, stages
+from growtool.training import corpus, data, dcp_safe, fsdp, runfiles, stages
 from growtool.training.optim import make_optimizer
 from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
@@ -188,11 +188,12 @@ class Run:
         return self.tok.files.record() if self.tok is not None and self.tok.files else self.ck.tokenizer
 
 
-def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir) -> Run:
+def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir, val_data=None, progress=False) -> Run:
     """Check everything before writing anything; load the data; resolve the settings."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    files = data.check_files(data_files)
+    files = corpus.expand_inputs(data_files)
+    val_files = corpus.expand_inputs(val_data, "--val-data") if val_data else []
     dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
     confine.check_run_folder(out, [str(ckpt), *map(str, files)])  # the run's files never replace an input
@@ -226,11 +227,13 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width, opts.fsdp, cfg.layers)
     existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
-    tokens = data.load_tokens(
-        files, tok, cache_dir, cfg.vocab_size, data.min_tokens(seq, opts.batch), write_cache=rank == 0
-    )
-    ds = data.Dataset(tokens, seq, opts.batch, src=", ".join(map(str, files)))
-    identity = {"data_sha256": [data.file_sha256(f) for f in files], "source_sha256": ck.sha256()}
+    try:  # bad data leaves no cache and no run folder behind
+        ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
+    except GrowError:
+        if not existed and rank == 0:
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    identity["source_sha256"] = ck.sha256()
     gated = (
         cfg.gated
         or bool(opts.grow_at)
@@ -486,8 +489,9 @@ def finish(run: Run, step: int, seconds: float) -> dict:
     return summary
 
 
-def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None, **settings) -> dict:
-    """Train checkpoint ``ckpt`` on text files ``data_files``, writing into folder ``out``.
+def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None, val_data=None, **settings) -> dict:
+    """Train checkpoint ``ckpt`` on ``data_files`` (files, folders, globs: growtool.training.corpus),
+    validating on ``val_data`` if given, writing into folder ``out``.
 
     ``settings`` are the fields of ``settings.Settings`` (the ``growtool train`` options):
     ``steps`` (or ``tokens``, default: one pass over the training split) sets the run length;
@@ -501,7 +505,9 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     opts.check()
     if isinstance(data_files, (str, os.PathLike)):
         data_files = [data_files]
-    run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir)
+    if isinstance(val_data, (str, os.PathLike)):
+        val_data = [val_data]
+    run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
     own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
     restore(run, resume)
     was_deterministic = torch.are_deterministic_algorithms_enabled()

@@ -1,5 +1,16 @@
-"""The schedules of a training run: the learning rate (linear warm-up, then cosine) and the growth
-gates (a linear ramp 0 -> 1 from the run's last growth)."""
+"""The schedules of a training run: the learning rate and the growth gates (a linear ramp 0 -> 1
+from the run's last growth).
+
+Learning rate (``--schedule``), over a span that begins at step ``start`` (0, or the latest growth
+under ``--grow-schedule rewarm``) and ends at the run's last step. Every schedule warms up linearly
+over ``warmup`` steps (capped at the span): update t of the span (0-based) gets lr * (t + 1) /
+warmup. Then, with r = ``min_lr_ratio`` and n the span's steps:
+
+* ``cosine``: lr * (r + (1 - r) * (1 + cos(pi * p)) / 2), p = (t - warmup) / (n - warmup).
+* ``wsd`` (warmup-stable-decay): lr until the last D = round(``decay_fraction`` * n) steps (at most
+  n - warmup), then linear to r: lr * (1 - (1 - r) * p), p = (t - (n - D)) / D.
+* ``constant``: lr after the warm-up.
+"""
 
 from __future__ import annotations
 
@@ -7,16 +18,26 @@ import math
 
 from growtool.training.settings import saved_setting
 
+SCHEDULES = ("cosine", "wsd", "constant")
+
 
 def lr_at(step: int, s: dict, start: int = 0) -> float:
-    """Learning rate of update ``step`` (0-based): linear warm-up, then cosine to lr * min_lr_ratio,
-    over a schedule that began at step ``start`` (0; a growth under --grow-schedule rewarm)."""
-    lr, warm, n = s["lr"], min(s["warmup"], s["steps"] - start), s["steps"] - start
-    step -= start
-    if step < warm:
-        return lr * (step + 1) / warm
-    p = (step - warm) / max(1, n - warm)
-    return lr * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * p)))
+    """Learning rate of update ``step`` (0-based) under the saved settings ``s`` (runs saved before
+    ``schedule`` existed: cosine)."""
+    kind = saved_setting(s, "schedule")
+    lr, n = s["lr"], s["steps"] - start
+    warm, t, r = min(s["warmup"], n), step - start, s["min_lr_ratio"]
+    if t < warm:
+        return lr * (t + 1) / warm
+    if kind == "constant":
+        return lr
+    if kind == "wsd":
+        d = min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - warm)
+        if d <= 0 or t < n - d:
+            return lr
+        return lr * (1 - (1 - r) * (t - (n - d)) / d)
+    p = (t - warm) / max(1, n - warm)
+    return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
 def gate_at(step: int, s: dict, start: int = 0) -> float | None:

@@ -16,7 +16,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from growtool.nn.errors import GrowError, check_range
 
 # what the saved settings hold beyond the fields: the run's identity, compared on resume too
-IDENTITY = ("data_sha256", "source_sha256")
+IDENTITY = ("data_sha256", "val_sha256", "source_sha256")
 
 
 def setting(
@@ -64,6 +64,13 @@ class Settings:
     seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
     lr: float = setting(3e-3, "peak learning rate", low=0, low_open=True)
     min_lr_ratio: float = setting(0.1, "final lr / peak lr", low=0, high=1)
+    schedule: str = setting(
+        "cosine",
+        "lr after the warm-up: cosine (to --min-lr-ratio), wsd (warmup-stable-decay: the peak, then a "
+        "linear decay over the last --decay-fraction of the steps) or constant",
+        choices=("cosine", "wsd", "constant"),
+    )
+    decay_fraction: float = setting(0.2, "--schedule wsd: fraction of the steps in the final decay", low=0, high=1)
     warmup: int | None = setting(None, "lr warm-up steps (default 5% of the steps)", low=0)
     weight_decay: float = setting(0.1, "AdamW weight decay (matrices only)", low=0)
     clip: float = setting(1.0, "gradient-norm clip", low=0, low_open=True)
@@ -81,6 +88,17 @@ class Settings:
     seed: int = setting(0, "data order and initial RNG state", low=0)
     tokenizer: str | None = setting(
         None, "byte, or a tokenizer.json / folder holding one (default: the checkpoint's own; byte for 256 ids)"
+    )
+    text_key: str = setting("text", "the text field of .jsonl / .jsonl.gz records and the column of .parquet files")
+    doc_sep: str = setting(
+        "auto",
+        "token after each document: auto (the tokenizer's end-of-text token if it has one; none for the byte "
+        "tokenizer), none, or a token (one byte for the byte tokenizer)",
+    )
+    data_dtype: str = setting(
+        "auto",
+        ".bin token files' id type (auto: uint16 for vocabularies up to 65,536, else uint32)",
+        choices=("auto", "uint16", "uint32"),
     )
     device: str = setting(
         "auto", "where to train", choices=("auto", "cpu", "cuda"), resume="the machine may change between invocations"
@@ -192,6 +210,12 @@ ABSENT = {
     "grow_optimizer": "carry",
     "grow_lr": "same",
     "grow_schedule": "continue",
+    "schedule": "cosine",
+    "decay_fraction": 0.2,
+    "text_key": "text",
+    "doc_sep": "none",  # runs before documents were separated
+    "data_dtype": "auto",
+    "val_sha256": [],
 }
 
 

@@ -1,0 +1,461 @@
+"""Training corpora: inputs (files, folders, globs of text, JSONL, Parquet, token files; read by
+``growtool.training.readers``), streaming tokenisation into an on-disk token cache, document
+separators, and bad-input checks.
+
+What holds:
+
+* Inputs (``expand_inputs``): each ``--data`` / ``--val-data`` item is a file, a folder (every file
+  under it, recursively, sorted by path; hidden files skipped) or a glob (matches sorted). Kinds by
+  name: ``.jsonl`` / ``.jsonl.gz`` (one JSON object a line, the text under ``text_key``; blank lines
+  skipped), ``.parquet`` (the string column ``text_key``), ``.bin`` (raw token ids: uint16 when the
+  tokenizer has at most 65,536 ids, else uint32, or ``data_dtype``), ``.npy`` (a 1-D integer
+  array), anything else plain text (UTF-8 for a Hugging Face tokenizer; raw bytes for the byte one).
+* Documents: a text file, a JSONL record, a Parquet row. After each one the separator id is
+  written: the tokenizer's end-of-text token (``doc_sep="auto"``: ``<|endoftext|>``, ``</s>``,
+  ``<|end_of_text|>``, ``<eos>`` or ``<|eos|>``, the first in its vocabulary), none
+  (``"none"``) or a named token. The byte tokenizer has no spare id (its 256 ids are the bytes),
+  so under ``auto`` its documents are concatenated with nothing between; ``--doc-sep`` with a
+  one-byte character (e.g. a newline) puts that byte between them. Token files (``.bin``,
+  ``.npy``) are taken as they are, nothing added.
+* Ids: a document's ids equal ``tokenizer.encode(text, add_special_tokens=False)``. A text file is
+  read in blocks of about ``BLOCK`` bytes cut at line starts (after a newline between two
+  printable ASCII characters other than space, ``x\nY``); for a byte-level BPE with GPT-2's split
+  regex and no prefix space (``line_safe``: GPT-2, and the BPE the benchmark trains) such a cut is always a pre-token
+  boundary, so blocks (and pieces of ``PIECE`` characters inside a document, for the parallel
+  batches) give the whole file's ids. Other tokenizers encode each document whole up to ``BLOCK``
+  bytes and longer ones block by block (``data.encode_text``, exact within a block).
+* Streaming in bounded memory: documents are read, batched (about ``BATCH`` characters), encoded by
+  the tokenizers library's ``encode_batch_fast`` on every core in a second thread while the next
+  batch is read, and appended to ``.tokens-KEY.<dtype>.partial`` in the cache folder; the byte
+  tokenizer needs no workers (a copy). Every ``CHECKPOINT`` tokens the partial file is fsynced
+  and a progress record (input file, position in it, tokens, documents) is written atomically. An
+  interrupted run (a crash, Ctrl-C, a kill) leaves the partial file and its record; the next run
+  cuts the partial file back to the record and continues from there. When all is done the token
+  file is fsynced and renamed to ``tokens-KEY.<dtype>`` beside ``tokens-KEY.json`` (count, largest
+  id, separator) and ``tokens-KEY.docs`` (int64 end of every document): a cache file is always
+  whole. KEY is the sha256 of the format, the tokenizer, every input's kind and sha256, the text
+  key, the separator and the token-file dtype.
+* Bad input (``GrowError``, one line naming the file and line / row / position): a JSONL line that
+  is not JSON, not an object or lacks the key (or its value is not a string), a Parquet file
+  without the column (or a null in it), a token file whose size is not a multiple of its dtype or
+  whose ids exceed the vocabulary, non-UTF-8 text, an empty corpus, a glob or folder matching
+  nothing. The partial files are removed; no cache is written.
+* A single token file whose dtype is the cache's is used in place (memory-mapped, not copied),
+  after a scan of its ids in chunks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from growtool.io.checkpoint import atomic_file
+from growtool.nn.errors import GrowError
+from growtool.training.readers import (  # noqa: F401 (the readers' names, as corpus.X)
+    EOT_NAMES,
+    TOKEN_KINDS,
+    doc_separator,
+    expand_inputs,
+    file_sha256,
+    kind_of,
+    line_safe,
+    precheck,
+    read_jsonl,
+    read_parquet,
+    read_text,
+    read_tokens,
+    scan_ids,
+    token_dtype,
+    token_file,
+)
+
+VERSION = "corpus-v1"
+BLOCK = 8 << 20  # bytes of a text file read at a time
+PIECE = 1 << 16  # characters per piece of a long document in a parallel batch (line-safe tokenizers)
+BATCH = 4 << 20  # characters per encode batch
+CHECKPOINT = 8 << 20  # tokens between resumable progress records
+SCAN = 1 << 22  # ids per chunk when scanning a token file
+
+
+# ---- encoding -------------------------------------------------------------------------------------
+
+
+def _pieces(text: str, size: int) -> list[str]:
+    """``text`` cut into pieces of about ``size`` characters at line starts (see ``_line_cut``)."""
+    if len(text) <= 2 * size:
+        return [text]
+    out, pos = [], 0
+    while len(text) - pos > 2 * size:
+        i = text.find("\n", pos + size)
+        while i >= 0 and i + 1 < len(text) and not ("!" <= text[i + 1] <= "~" and "!" <= text[i - 1] <= "~"):
+            i = text.find("\n", i + 1)
+        if i < 0 or i + 1 >= len(text):
+            break
+        out.append(text[pos : i + 1])
+        pos = i + 1
+    out.append(text[pos:])
+    return out
+
+
+class Encoder:
+    """Payloads (str / bytes of text, or id arrays) -> id arrays in the cache dtype."""
+
+    def __init__(self, tok, dtype, piece: int | None = None):
+        self.tok, self.dtype, self.piece = tok, dtype, piece or PIECE
+        self.safe = line_safe(tok)
+
+    def text(self, payload, where) -> str:
+        """``where``: (path, line of the payload's first byte)."""
+        if isinstance(payload, str):
+            return payload
+        try:
+            return payload.decode("utf-8")
+        except UnicodeDecodeError as e:
+            line = where[1] + payload.count(b"\n", 0, e.start)
+            raise GrowError(
+                f"{where[0]}: line {line}: not UTF-8 text (the {self.tok.name} tokenizer needs text)"
+            ) from None
+
+    def encode(self, items: list) -> list[np.ndarray]:
+        """One id array per item (where, payload): text encoded, id arrays converted."""
+        out: list = [None] * len(items)
+        hf, batch, owner = self.tok.hf, [], []
+        for k, (where, payload) in enumerate(items):
+            if isinstance(payload, np.ndarray):
+                out[k] = payload.astype(self.dtype, copy=False)
+            elif hf is None:
+                raw = payload.encode("utf-8") if isinstance(payload, str) else payload
+                out[k] = np.frombuffer(raw, dtype=np.uint8).astype(self.dtype)
+            elif self.safe:
+                for p in _pieces(self.text(payload, where), self.piece):
+                    batch.append(p)
+                    owner.append(k)
+            else:
+                from growtool.tokenizer import encode_text
+
+                text = self.text(payload, where)
+                if len(text) > 2 * self.piece:
+                    out[k] = encode_text(hf, text).astype(self.dtype)
+                else:
+                    batch.append(text)
+                    owner.append(k)
+        if batch:
+            encs = hf.encode_batch_fast(batch, add_special_tokens=False)
+            parts: dict[int, list] = {}
+            for k, e in zip(owner, encs):
+                parts.setdefault(k, []).append(np.array(e.ids, dtype=self.dtype))
+            for k, ps in parts.items():
+                out[k] = ps[0] if len(ps) == 1 else np.concatenate(ps)
+        return out
+
+
+# ---- the cache ---------------------------------------------------------------------------------
+
+
+@dataclass
+class Corpus:
+    """The tokens of a set of inputs (a read-only memory map) and where its documents end."""
+
+    tokens: np.ndarray
+    doc_ends: np.ndarray  # int64, the position after each document (and its separator)
+    files: list
+    shas: list
+    max_id: int
+    sep: int | None = None
+    path: Path | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _reader(path: Path, kind: str, start: int, text_key: str, dtype, vocab, block: int):
+    if kind == "text":
+        return read_text(path, start, block)
+    if kind == "jsonl":
+        return read_jsonl(path, start, text_key)
+    if kind == "parquet":
+        return read_parquet(path, start, text_key)
+    return read_tokens(path, token_file(path, kind, dtype), start, vocab, SCAN)
+
+
+class Bar:
+    """A rich progress bar on a terminal: MB, MB/s, tokens, ETA (nothing elsewhere)."""
+
+    def __init__(self, enabled: bool, total_bytes: int, label: str):
+        self.p = None
+        if not enabled:
+            return
+        from rich.console import Console
+        from rich.progress import (
+            BarColumn,
+            DownloadColumn,
+            Progress,
+            TextColumn,
+            TimeRemainingColumn,
+            TransferSpeedColumn,
+        )
+
+        self.p = Progress(
+            TextColumn(label),
+            BarColumn(),
+            DownloadColumn(),
+            TransferSpeedColumn(),
+            TextColumn("{task.fields[tokens]:,} tokens"),
+            TimeRemainingColumn(),
+            console=Console(stderr=True),
+        )
+        self.task = self.p.add_task(label, total=total_bytes, tokens=0)
+        self.p.start()
+
+    def update(self, done_bytes: int, tokens: int) -> None:
+        if self.p is not None:
+            self.p.update(self.task, completed=done_bytes, tokens=tokens)
+
+    def close(self) -> None:
+        if self.p is not None:
+            self.p.stop()
+
+
+def cache_key(tok, files, shas, text_key, sep, bin_dtype) -> str:
+    kinds = [kind_of(p) for p in files]
+    parts = [VERSION, tok.key, list(zip(kinds, shas)), text_key if {"jsonl", "parquet"} & set(kinds) else None]
+    parts += [sep, bin_dtype.name if set(TOKEN_KINDS) & set(kinds) else None]
+    return hashlib.sha256(json.dumps(parts).encode()).hexdigest()[:32]
+
+
+def _fsync(fh) -> None:
+    fh.flush()
+    os.fsync(fh.fileno())
+
+
+def _remove(*paths) -> None:
+    for p in paths:
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
+
+
+HOOK = None  # tests: called as HOOK(tokens_written) after each written batch (to interrupt a run)
+
+
+def build(
+    files: list[Path],
+    shas: list[str],
+    tok,
+    cache: Path,
+    dtype,
+    sep: int | None,
+    text_key: str,
+    vocab: int | None,
+    bin_dtype,
+    progress: bool = False,
+    label: str = "tokenise",
+) -> None:
+    """Tokenise ``files`` into the token file ``cache`` (and its .json / .docs), resuming a partial
+    build of the same key; see the module docstring (sizes: the module's BLOCK, BATCH, CHECKPOINT)."""
+    block, batch_chars, checkpoint = BLOCK, BATCH, CHECKPOINT
+    key_path = cache.with_suffix("")
+    part = cache.parent / f".{cache.name}.partial"
+    docs_part = cache.parent / f".{key_path.name}.docs.partial"
+    prog = cache.parent / f".{key_path.name}.progress.json"
+    state = {"file": 0, "marker": 0, "tokens": 0, "docs": 0, "max": -1}
+    if prog.is_file() and part.is_file() and docs_part.is_file():
+        try:
+            saved = json.loads(prog.read_text())
+            ok = (
+                part.stat().st_size >= saved["tokens"] * dtype.itemsize
+                and docs_part.stat().st_size >= saved["docs"] * 8
+            )
+            if ok:
+                state = saved
+        except (ValueError, KeyError, OSError):
+            pass
+    enc = Encoder(tok, dtype)
+    sizes = [p.stat().st_size for p in files]
+    bar = Bar(progress and sys.stderr.isatty(), sum(sizes), label)
+    tokens, docs, top = state["tokens"], state["docs"], state["max"]
+    fh = open(part, "r+b" if state["tokens"] or state["file"] else "wb")
+    dh = open(docs_part, "r+b" if state["docs"] or state["file"] else "wb")
+    fh.truncate(tokens * dtype.itemsize)
+    dh.truncate(docs * 8)
+    fh.seek(0, 2)
+    dh.seek(0, 2)
+    since, done_bytes = 0, sum(sizes[: state["file"]])
+    pool = ThreadPoolExecutor(1)
+    try:
+
+        def flush(job):
+            nonlocal tokens, docs, top, since
+            fut, metas = job
+            arrays = fut.result()
+            ends = []
+            for (_, _, last), ids in zip(metas, arrays):
+                if len(ids):
+                    fh.write(ids.tobytes())
+                    tokens += len(ids)
+                    top = max(top, int(ids.max()))
+                if last:
+                    if sep is not None:
+                        fh.write(np.array([sep], dtype=dtype).tobytes())
+                        tokens += 1
+                        top = max(top, sep)
+                    ends.append(tokens)
+            if ends:
+                dh.write(np.asarray(ends, dtype=np.int64).tobytes())
+                docs += len(ends)
+            since += sum(len(a) for a in arrays)
+            fi, marker, last = metas[-1]
+            if since >= checkpoint:
+                since = 0
+                _fsync(fh)
+                _fsync(dh)
+                st = {"file": fi, "marker": marker, "open": not last, "tokens": tokens, "docs": docs, "max": top}
+                atomic_file(prog, lambda f: f.write(json.dumps(st).encode()))
+            if HOOK is not None:
+                HOOK(tokens)
+
+        pending, items, metas, chars = None, [], [], 0
+
+        def submit():
+            nonlocal pending, items, metas, chars
+            job = (pool.submit(enc.encode, items), metas)
+            if pending is not None:
+                flush(pending)
+            pending, items, metas, chars = job, [], [], 0
+
+        for fi in range(state["file"], len(files)):
+            path, kind = files[fi], kind_of(files[fi])
+            start = state["marker"] if fi == state["file"] else 0
+            open_doc = fi == state["file"] and state.get("open", False)
+            if kind == "text" and start and not open_doc:
+                done_bytes += sizes[fi]  # the record was written after this file's last block
+                continue
+            for marker, payload, last, done, where in _reader(path, kind, start, text_key, bin_dtype, vocab, block):
+                if last and not len(payload) and not open_doc:
+                    continue  # an empty document: no tokens, no separator
+                open_doc = not last
+                items.append((where, payload))
+                metas.append((fi, marker, last))
+                chars += len(payload)
+                if chars >= batch_chars:
+                    submit()
+                    bar.update(done_bytes + done, tokens)
+            done_bytes += sizes[fi]
+        if items:
+            submit()
+        if pending is not None:
+            flush(pending)
+        bar.update(done_bytes, tokens)
+        if tokens == 0:
+            raise GrowError(f"{', '.join(map(str, files))}: no tokens (the data is empty)")
+        _fsync(fh)
+        _fsync(dh)
+        fh.close()
+        dh.close()
+        meta = {"tokens": tokens, "max": top, "docs": docs, "sep": sep, "dtype": dtype.name}
+        os.replace(docs_part, cache.parent / f"{key_path.name}.docs")
+        atomic_file(cache.parent / f"{key_path.name}.json", lambda f: f.write(json.dumps(meta).encode()))
+        os.replace(part, cache)
+        _fsync_dir(cache.parent)
+        _remove(prog)
+    except GrowError:
+        fh.close()
+        dh.close()
+        _remove(part, docs_part, prog)
+        raise
+    finally:
+        pool.shutdown(wait=True)
+        bar.close()
+        if not fh.closed:
+            fh.close()
+        if not dh.closed:
+            dh.close()
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _whole(cache: Path, meta_path: Path, docs_path: Path, dtype) -> bool:
+    """Is the cache there and of the sizes its record says (not cut short or replaced since)?"""
+    try:
+        meta = json.loads(meta_path.read_text())
+        return cache.stat().st_size == meta["tokens"] * dtype.itemsize and docs_path.stat().st_size == meta["docs"] * 8
+    except (OSError, ValueError, KeyError, TypeError):
+        return False
+
+
+def load(
+    specs,
+    tok,
+    cache_dir,
+    vocab_size: int | None = None,
+    *,
+    text_key: str = "text",
+    doc_sep: str | None = "auto",
+    data_dtype: str = "auto",
+    write_cache: bool = True,
+    progress: bool = False,
+    label: str = "tokenise",
+) -> Corpus:
+    """The corpus of ``specs`` (see ``expand_inputs``): from the cache in ``cache_dir`` when it holds
+    this key, else tokenised into it (``cache_dir`` None or ``write_cache`` False: into a private
+    temporary file, removed once mapped)."""
+    files = expand_inputs(specs)
+    bin_dtype = token_dtype(tok.vocab_size, data_dtype)
+    dtype = token_dtype(tok.vocab_size)
+    if bin_dtype.itemsize > dtype.itemsize:
+        dtype = bin_dtype
+    sep = doc_separator(tok, doc_sep)
+    precheck(files, tok, text_key, bin_dtype)
+    shas = [file_sha256(p) for p in files]
+    if len(files) == 1 and kind_of(files[0]) in TOKEN_KINDS:  # one token file: used in place
+        arr = token_file(files[0], kind_of(files[0]), bin_dtype)
+        top = scan_ids(files[0], arr, vocab_size, SCAN)
+        if len(arr) == 0:
+            raise GrowError(f"{files[0]}: no tokens (the data is empty)")
+        return Corpus(arr, np.zeros(0, dtype=np.int64), files, shas, top, None, files[0])
+    key = cache_key(tok, files, shas, text_key, sep, bin_dtype)
+    private = cache_dir is None or not write_cache
+    if private:
+        import tempfile
+
+        folder = Path(tempfile.mkdtemp(prefix="growtool-tokens-"))
+    else:
+        folder = Path(cache_dir)
+    cache = folder / f"tokens-{key}.{dtype.name}"
+    meta_path, docs_path = folder / f"tokens-{key}.json", folder / f"tokens-{key}.docs"
+    try:
+        if not _whole(cache, meta_path, docs_path, dtype):  # none yet, or damaged since: (re)built
+            _remove(cache, meta_path, docs_path)
+            folder.mkdir(parents=True, exist_ok=True)
+            build(files, shas, tok, cache, dtype, sep, text_key, vocab_size, bin_dtype, progress, label=label)
+        meta = json.loads(meta_path.read_text())
+        tokens = np.memmap(cache, dtype=dtype, mode="r", shape=(meta["tokens"],))
+        ends = np.fromfile(docs_path, dtype=np.int64)
+    finally:
+        if private:
+            import shutil
+
+            shutil.rmtree(folder, ignore_errors=True)
+    if vocab_size is not None and meta["max"] >= vocab_size:
+        raise GrowError(
+            f"{', '.join(map(str, files))}: token id {meta['max']} does not fit the model's vocabulary of {vocab_size}"
+        )
+    return Corpus(tokens, ends, files, shas, meta["max"], sep, None if private else cache)
+
+
+__all__ = ["expand_inputs", "kind_of", "doc_separator", "load", "build", "Corpus", "Encoder", "line_safe"]
