@@ -880,6 +880,9 @@ def inspect(ckpt, metrics, as_json):
         from growtool.metrics import matrix_metrics
 
         info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
+        from growtool.training.diagnostics import checkpoint_record
+
+        info["growth"] = checkpoint_record(ck)  # copies vs their sources (None: no recorded growth)
     if as_json:
         click.echo(json.dumps(info, indent=2))
         return
@@ -923,6 +926,10 @@ def inspect(ckpt, metrics, as_json):
         for n, v in info["metrics"].items():
             m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
         err.print(m)
+        if info["growth"]:
+            from growtool.training.diagnostics import table
+
+            err.print(table(info["growth"]))
 
 
 # ---- sample -------------------------------------------------------------------------------

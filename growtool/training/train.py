@@ -21,7 +21,9 @@ What holds:
   unfolded) + ``last.pt`` (optimiser, RNG, step, settings) every ``save_every`` steps;
   ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s,
   stage, width, flops (cumulative; stages.annotate);
-  val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``);
+  val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``;
+  for a grown model ``growth``: copies' cosine to their sources, new/old gradient ratio and gates
+  per block, at step 0, every ``metrics_every`` and while the gates ramp (diagnostics.py));
   at the end ``final.safetensors`` (plain) and ``loss.png``. Token caches go to ``out/cache``.
 * Distributed: under torchrun (WORLD_SIZE > 1) each rank computes its slice of the same global
   batch of ``batch`` sequences; DistributedDataParallel averages the gradients (gloo on CPU, NCCL
@@ -53,7 +55,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, write_files
-from growtool.training import data, fsdp, stages
+from growtool.training import data, diagnostics, fsdp, stages
 from growtool.training.train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
@@ -274,6 +276,7 @@ class Run:
     records: list = field(default_factory=list)
     tok: data.Tokenizer | None = None
     growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
+    diag: tuple | None = None  # (key, diagnostics.Tracker or None) for the model now (diagnostics.py)
 
     @property
     def lead(self) -> bool:
@@ -447,6 +450,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
     x, y = run.ds.train_batch(step, s["seed"], run.rank, run.world)
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
+    grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
     run.opt.step()
     run.opt.zero_grad(set_to_none=True)
@@ -473,6 +477,8 @@ def one_step(run: Run, module, params, step: int) -> dict:
         rec["val_loss"] = evaluate(model, run.val, dev)
     if step % s["metrics_every"] == 0 or step == s["steps"]:
         rec["matrix"] = matrix_record(run)
+    if grads is not None:
+        rec["growth"] = diagnostics.after_update(run, step, grads)
     return rec
 
 
@@ -503,6 +509,8 @@ def loop(run: Run, module, progress: bool) -> int:
             "val_loss": evaluate(run.model, run.val, run.dev),
             "matrix": matrix_record(run),
         }
+        if (diag := diagnostics.at_start(run)) is not None:
+            rec0["growth"] = diag
         log(stages.annotate(run, rec0, None))
     bar = Progress(progress and run.lead, s["steps"], run.start)
     step, stop_at = run.start, run.opts.stop_at
