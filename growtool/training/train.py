@@ -14,7 +14,8 @@ What holds:
   updates uses the gate of step ``s``, so the first evaluation (step 0, gate 0) measures the
   source model's function. The final checkpoint has the gates folded away at the value they
   reached (1 unless the run was shorter than the ramp): a plain checkpoint.
-* Batches depend on (seed, step) only, the model has no dropout, and the state file holds the
+* Batches depend on (seed, data_start + step) only (``data_start``: where the input's lineage says
+  its training stopped, stream.py), the model has no dropout, and the state file holds the
   optimiser, RNG and step: ``resume=True`` continues a run so that its metrics equal an
   uninterrupted run's (bitwise on CPU).
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
@@ -55,7 +56,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, write_files
-from growtool.training import data, diagnostics, fsdp, stages
+from growtool.training import data, diagnostics, fsdp, stages, stream
 from growtool.training.train_settings import Settings, resume_keys, saved_setting
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
@@ -334,6 +335,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
     )
     s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
+    s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
     try:
         stages.check_schedule(s, cfg.width)
     except GrowError:
@@ -420,6 +422,8 @@ def save_state(run: Run, step: int) -> None:
         "steps": s["steps"],
         "tokens": step * B * T,
         "complete": False,
+        "seed": s["seed"],
+        "data_end": stream.position(s, step),
         "data_sha256": s["data_sha256"],
         "tokenizer": s["tokenizer"],
     }
@@ -448,7 +452,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     scale = stages.width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
-    x, y = run.ds.train_batch(step, s["seed"], run.rank, run.world)
+    x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
@@ -565,6 +569,8 @@ def finish(run: Run, step: int, seconds: float) -> dict:
             "batch": B,
             "seq": T,
             "lr": s["lr"],
+            "seed": s["seed"],
+            "data_end": stream.position(s, step),
             "tokenizer": s["tokenizer"],
             "data_sha256": s["data_sha256"],
             "source_sha256": s["source_sha256"],
