@@ -20,7 +20,9 @@ with ``growtool.train`` (the library behind ``growtool train``):
                     default seed (0) and the recipe, the grown run with the base run's seed, so it
                     continues the data stream where the base run stopped (train's default since
                     ``--data-start``); ``plain_<recipe>_replay``: with ``--data-start 0``, the grown run
-                    replays the base run's batches (the default before)
+                    replays the base run's batches (the default before); ``plain_<recipe>_mid``: the
+                    source is the first half of a 2T run (``--stop-at``, LR not annealed), as
+                    ``--grow-at 0.5`` sees it
     scratch         the 1.5d model from init, as many tokens as give the FLOPs of carry (2T tokens, half
                     at each width)
   2x width, d -> 2d (``--to-2x``), Llama only (``--multi-family``):
@@ -105,6 +107,7 @@ OPTIONS = {
     "ramp_long": {"ramp": 0.3},
     "early": {"frac": 0.25},  # grow after a quarter of the run instead of half
     "late": {"frac": 0.75},
+    "fresh": {"grow_optimizer": "reset"},  # a fresh AdamW at the growth (with rewarm: the plain path's optimizer)
 }
 DEFAULT_VARIANTS = "carry_srio,carry_nrio,carry_copy,carry_copy_noise,carry_srio_noise,carry_srio_mup,"
 DEFAULT_VARIANTS += "carry_srio_rewarm,carry_srio_ramp_short,carry_srio_ramp_long,reset_srio,scratch"
@@ -241,10 +244,15 @@ def job(P, family, variant, seed):
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]  # first grown update's loss minus the base's last
     elif variant.startswith("plain_"):
         recipe, _, option = variant[len("plain_") :].partition("_")
-        if option not in ("", "replay"):
+        if option not in ("", "replay", "mid"):
             raise ValueError(variant)
-        s1, r1 = train_phase(P, base, out + "-base", T, seed)
-        src = checkpoint.load(s1["final"])
+        if option == "mid":  # the source not annealed: the first half of a 2T run, as --grow-at 0.5 grows it
+            steps = max(1, -(-2 * T // (P["batch"] * P["seq"])))
+            s1, r1 = train_phase(P, base, out + "-base", 2 * T, seed, stop_at=steps // 2)
+            src = checkpoint.load(Path(out + "-base") / "last.safetensors")
+        else:
+            s1, r1 = train_phase(P, base, out + "-base", T, seed)
+            src = checkpoint.load(s1["final"])
         plan = growth.build_plan(src.config, recipes.load(recipe), D, seed=0)  # expand's default --seed
         grown = checkpoint.save(
             str(run / f"{variant}-grown.safetensors"),
@@ -254,7 +262,7 @@ def job(P, family, variant, seed):
             lambda n: growth.grow_tensor(n, plan, src.get),
             force=True,
         )
-        s, recs = train_phase(P, grown, out, T, seed, **({"data_start": 0} if option else {}))
+        s, recs = train_phase(P, grown, out, T, seed, **({"data_start": 0} if option == "replay" else {}))
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]
         extra["data_start"] = s["settings"]["data_start"]

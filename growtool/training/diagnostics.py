@@ -241,9 +241,8 @@ def for_run(run) -> Tracker | None:
 
 
 def since(run, step: int) -> int:
-    from growtool.training.stages import last_growth
-
-    return last_growth(run.growths, step)
+    """The step of the run's latest growth at or before ``step`` (0: none; as stages.last_growth)."""
+    return max((g["step"] for g in run.growths if g["step"] <= step), default=0)
 
 
 def before_update(run, step: int) -> list[dict] | None:
