@@ -304,7 +304,7 @@ def main():
     if not Path(args.data).is_file():
         raise SystemExit(f"bench/budget.py: {args.data}: no such file")
     if P["schedule"] != "cosine":
-        from growtool.training.train_settings import Settings
+        from growtool.training.settings import Settings
 
         if "schedule" not in {f.name for f in fields(Settings)}:
             raise SystemExit(f"bench/budget.py: --schedule {P['schedule']}: this trainer has no --schedule yet")

@@ -147,7 +147,7 @@ def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict,
     """One ``growtool.train`` phase of a benchmark on ``P``'s data and sizes (batch, seq, lr, evals,
     eval_batches, work): enough steps for ``tokens``, one save at the end, no condensation metrics.
     ``kw`` go to ``train`` as they are. Returns (train's summary, the run's metrics records)."""
-    from growtool.training.train import read_metrics, train
+    from growtool.training.loop import read_metrics, train
 
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
     s = train(

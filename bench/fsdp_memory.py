@@ -89,8 +89,8 @@ def worker(mode: str, ckpt: str, text: str, out: str, result: str) -> None:
     """One rank: load, train STEPS steps, save the resumable state; write this rank's numbers."""
     import torch
 
-    from growtool.training import train as T
-    from growtool.training.train_settings import Settings
+    from growtool.training import loop as T
+    from growtool.training.settings import Settings
 
     torch.set_num_threads(1)
     sampler = Sampler()

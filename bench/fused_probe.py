@@ -5,7 +5,7 @@ an FFN reader grown by srio (every row [x; 0] rotated and rounded to bfloat16) t
 passes: convert x to float32, multiply by the folded norm gain, sum the row, add the rotation's
 constant, round into the output (plus one constant written over the new half). This script times
 that path (growtool's own ``ops.fold_gain`` and ``ops.rotate_half_into``, by row blocks of about
-1M elements as ``growth._row_blocks`` makes them) against one C loop that does the same
+1M elements as ``engine._row_blocks`` makes them) against one C loop that does the same
 arithmetic per row while the row sits in the cache, compiled here with the system's C compiler.
 
 The loop sums each row in its own order, not torch's, so a few output elements differ by one

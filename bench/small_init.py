@@ -2,7 +2,7 @@
 
 A grid of Llama-family models (untied head, SwiGLU FFN 4 x width, head_dim 16), each created with
 gamma-initialisation (sigma = fan_in^-gamma, embeddings width^-gamma: ``init_model``'s default
-embed_gamma = gamma) and trained with ``growtool.training.train.train`` on byte-level real text
+embed_gamma = gamma) and trained with ``growtool.training.loop.train`` on byte-level real text
 (default ../shared/data/tinyshakespeare.txt from the checkout root) for the same number of steps:
 
     width in {64, 128} x gamma in {0.5, 0.75, 1.0, 1.25} x RMSNorm eps in {1e-5, 1e-12}
@@ -159,7 +159,7 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
 
     from growtool.init import init_model
     from growtool.io import checkpoint
-    from growtool.training.train import read_metrics, train
+    from growtool.training.loop import read_metrics, train
 
     torch.set_num_threads(threads)
     run = Path(root) / "runs" / spec["name"]
@@ -295,7 +295,7 @@ def kind_of(name: str) -> str:
 
 def condensation(run_dir: Path) -> list[dict]:
     """Per logged step and matrix kind: stable rank and row cosine, averaged over the layers."""
-    from growtool.training.train import read_metrics
+    from growtool.training.loop import read_metrics
 
     out = []
     for r in read_metrics(run_dir / "train" / "metrics.jsonl"):
@@ -449,7 +449,7 @@ def main():
     grid_table = pivot(rows)
     print(table(grid_table, "validation loss (nats/byte), mean over seeds"), file=sys.stderr)
 
-    from growtool.training.train import read_metrics
+    from growtool.training.loop import read_metrics
 
     curves = []
     for r in rows:

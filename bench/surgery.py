@@ -20,10 +20,10 @@ For float32 and bfloat16 (same parameter count) it
      ``pair_ratio_no_start_import``, once at the start of the run), and peak RSS against 3 x the
      largest output tensor + 0.5 GB (beside the peak RSS of the import alone, the floor under it:
      larger for a CUDA build of torch);
-  6. runs the same expansion in-process with timers around each step (reading, growing, writing +
-     fsync, and the wait for the source hash, which a background thread computes meanwhile) to
-     show where the time goes; there the steps run one after another (``growtool expand`` itself
-     produces the next tensor while writing the current one).
+  6. runs the same expansion in-process through the library's ``expand`` pipeline with its
+     ``timings`` hook to show where the time goes: reading and growing (summed over the producing
+     threads, which overlap the writing), the wall of the streaming save and, inside it, the wait
+     for the source hash, which a background thread computes meanwhile.
 
 ``--quick`` uses a ~120 MB checkpoint. ``--profile`` also writes a cProfile of the in-process run.
 
@@ -44,7 +44,6 @@ wrote the same bytes (``--repeats`` pairs, default 10). Files: against.csv, agai
 from __future__ import annotations
 
 import cProfile
-import functools
 import hashlib
 import io
 import json
@@ -61,7 +60,7 @@ from pathlib import Path
 import torch
 from common import MB, cpu_seconds, fsync_file, machine, parse_args, run_measured, table, write_csv, write_json
 
-from growtool.cli import surgery_threading
+from growtool import surgery
 from growtool.grow import growth, recipes
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
@@ -298,77 +297,19 @@ def pair_summary(pairs, start: dict) -> dict:
 
 
 def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | None = None) -> dict:
-    """The same steps as ``growtool expand`` (load, plan, background source hash, stream, atomic
-    write) in-process, with a timer around each step. Returns seconds per step; ``sha256_wait`` is
-    the time spent waiting for the hash at the end (the hash itself runs in a thread meanwhile)."""
-    t = {"sha256_wait": 0.0, "read": 0.0, "nan_check": 0.0, "grow": 0.0}
+    """The library's own ``expand`` (``growtool.surgery.run_expand``: the pipeline ``growtool
+    expand`` runs, producers, write path and all) in-process, with its ``timings`` hook: seconds
+    spent reading (with the NaN / Inf check) and growing, summed over the ``producers`` threads
+    (they overlap each other and the writing); the wall of the streaming save (``save``, which
+    includes ``sha256_wait``, the wait for the source hash at its end); ``setup`` = ``total`` -
+    ``save`` (reading the header, the plan)."""
+    t: dict = {}
     prof = cProfile.Profile() if profile_to else None
     if prof:
         prof.enable()
-    t_all = time.perf_counter()
-    ck = checkpoint.load(str(src))
-    plan = growth.build_plan(ck.config, recipes.load("srio"), width, dtype=ck.main_dtype())
-    source_hash = checkpoint.SourceHash(ck)
-    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
-    value = source_hash.value
-
-    def timed_value():
-        t0 = time.perf_counter()
-        v = value()
-        t["sha256_wait"] += time.perf_counter() - t0
-        return v
-
-    source_hash.value = timed_value
-    raw, raw_into = ck._get, ck._read_into
-
-    def timed_read(name, into=None, rows=None):  # the file read alone
-        t0 = time.perf_counter()
-        x = raw(name) if into is None and rows is None else raw_into(name, into, rows)
-        t["read"] += time.perf_counter() - t0
-        return x
-
-    ck._get, ck._read_into = timed_read, timed_read
-
-    def get(name, into=None, rows=None):  # read + the NaN / Inf check, as in growtool expand
-        t0 = time.perf_counter()
-        before = t["read"]
-        x = ck.get(name, into=into, rows=rows)
-        t["nan_check"] += time.perf_counter() - t0 - (t["read"] - before)
-        return x
-
-    work = growth.Workspace()
-
-    def produce(name, rows=None):
-        t0 = time.perf_counter()
-        before = t["read"] + t["nan_check"]
-        read = functools.partial(get, into=work.source)
-        y = growth.grow_tensor(name, plan, get, work, read, rows)
-        t["grow"] += time.perf_counter() - t0 - (t["read"] + t["nan_check"] - before)
-        return y
-
-    t0 = time.perf_counter()
-    prefetch = checkpoint.prefetch  # the steps one after another (expand overlaps grow and write)
-    checkpoint.prefetch = lambda names, fn, **kw: prefetch(names, fn, ahead=0)
-    try:
-        with surgery_threading(streaming=True):  # as growtool expand does (one torch thread)
-            checkpoint.save(
-                str(out),
-                plan.cfg,
-                lineage,
-                plan.outputs(),
-                produce,
-                force=True,
-                source_hash=source_hash,
-                recycle=work.recycle,
-                pieces=plan.pieces,
-            )
-    finally:
-        checkpoint.prefetch = prefetch
-        source_hash.cancel()
-    t_save = time.perf_counter() - t0
-    t["write_fsync"] = t_save - t["read"] - t["nan_check"] - t["grow"] - t["sha256_wait"]
-    t["total"] = time.perf_counter() - t_all
-    t["other"] = t["total"] - sum(v for k, v in t.items() if k != "total")
+    job = surgery.prepare_expand(str(src), width=width, out=str(out), recipe="srio", force=True)
+    surgery.run_expand(job, timings=t)
+    t["setup"] = t["total"] - t["save"]
     if prof:
         prof.disable()
         s = io.StringIO()
@@ -560,7 +501,7 @@ def bench_sharded(gb: float, repeats: int, start: dict, tmp: Path) -> dict:
     }
 
 
-STEP_KEYS = ["sha256_wait", "read", "nan_check", "grow", "write_fsync", "other"]
+STEP_KEYS = ["save", "setup"]  # the wall: the streaming save, then load + plan before it (and after)
 
 
 def plot(rows: list[dict], steps: list[dict], path: Path) -> None:

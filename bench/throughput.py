@@ -4,7 +4,7 @@ warm-up gates.
 1. Against transformers, per family (Llama, GPT-2), one configuration, float32 on CPU, a fixed
    thread count, the same batches (``growtool.training.data.Dataset``), AdamW with the trainer's parameter
    groups, gradient clipping at 1:
-   * ``growtool.train``   - the real trainer (``growtool.training.train.train``); step seconds from its own
+   * ``growtool.train``   - the real trainer (``growtool.training.loop.train``); step seconds from its own
                             per-step ``tok_s`` in metrics.jsonl (evaluation and saving fall outside it);
    * ``growtool loop``    - growtool's ``LM`` in the plain loop below;
    * ``transformers loop`` - ``LlamaForCausalLM`` / ``GPT2LMHeadModel`` (sdpa attention) loaded from the
@@ -148,7 +148,7 @@ def hf_loss(model):
 
 def trainer_step_times(ckpt: Path, text: Path, work: Path, run: int, sz: dict) -> list[float]:
     """Step seconds of ``growtool.train`` from its metrics.jsonl (``batch * seq / tok_s``)."""
-    from growtool.training.train import train
+    from growtool.training.loop import train
 
     out = work / f"train-{ckpt.stem}-{run}"
     n = sz["warmup"] + sz["steps"]

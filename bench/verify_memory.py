@@ -15,9 +15,9 @@ import torch
 from common import MB, machine, parse_args, run_measured, table, write_json
 from surgery import GROWTOOL, llama_config, write_random_checkpoint
 
+from growtool.check import compare, random_batches
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
-from growtool.verify import compare, random_batches
 
 GB = 1024**3
 

@@ -8,11 +8,8 @@ import functools
 import gc
 import json
 import os
-import signal
 import sys
-import tempfile
 import time
-import traceback
 from pathlib import Path
 
 # Start-up: importing torch creates some 250,000 Python objects, and the cyclic garbage
@@ -25,12 +22,26 @@ gc.disable()
 import click  # noqa: E402
 import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
-from rich.table import Table  # noqa: E402
 
-from growtool import tokenizer  # noqa: E402
-from growtool.grow import growth, recipes  # noqa: E402
+from growtool import check, info, surgery, views  # noqa: E402
+from growtool.console import (  # noqa: E402, F401 (the frame of the command line; kept importable here)
+    PROGRESS_DELAY,
+    Bar,
+    Growtool,
+    Interrupted,
+    bounded,
+    clean_errors,
+    internal_error,
+    interrupts_as_exceptions,
+    one_line,
+    set_debug,
+    settings_options,
+    stderr_is_terminal,
+)
+from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
-from growtool.nn.errors import GrowError, check_range  # noqa: E402
+from growtool.machine import surgery_threading  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 
 gc.freeze()
@@ -39,224 +50,6 @@ if _GC_WAS_ON:
 
 err = Console(stderr=True)
 DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
-
-
-def surgery_threads() -> int:
-    """Threads for tensor surgery: every core, up to 8 (``GROWTOOL_THREADS`` to choose)."""
-    if os.environ.get("GROWTOOL_THREADS", "").isdigit():
-        return max(1, int(os.environ["GROWTOOL_THREADS"]))
-    return min(os.cpu_count() or 1, 8)
-
-
-def machine_is_idle() -> bool:
-    """No other job holds a core (1-minute load average below cores - 0.5)."""
-    try:
-        return os.getloadavg()[0] < (os.cpu_count() or 1) - 0.5
-    except OSError:
-        return True
-
-
-def resident_bytes() -> int:
-    """This process's resident memory now (Linux; 256 MB where it cannot be read)."""
-    try:
-        with open("/proc/self/statm") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 256 << 20
-
-
-def one_malloc_arena() -> None:
-    """Have glibc serve every thread from one arena of memory. By default each thread that
-    allocates gets its own (up to 8 per core), and each keeps the blocks of up to 32 MB freed in
-    it for reuse: with 8 producing threads the 1 GB float32 expand peaked at 1.0 GB instead of
-    0.78-0.87 (bench/README, section 3), at the same speed. (Mapping blocks over 4 MB on their own
-    instead, ``M_MMAP_THRESHOLD``, saved as much but cost the 4 GB folder 3 s of page faults.)
-    Call before the threads start; elsewhere than glibc, nothing."""
-    mallopt = checkpoint.linux_call("mallopt", "c_int", "c_int")
-    if mallopt is not None:
-        mallopt(-8, 1)  # M_ARENA_MAX (malloc.h)
-
-
-@contextlib.contextmanager
-def surgery_threading(streaming: bool = False):
-    """Run tensor surgery on ``surgery_threads()`` threads; yields that count.
-
-    A streaming expand / fold produces that many tensors at once, one Python thread each, with
-    torch on one thread: most operations take about a millisecond, where OpenMP's start and wait
-    cost as much as they save; threads of our own simply share the cores with any other job.
-    In-memory surgery gives the threads to torch instead, and only on an idle machine: OpenMP's
-    threads wait for each other whenever another job holds a core (the 120 MB grow took 0.9 s on
-    one thread and 11 s on two on a 2-core machine shared with another job)."""
-    n, before = surgery_threads(), torch.get_num_threads()
-    if streaming:
-        one_malloc_arena()
-    torch.set_num_threads(1 if streaming else (n if "GROWTOOL_THREADS" in os.environ or machine_is_idle() else 1))
-    try:
-        yield n
-    finally:
-        torch.set_num_threads(before)
-
-
-PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
-
-
-def stderr_is_terminal() -> bool:
-    return sys.stderr.isatty()
-
-
-class Bar:
-    """A progress bar on stderr for the library's ``progress(name, amount)`` hooks: over tensors and
-    their bytes (``nbytes`` given: rate and ETA in bytes), or over ``items`` counted by ``amount``.
-    Drawn only when stderr is a terminal, without ``quiet``, and once the work has taken longer
-    than PROGRESS_DELAY. ``with Bar(...) as bar: library_call(..., progress=bar)``."""
-
-    def __init__(self, label: str, items: int, nbytes: int | None = None, quiet: bool = False, unit: str = "tensors"):
-        self.label, self.items, self.nbytes, self.unit = label, items, nbytes, unit
-        self.enabled = not quiet and stderr_is_terminal()
-        self.done, self.pending, self.bar, self.t0 = 0, 0, None, time.monotonic()
-
-    def __enter__(self):
-        self.t0 = time.monotonic()
-        return self
-
-    def __call__(self, name: str, amount: int) -> None:
-        by_bytes = self.nbytes is not None
-        self.done += 1 if by_bytes else amount
-        self.pending += amount if by_bytes else 0
-        if not self.enabled or (self.bar is None and time.monotonic() - self.t0 < PROGRESS_DELAY):
-            return
-        if self.bar is None:
-            self.start(by_bytes)
-        self.bar.update(
-            self.task, completed=self.pending if by_bytes else self.done, count=f"{self.done}/{self.items} {self.unit}"
-        )
-
-    def start(self, by_bytes: bool) -> None:
-        from rich import progress as rp
-
-        cols = [rp.DownloadColumn(), rp.TransferSpeedColumn()] if by_bytes else []
-        self.bar = rp.Progress(
-            rp.TextColumn(self.label),
-            rp.BarColumn(),
-            *cols,
-            rp.TextColumn("{task.fields[count]}"),
-            rp.TimeRemainingColumn(),
-            console=Console(stderr=True, force_terminal=True),
-        )
-        self.task = self.bar.add_task(self.label, total=self.nbytes if by_bytes else self.items, count="")
-        self.bar.start()
-
-    def __exit__(self, *exc):
-        if self.bar is not None:
-            self.bar.stop()
-
-
-def clean_errors(fn):
-    """Kept so that commands written against it still work: errors are handled once, in ``Growtool.main``."""
-    return fn
-
-
-def one_line(text: str) -> str:
-    return " ".join(str(text).split())
-
-
-def internal_error(e: BaseException, debug: bool) -> str:
-    """The line for an unexpected exception (a bug in growtool); the traceback goes to stderr with
-    --debug, else to a file the line names."""
-    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
-    if debug:
-        sys.stderr.write(tb)
-        where = "traceback above"
-    else:
-        try:
-            fd, path = tempfile.mkstemp(prefix="growtool-traceback-", suffix=".txt")
-            with os.fdopen(fd, "w") as fh:
-                fh.write(tb)
-            where = f"traceback in {path}; --debug prints it"
-        except OSError:
-            where = "rerun with --debug for the traceback"
-    msg = one_line(str(e)) or "(no message)"
-    return f"growtool: internal error: {type(e).__name__}: {msg} (a bug in growtool; {where})"
-
-
-class Growtool(click.Group):
-    """The command group, with the exit-code contract in one place: 0 ok, 1 a check failed, 2 bad input
-    or usage (one line), 3 an internal error (one line; traceback with --debug or in a file),
-    130 / 143 interrupted by SIGINT / SIGTERM (one line; writers remove their temporary files)."""
-
-    debug = False
-    done = False  # a command has finished everything it does: ``run`` may end the process at once
-
-    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
-        if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
-        Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
-        code = 0
-        try:
-            with interrupts_as_exceptions():
-                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
-            code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
-        except Interrupted as e:
-            code = 128 + e.signum
-            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
-        except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
-            code = 128 + signal.SIGINT
-            click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)
-        except click.ClickException as e:
-            code = 2 if isinstance(e, click.UsageError) else e.exit_code
-            hint = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) else ""
-            click.echo(f"growtool: error: {one_line(e.format_message())}{hint}", err=True)
-        except (GrowError, OSError, MemoryError) as e:  # bad input, or the machine said no (disk, memory)
-            code = 2
-            if Growtool.debug:
-                traceback.print_exc()
-            msg = one_line(str(e)) or type(e).__name__
-            if isinstance(e, OSError) and e.strerror:
-                msg = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
-            if isinstance(e, MemoryError):
-                msg = f"out of memory ({msg})"
-            click.echo(f"growtool: error: {msg}", err=True)
-        except (SystemExit, click.exceptions.Exit):
-            raise
-        except Exception as e:
-            code = 3
-            click.echo(internal_error(e, Growtool.debug), err=True)
-        sys.exit(code)
-
-
-class Interrupted(BaseException):
-    """SIGINT or SIGTERM arrived: unwinds like KeyboardInterrupt, so every writer's cleanup runs."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
-
-@contextlib.contextmanager
-def interrupts_as_exceptions():
-    """Turn SIGINT and SIGTERM into ``Interrupted`` (the second and later signals are ignored while the
-    first unwinds, so cleanup is not cut short). Only in the main thread; handlers restored after."""
-
-    def handler(signum, frame):
-        for s in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(s, signal.SIG_IGN)
-        raise Interrupted(signum)
-
-    try:
-        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-    except ValueError:  # not the main thread
-        yield
-        return
-    try:
-        yield
-    finally:
-        for s, h in old.items():
-            signal.signal(s, h)
-
-
-def set_debug(ctx, param, value):
-    if value:
-        Growtool.debug = True
 
 
 @click.group(cls=Growtool, context_settings={"help_option_names": ["-h", "--help"]})
@@ -295,19 +88,6 @@ def run() -> None:
                 sys.stderr.flush()
                 os._exit(0)
         raise
-
-
-def bounded(low=None, high=None, low_open=False):
-    """A click callback: the option's number must lie in its range (one line naming the option)."""
-
-    def check(ctx, param, value):
-        if value is not None:
-            check_range(
-                param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high, low_open
-            )
-        return value
-
-    return check
 
 
 # options that expand and fold share
@@ -418,52 +198,8 @@ def init(
 # ---- expand -------------------------------------------------------------------------------
 
 
-def default_out(src: str, width: int, folder: bool = False) -> str:
-    """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
-    if src == "-":
-        return "-"
-    p = Path(src.rstrip("/"))
-    if p.is_dir():
-        return str(p.with_name(f"{p.name}-d{width}"))
-    return str(p.with_name(f"{p.stem}-d{width}" + ("" if folder else ".safetensors")))
-
-
-def plan_table(plan) -> Table:
-    t = Table(
-        title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
-        f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})",
-        title_justify="left",
-        caption=f"residual map: {plan.residual_map}",
-        caption_justify="left",
-    )
-    for c in ("tensor", "from", "to", "operation"):
-        t.add_column(c)
-    for row in plan.rows():
-        t.add_row(*row)
-    return t
-
-
-def plan_json(plan, out: str | None) -> dict:
-    """The plan for tools: source and target shapes, exactness and its reasons, every tensor's operation."""
-    outputs = plan.outputs()
-    shape = lambda c: {k: getattr(c, k) for k in ("family", "width", "layers", "heads", "kv_heads", "ffn")}  # noqa: E731
-    return {
-        "source": shape(plan.src),
-        "target": shape(plan.cfg),
-        "recipe": plan.recipe["name"],
-        "eps": plan.eps,
-        "residual_map": plan.residual_map,
-        "exact": plan.exact,
-        "lossy": list(plan.lossy),
-        "warnings": list(plan.warnings),
-        "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
-        "outputs": {
-            "tensors": len(outputs),
-            "bytes": checkpoint.specs_nbytes(outputs),
-            "dtype": str(plan.dtype).replace("torch.", ""),
-        },
-        "out": out,
-    }
+default_out = surgery.default_out
+plan_table, plan_json = views.plan_table, views.plan_json
 
 
 def show_plan(plan, quiet: bool) -> None:
@@ -474,6 +210,34 @@ def show_plan(plan, quiet: bool) -> None:
         err.print(f"[yellow]lossy:[/] {reason}")
     for w in plan.warnings:
         err.print(f"[yellow]warning:[/] {w}")
+
+
+def show_dry_run(plan, out: str, quiet: bool) -> None:
+    """What ``expand --dry-run`` says: exact or lossy, and what a real run would write."""
+    size = checkpoint.specs_nbytes(plan.outputs())
+    verdict = (
+        "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
+        "measures it after a real run)"
+        if plan.exact
+        else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
+    )
+    if quiet:  # otherwise the table's caption says it
+        err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
+    err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True)
+
+
+def show_expanded(job) -> None:
+    """What ``expand`` says once written: the tokenizer note, a lossy plan's measured loss, the sizes."""
+    if job.note:
+        err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
+    if job.loss is not None:
+        c = job.loss
+        err.print(
+            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
+            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
+        )
+    src, cfg = job.ck.config, job.plan.cfg
+    err.print(f"grew {src.family} d{src.width} -> d{cfg.width}: {src.n_params():,} -> {cfg.n_params():,} parameters")
 
 
 @main.command()
@@ -529,90 +293,31 @@ def expand(
     out = out or default_out(ckpt, width, folder=shard_size is not None)
     if plan_json_ and out == "-" and not dry_run:
         raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
-    checkpoint.check_destination(out, [ckpt], force)  # fail before any work
-    ck = checkpoint.load(ckpt)  # the header and config; tensors are read on demand
-    carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
-    dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
-    try:
-        plan = growth.build_plan(
-            ck.config,
-            r,
-            width,
-            ffn,
-            heads,
-            seed=seed,
-            allow_lossy=allow_lossy,
-            dtype=dt,
-            gate_values=growth.gate_values(ck),
-        )
-    except GrowError as e:
-        raise GrowError(f"{ckpt}: {e}") from None
+    job = surgery.prepare_expand(
+        ckpt,
+        width=width,
+        out=out,
+        recipe=r,
+        ffn=ffn,
+        heads=heads,
+        seed=seed,
+        allow_lossy=allow_lossy,
+        dtype=DTYPE_OPT[dtype] if dtype else None,
+        shard_size=shard_size,
+        force=force,
+        tokenizer_path=tokenizer_path,
+    )
+    plan = job.plan
     show_plan(plan, quiet)
     if plan_json_:
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
     if dry_run:
-        size = checkpoint.specs_nbytes(plan.outputs())
-        verdict = (
-            "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
-            "measures it after a real run)"
-            if plan.exact
-            else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
-        )
-        if quiet:  # otherwise the table's caption says it
-            err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
-        err.print(
-            f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True
-        )
+        show_dry_run(plan, out, quiet)
         return
-    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
-    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
-    work = growth.Workspace(surgery_threads())  # memory reused from tensor to tensor
-    read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
-    try:
-        with (
-            surgery_threading(streaming=True) as producers,
-            Bar("expand", len(plan.outputs()), checkpoint.specs_nbytes(plan.outputs()), quiet) as bar,
-        ):
-            path = checkpoint.save(
-                out,
-                plan.cfg,
-                lineage,
-                plan.outputs(),
-                lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows),
-                force=force,
-                inputs=[ckpt],
-                shard_size=shard_size,
-                progress=bar,
-                tokenizer=carry.record,
-                files=lambda: carry.files(plan.cfg, source_hash.fill(lineage), ckpt, Path(out).name),
-                source_hash=source_hash,
-                recycle=work.recycle,
-                workers=plan.producers(producers, resident_bytes()),  # fewer where memory is short
-                place=work.place,
-                pieces=plan.pieces,
-            )
-    finally:
-        source_hash.cancel()
-    work = None  # its blocks are not needed by what follows
-    if carry.note:
-        err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
-    if plan.lossy:
-        from growtool.nn.model import LM
-        from growtool.verify import compare, random_batches
-
-        src = ck.model()
-        grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
-        c = compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, seed), alpha=0.0)
-        err.print(
-            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
-            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
-        )
-    err.print(
-        f"grew {ck.config.family} d{ck.config.width} -> d{plan.cfg.width}: "
-        f"{ck.config.n_params():,} -> {plan.cfg.n_params():,} parameters"
-    )
-    if path != "-":
-        click.echo(path)
+    surgery.run_expand(job, progress=functools.partial(Bar, "expand", quiet=quiet))
+    show_expanded(job)
+    if job.path != "-":
+        click.echo(job.path)
     Growtool.done = True
 
 
@@ -669,92 +374,27 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
     limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
-    from growtool.verify import (
-        LOW_PRECISION,
-        StreamedHead,
-        figures,
-        random_batches,
-        reads,
-        streamed_hidden,
-        text_batches,
-    )
-
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     if prompts and gen_tokens is None:
         raise GrowError("--prompt is for --generate N (greedy continuations); add --generate")
-    a, b = checkpoint.load(source), checkpoint.load(grown)
-    if a.config.vocab_size != b.config.vocab_size:
-        raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
-    if a.config.family != b.config.family:
-        raise GrowError(f"families differ: {a.config.family} vs {b.config.family}")
-    ctx = min(a.config.context, b.config.context)
-    sets = {"random": random_batches(a.config.vocab_size, ctx, samples, seed)}
-    if data:
-        if not Path(data).is_file():
-            raise GrowError(f"{data}: no such file")
-        sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
-    alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
-    low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
-    a_passes, b_passes = len(sets) * (2 if low else 1), len(sets) * len(alphas)  # each pass reads a checkpoint once
-    ((ia, ba), (ha, hba)), ((ib, bb), (hb, hbb)) = reads(a), reads(b)
-    items = ia * a_passes + ib * b_passes + ha * (2 if low else 1) + hb
-    nbytes = ba * a_passes + bb * b_passes + hba * (2 if low else 1) + hbb
-    rows, floors = [], []
-    with Bar("verify", items, nbytes, quiet) as bar:  # final-norm outputs first, then the heads, once
-        hidden = {}
-        for label, x in sets.items():
-            hidden[label] = (
-                streamed_hidden(a, x, 0.0, progress=bar),
-                {al: streamed_hidden(b, x, al, progress=bar) for al in alphas},
-            )
-            if low:
-                hidden[label] += (streamed_hidden(a, x, 0.0, dtype=low, progress=bar),)
-        head_a, head_b = StreamedHead(a, progress=bar), StreamedHead(b, progress=bar)
-        head_low = StreamedHead(a, low, progress=bar) if low else None
-        for label, (ref, got, *lows) in hidden.items():
-            for al in alphas:
-                c = figures(ref, got[al], al, head_a=head_a, head_b=head_b)
-                rows.append((label if al == alpha else label + " (info)", c))
-            if low:
-                floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
-    fl = max(floors, default=0.0)
-    limit = max(tol, fl)
-    ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
-    gen = None
-    if gen_tokens is not None:
-        from growtool.sample import compare_generations, verify_prompts
-
-        ma, mb = a.model(), b.model()
-        gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), gen_tokens, alpha)
-    passed = ok and (gen is None or gen.ok)
+    rep = check.verify(
+        source,
+        grown,
+        alpha=alpha,
+        samples=samples,
+        data=data,
+        tol=tol,
+        seed=seed,
+        generate=gen_tokens,
+        prompts=prompts,
+        progress=functools.partial(Bar, "verify", quiet=quiet),
+    )
+    rows, gen, fl, limit, ok = rep.rows, rep.generate, rep.floor, rep.limit, rep.logits_ok
+    low = rep.dtype if rep.low_precision else None
     if as_json:
-        click.echo(
-            json.dumps(
-                {
-                    "pass": passed,
-                    "tol": tol,
-                    "floor": fl,
-                    "limit": limit,
-                    "dtype": str(low).replace("torch.", "") if low else "float32",
-                    "results": [{"inputs": l, **c.as_dict()} for l, c in rows],
-                    **({"generate": gen.as_dict()} if gen else {}),
-                }
-            )
-        )
-    t = Table(title=f"verify {grown} against {source}", title_justify="left")
-    for c in ("inputs", "gate", "max |dlogit|", "logit scale", "rel", "mean KL", "top-1 agree"):
-        t.add_column(c, justify="right")
-    for label, c in rows:
-        t.add_row(
-            label,
-            f"{c.alpha:g}",
-            f"{c.max_dlogit:.3g}",
-            f"{c.logit_scale:.3g}",
-            f"{c.rel:.3g}",
-            f"{c.kl:.3g}",
-            f"{c.top1:.4f}",
-        )
+        click.echo(json.dumps(rep.as_dict()))
+    t = views.verify_table(rows, source, grown)
     if not quiet:
         err.print(t)
     if gen is not None:
@@ -765,7 +405,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
         )
     if low:
         err.print(
-            f"{str(low).replace('torch.', '')} floor: the source run in {str(low).replace('torch.', '')} is "
+            f"{low} floor: the source run in {low} is "
             f"{fl:.3g} x logit scale from itself in float32; limit max(tol, floor) = {limit:.3g}"
         )
     err.print(
@@ -775,7 +415,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     )
     if gen is not None and not gen.ok:
         err.print(f"[red]FAIL[/]: greedy continuations differ at gate {alpha:g}")
-    sys.exit(0 if passed else 1)
+    sys.exit(0 if rep.passed else 1)
 
 
 # ---- fold ---------------------------------------------------------------------------------
@@ -799,44 +439,21 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
-    checkpoint.check_destination(out, [grown], force)  # fail before any work
-    ck = checkpoint.load(grown)
-    carry = tokenizer.carry(ck, tokenizer_path)
-    dt = DTYPE_OPT[dtype] if dtype else ck.main_dtype()
-    cfg = growth.fold_config(ck.config)
-    specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
-    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
-    lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
-    work = growth.Workspace()  # memory reused from tensor to tensor
-    try:
-        with (
-            surgery_threading(streaming=True),
-            Bar("fold", len(specs), checkpoint.specs_nbytes(specs), quiet) as bar,
-        ):
-            path = checkpoint.save(
-                out,
-                cfg,
-                lineage,
-                specs,
-                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt, work),
-                force=force,
-                inputs=[grown],
-                shard_size=shard_size,
-                progress=bar,
-                tokenizer=carry.record,
-                files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
-                source_hash=source_hash,
-                recycle=work.recycle,
-                workers=1,  # reading and writing: on a disk one producer was faster than two, in less memory
-                place=work.place,
-            )
-    finally:
-        source_hash.cancel()
-    if carry.note:
-        err.print(f"[yellow]warning:[/] {carry.note}", soft_wrap=True)
-    err.print(f"folded gates at alpha {alpha:g}" + ("" if ck.config.gated else " (the model had no gates)"))
-    if path != "-":
-        click.echo(path)
+    r = surgery.run_fold(
+        grown,
+        alpha=alpha,
+        out=out,
+        dtype=DTYPE_OPT[dtype] if dtype else None,
+        shard_size=shard_size,
+        force=force,
+        tokenizer_path=tokenizer_path,
+        progress=functools.partial(Bar, "fold", quiet=quiet),
+    )
+    if r.note:
+        err.print(f"[yellow]warning:[/] {r.note}", soft_wrap=True)
+    err.print(f"folded gates at alpha {alpha:g}" + ("" if r.gated else " (the model had no gates)"))
+    if r.path != "-":
+        click.echo(r.path)
     Growtool.done = True
 
 
@@ -849,87 +466,12 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
 @click.option("--json", "as_json", is_flag=True)
 def inspect(ckpt, metrics, as_json):
     """Family, shapes, parameters, dtype, gate state and lineage of a checkpoint."""
-    ck = checkpoint.load(ckpt)
-    cfg = ck.config
-    gates = growth.gate_values(ck)
-    info = {
-        "path": ckpt,
-        "family": cfg.family,
-        "width": cfg.width,
-        "layers": cfg.layers,
-        "heads": cfg.heads,
-        "kv_heads": cfg.kv_heads,
-        "head_dim": cfg.head_dim,
-        "ffn": cfg.ffn,
-        "vocab": cfg.vocab_size,
-        "context": cfg.context,
-        "norm_eps": cfg.norm_eps,
-        "tied": cfg.tie,
-        "attn_gate": cfg.attn_gate,
-        "parameters": cfg.n_params(),
-        "dtype": str(ck.main_dtype()).replace("torch.", ""),
-        "gated": cfg.gated,
-        "base_heads": cfg.base_heads,
-        "base_ffn": cfg.base_ffn,
-        "gates": gates,
-        "lineage": ck.lineage,
-        "tokenizer": ck.tokenizer,
-        "tensors": {n: list(ck.shape(n)) for n in ck.names()},
-    }
-    if metrics:
-        from growtool.metrics import matrix_metrics
-
-        info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
-        from growtool.training.diagnostics import checkpoint_record
-
-        info["growth"] = checkpoint_record(ck)  # copies vs their sources (None: no recorded growth)
+    facts = info.inspect(ckpt, metrics=metrics)
     if as_json:
-        click.echo(json.dumps(info, indent=2))
+        click.echo(json.dumps(facts, indent=2))
         return
-    t = Table(title=f"{ckpt}", title_justify="left", show_header=False)
-    for k in (
-        "family",
-        "width",
-        "layers",
-        "heads",
-        "kv_heads",
-        "head_dim",
-        "ffn",
-        "vocab",
-        "context",
-        "norm_eps",
-        "tied",
-        "attn_gate",
-        "parameters",
-        "dtype",
-    ):
-        t.add_row(k, f"{info[k]:,}" if k == "parameters" else str(info[k]))
-    t.add_row(
-        "gates",
-        "none (plain model)"
-        if not cfg.gated
-        else f"{len(gates)} x {sorted(set(gates))}; ungated units: {cfg.base_heads}/{cfg.heads} heads, "
-        f"{cfg.base_ffn}/{cfg.ffn} ffn",
-    )
-    for i, st in enumerate(ck.lineage):
-        desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
-        if st.get("source_sha256"):
-            desc += f", source {st['source_sha256'][:12]}"
-        t.add_row(f"lineage {i}", desc)
-    if ck.tokenizer:
-        t.add_row("tokenizer", f"{', '.join(sorted(ck.tokenizer.get('files', {})))} from {ck.tokenizer.get('from')}")
-    err.print(t)
-    if metrics:
-        m = Table(title="condensation metrics", title_justify="left")
-        for c in ("matrix", "stable rank", "row cosine"):
-            m.add_column(c)
-        for n, v in info["metrics"].items():
-            m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
-        err.print(m)
-        if info["growth"]:
-            from growtool.training.diagnostics import table
-
-            err.print(table(info["growth"]))
+    for t in views.inspect_tables(facts, ckpt, metrics):
+        err.print(t)
 
 
 # ---- sample -------------------------------------------------------------------------------
@@ -965,8 +507,8 @@ def inspect(ckpt, metrics, as_json):
 def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
     """Continue --prompt with CKPT and its own tokenizer; prints the continuation on stdout."""
     from growtool.sample import eos_id, generate
-    from growtool.training.data import tokenizer_for
-    from growtool.training.train import pick_device
+    from growtool.tokenizer import tokenizer_for
+    from growtool.training.loop import pick_device
 
     ck = checkpoint.load(ckpt)
     if alpha is not None and not ck.config.gated:
@@ -997,31 +539,6 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
 # ---- train --------------------------------------------------------------------------------
 
 
-def settings_options(fn):
-    """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
-    ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
-    from dataclasses import fields
-
-    from growtool.training.train_settings import Settings, option, value_type
-
-    for f in reversed(fields(Settings)):
-        m, kind = f.metadata, value_type(f.name)
-        if m["flag"]:
-            fn = click.option(option(f.name), f.name, is_flag=True, default=f.default, help=m["help"])(fn)
-            continue
-        typ = click.Choice(m["choices"]) if m["choices"] else kind
-        fn = click.option(
-            option(f.name),
-            f.name,
-            type=typ,
-            default=f.default,
-            show_default=f.default not in (None, ()),
-            help=m["help"],
-            multiple=m["multiple"],
-        )(fn)
-    return fn
-
-
 @main.command()
 @click.argument("ckpt")
 @click.option("--data", "data_files", multiple=True, required=True, metavar="FILE", help="text file(s); repeatable")
@@ -1031,7 +548,7 @@ def settings_options(fn):
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 def train(ckpt, data_files, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
-    from growtool.training.train import train as run
+    from growtool.training.loop import train as run
 
     r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, **settings)
     Growtool.done = True  # every file is written and closed, the process group (torchrun) destroyed

@@ -25,14 +25,14 @@ import torch
 from rich.console import Console
 from rich.table import Table
 
-from growtool.grow import growth, recipes
+from growtool.check import verify
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
+from growtool.surgery import expand
 from growtool.training import data
-from growtool.training.train import evaluate, train
-from growtool.verify import compare, random_batches
+from growtool.training.loop import evaluate, train
 
 err = Console(stderr=True)
 
@@ -127,6 +127,44 @@ QUICK = {
 TOL = 1e-4
 
 
+def summary_table(rows: list[dict], quick: bool, seconds: float, n_bytes: int) -> Table:
+    """The demo's summary: one row per stage."""
+    t = Table(
+        title=f"growtool demo ({'quick, ' if quick else ''}{seconds:.0f} s, generated corpus of {n_bytes:,} bytes)",
+        title_justify="left",
+    )
+    for col in ("stage", "width", "params", "val loss", "verify |dlogit|/scale", "pass"):
+        t.add_column(col, justify="left" if col == "stage" else "right")
+    for r in rows:
+        t.add_row(
+            r["stage"],
+            str(r["width"]),
+            f"{r['params']:,}",
+            f"{r['val_loss']:.4f}",
+            "" if r["verify_rel"] is None else f"{r['verify_rel']:.2e}",
+            r["pass"],
+        )
+    return t
+
+
+def demo_config(P: dict) -> ModelConfig:
+    """The starting model: a gated-attention Llama of the run's width, layers and heads."""
+    return ModelConfig(
+        family="llama",
+        vocab_size=256,
+        width=P["width"],
+        layers=P["layers"],
+        heads=P["heads"],
+        kv_heads=P["heads"],
+        head_dim=P["width"] // P["heads"],
+        ffn=4 * P["width"],
+        context=P["seq"],
+        norm_eps=1e-12,
+        tie=False,
+        attn_gate=True,
+    )
+
+
 def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> bool:
     """Run every stage in folder ``out``; print the summary table (stderr); True if every verify passed."""
     t0 = time.time()
@@ -139,7 +177,6 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
     corpus.write_text(make_corpus(P["chars"]))
     ds = data.Dataset(data.load_tokens([corpus], data.get_tokenizer("byte"), None), P["seq"], P["batch"])
     val = ds.val_batches(8)
-    text_x = torch.cat([x for x, _ in val])[:16]
 
     def val_loss(path):
         return evaluate(checkpoint.load(path).model(), val, torch.device("cpu"))
@@ -164,20 +201,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
             + (f", verify {v:.2e} {verdict}" if v is not None else "")
         )
 
-    cfg = ModelConfig(
-        family="llama",
-        vocab_size=256,
-        width=P["width"],
-        layers=P["layers"],
-        heads=P["heads"],
-        kv_heads=P["heads"],
-        head_dim=P["width"] // P["heads"],
-        ffn=4 * P["width"],
-        context=P["seq"],
-        norm_eps=1e-12,
-        tie=False,
-        attn_gate=True,
-    )
+    cfg = demo_config(P)
     path = checkpoint.save_tensors(
         str(out / "stage0-init.safetensors"),
         cfg,
@@ -185,7 +209,6 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         init_model(cfg, gamma=0.5, seed=0).tensors(),
     )
     row("init", path)
-    srio = recipes.load("srio")
     for i, steps in enumerate(P["steps"]):
         r = train(
             path,
@@ -206,39 +229,14 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         if i == len(P["widths"]):
             break
         D = P["widths"][i]
-        ck = checkpoint.load(path)
-        plan = growth.build_plan(ck.config, srio, D, seed=0)
-        grown = checkpoint.save(
-            str(out / f"stage{2 * i + 2}-d{D}.safetensors"),
-            plan.cfg,
-            ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
-            plan.outputs(),
-            lambda n, plan=plan, ck=ck: growth.grow_tensor(n, plan, ck.get),
-        )
-        batches = torch.cat([text_x, random_batches(256, P["seq"], 16, seed=i, seq=P["seq"])])
-        c = compare(ck.model(), checkpoint.load(grown).model(), batches, alpha=0.0)
-        passed = c.rel <= TOL
-        ok &= passed
-        row(f"expand d{D} srio", grown, c.rel, "PASS" if passed else "FAIL")
+        grown = expand(path, width=D, out=str(out / f"stage{2 * i + 2}-d{D}.safetensors"), recipe="srio", seed=0)
+        report = verify(path, grown, samples=16, data=str(corpus), tol=TOL, seed=i)  # random and text inputs
+        rel = max(c.rel for label, c in report.rows if "(info)" not in label)
+        ok &= report.passed
+        row(f"expand d{D} srio", grown, rel, "PASS" if report.passed else "FAIL")
         path = grown
 
-    t = Table(
-        title=f"growtool demo ({'quick, ' if quick else ''}{time.time() - t0:.0f} s, generated corpus "
-        f"of {len(ds.tokens):,} bytes)",
-        title_justify="left",
-    )
-    for col in ("stage", "width", "params", "val loss", "verify |dlogit|/scale", "pass"):
-        t.add_column(col, justify="left" if col == "stage" else "right")
-    for r in rows:
-        t.add_row(
-            r["stage"],
-            str(r["width"]),
-            f"{r['params']:,}",
-            f"{r['val_loss']:.4f}",
-            "" if r["verify_rel"] is None else f"{r['verify_rel']:.2e}",
-            r["pass"],
-        )
-    err.print(t)
+    err.print(summary_table(rows, quick, time.time() - t0, len(ds.tokens)))
     summary = {"ok": ok, "seconds": time.time() - t0, "quick": quick, "tolerance": TOL, "stages": rows}
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     err.print(("[green]every growth kept the function[/]" if ok else "[red]a verify failed[/]") + f"; files in {out}")

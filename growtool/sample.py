@@ -102,7 +102,7 @@ def verify_prompts(ck, texts, data_path: str | None, samples: int, seed: int, le
     batch each); else ``samples`` windows of ``length`` tokens spread over the first MB of
     ``data_path`` (tokenised with ``ck``'s tokenizer, or bytes modulo the vocabulary when it has
     none: any ids serve to compare two models); else ``samples`` random id sequences."""
-    from growtool.training.data import tokenizer_for
+    from growtool.tokenizer import tokenizer_for
 
     vocab = ck.config.vocab_size
     if texts:

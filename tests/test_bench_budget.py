@@ -13,7 +13,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 from budget import QUICK, spec_key  # noqa: E402
 from growth_pays import _config  # noqa: E402
 
-from growtool.training.train_settings import Settings  # noqa: E402
+from growtool.training.settings import Settings  # noqa: E402
 
 
 def bench(*args, timeout=300):

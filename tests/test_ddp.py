@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from growtool.io import checkpoint
-from growtool.training.train import train
+from growtool.training.loop import train
 
 from conftest import grown_gpt2
 

@@ -12,7 +12,7 @@ from growtool.grow import growth, recipes
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.training import diagnostics
-from growtool.training.train import read_metrics, train
+from growtool.training.loop import read_metrics, train
 
 from conftest import cli
 

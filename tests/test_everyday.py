@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from growtool import cli as cli_mod
+from growtool import console
 from growtool.grow import growth
 from growtool.io import checkpoint
 
@@ -97,7 +97,7 @@ def test_plan_json_and_stdout_output_conflict_is_one_line(tmp_path):
 
 def on_a_terminal(*args, delay: float = 0.0) -> tuple[int, str]:
     """Run growtool in a real process with its stderr on a pseudo-terminal; (exit code, terminal text)."""
-    code = f"import growtool.cli as c; c.PROGRESS_DELAY = {delay}; c.main()"
+    code = f"import growtool.cli as c, growtool.console as f; f.PROGRESS_DELAY = {delay}; c.main()"
     master, slave = pty.openpty()
     p = subprocess.Popen([sys.executable, "-c", code, *map(str, args)], stdout=subprocess.PIPE, stderr=slave)
     os.close(slave)
@@ -133,8 +133,8 @@ def test_progress_bars_of_fold_and_verify(tmp_path, monkeypatch):
     assert cli("expand", src, "--width", 48, "-q", "-o", g).exit_code == 0
     r = cli("verify", src, g, "--samples", 4)
     assert r.exit_code == 0 and not bar(r.stderr)  # CliRunner's stderr is no terminal
-    monkeypatch.setattr(cli_mod, "stderr_is_terminal", lambda: True)
-    monkeypatch.setattr(cli_mod, "PROGRESS_DELAY", 0.0)
+    monkeypatch.setattr(console, "stderr_is_terminal", lambda: True)
+    monkeypatch.setattr(console, "PROGRESS_DELAY", 0.0)
     r = cli("verify", src, g, "--samples", 4)  # streamed: the source once, the grown at gates 0 and 1
     assert r.exit_code == 0 and re.search(r"verify .* (\d+)/\1 tensors", r.stderr)
     r = cli("fold", g, "--alpha", 1, "-o", f)

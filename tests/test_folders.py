@@ -15,7 +15,6 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 
 from growtool import tokenizer  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
-from growtool.training import data  # noqa: E402
 
 from conftest import FIXTURES, cli, perturbed  # noqa: E402
 
@@ -234,19 +233,19 @@ def test_chunked_tokenisation_equals_whole_text_on_long_tokens(scheme):
     tok = bpe(text, scheme=scheme)
     assert max(len(t) for t in tok.get_vocab()) >= 20  # long tokens exist
     whole = tok.encode(text, add_special_tokens=False).ids
-    cuts = data._cuts(text, 600)
+    cuts = tokenizer._cuts(text, 600)
     assert len(cuts) > 50
     naive = [i for a, b in zip(cuts, cuts[1:]) for i in tok.encode(text[a:b], add_special_tokens=False).ids]
     assert naive != whole  # the text does break piecewise encoding at these boundaries
-    assert data.encode_text(NoWholeText(tok), text, chunk=600, overlap=256).tolist() == whole
+    assert tokenizer.encode_text(NoWholeText(tok), text, chunk=600, overlap=256).tolist() == whole
 
 
 def test_data_file_tokens_equal_whole_text_encoding(tmp_path):
     text = corpus(30000, seed=4)  # ~250 KB: several 64 KB pieces
-    assert len(text) > 2 * data.CHUNK
+    assert len(text) > 2 * tokenizer.CHUNK
     tok = bpe(corpus(3000))
     tok.save(str(tmp_path / "tokenizer.json"))
-    t = data.get_tokenizer(str(tmp_path / "tokenizer.json"))
+    t = tokenizer.get_tokenizer(str(tmp_path / "tokenizer.json"))
     ids = t.encode(text.encode(), "t.txt")
     assert ids.tolist() == tok.encode(text, add_special_tokens=False).ids
 

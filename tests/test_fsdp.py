@@ -15,7 +15,7 @@ import torch.distributed.checkpoint as dcp
 
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
-from growtool.training.train import STATE, train
+from growtool.training.loop import STATE, train
 
 from conftest import grown_gpt2
 

@@ -1,4 +1,4 @@
-"""AdamW moments grown with the model (growtool.grow_state): the first-moment rule is the gradient's
+"""AdamW moments grown with the model (growtool.grow.moments): the first-moment rule is the gradient's
 own transformation (checked against the grown model's real gradient at gate 0), copied and padded
 units take the source's moments by the stated rule, and the second-moment rotation rule is
 (R o R) v."""
@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from growtool.grow import growth, ops, recipes
-from growtool.grow.grow_state import grow_moment, rotate_sq_
+from growtool.grow.moments import grow_moment, rotate_sq_
 from growtool.init import init_model
 from growtool.nn.model import LM
 

@@ -6,7 +6,7 @@ import os
 import pytest
 import torch
 
-from growtool.grow import recipes
+from growtool.grow import engine, recipes
 from growtool.io import checkpoint
 from growtool.nn.model import LM
 
@@ -261,7 +261,7 @@ def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
 @pytest.mark.parametrize("family", ["llama", "gpt2", "gemma", "qwen3", "olmo2"])
 def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_path, monkeypatch):
     """Large tensors with the residual axis last (embedding, head, readers after their unit growth)
-    are grown by blocks of rows (growth._row_blocks), split among threads, with each tensor's
+    are grown by blocks of rows (engine._row_blocks), split among threads, with each tensor's
     source read into reused memory (Workspace.source): the bytes equal the whole-tensor path's,
     for each recipe and output dtype. ROW_BLOCK and BLOCKED_FROM are made tiny so that these small tensors take
     that path (1-row blocks, and blocks of several rows with a remainder). The same for pieces
@@ -283,11 +283,11 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     for recipe, sets in (("srio", {}), ("copy", {}), ("srio", {"noise": 0.1})):
         for dt in (torch.float32, torch.bfloat16):
             plan = growth.build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
-            monkeypatch.setattr(growth, "BLOCKED_FROM", 1 << 40)  # every tensor whole
+            monkeypatch.setattr(engine, "BLOCKED_FROM", 1 << 40)  # every tensor whole
             want = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
             for row_block in (40, 150):  # 48 grown columns: blocks of 1 row, then of 3 rows
-                monkeypatch.setattr(growth, "ROW_BLOCK", row_block)
-                monkeypatch.setattr(growth, "BLOCKED_FROM", 4 * row_block)
+                monkeypatch.setattr(engine, "ROW_BLOCK", row_block)
+                monkeypatch.setattr(engine, "BLOCKED_FROM", 4 * row_block)
                 work = growth.Workspace(threads=3)
                 work.POOL_MIN = 0  # every output and source read from reused blocks
                 read = functools.partial(ck.get, into=work.source)
@@ -296,10 +296,10 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
                     assert got.dtype == dt and got.shape == want[n].shape, n
                     assert torch.equal(got.reshape(-1).view(torch.uint8), want[n].reshape(-1).view(torch.uint8)), n
                     work.recycle(got)
-                    whole = growth._whole_steps(plan, n, shape)
+                    whole = engine._whole_steps(plan, n, shape)
                     blocked += whole < len(plan.steps[n])
                     gathered += whole == 0 and any(isinstance(s, growth.ExpandUnits) for s in plan.steps[n])
-                monkeypatch.setattr(growth, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
+                monkeypatch.setattr(engine, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
                 for n, shape, _ in plan.outputs():
                     parts = [growth.grow_tensor(n, plan, ck.get, work, read, rows) for rows in plan.pieces(n) or []]
                     if parts:  # one block first (the disk starts sooner), then PIECE rows
@@ -352,8 +352,8 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
                 # blocks of 5 rows at width 48, 3 at 80 (the last block short; 16+ blocks, shared by
                 # the threads) for the tensors of 1,000 grown elements or more
                 if row_block:
-                    monkeypatch.setattr(growth, "ROW_BLOCK", row_block)
-                    monkeypatch.setattr(growth, "BLOCKED_FROM", 4 * row_block)
+                    monkeypatch.setattr(engine, "ROW_BLOCK", row_block)
+                    monkeypatch.setattr(engine, "BLOCKED_FROM", 4 * row_block)
                 work = growth.Workspace(threads=2)
                 work.POOL_MIN = 0
                 for n, _, _ in plan.outputs():

@@ -10,7 +10,7 @@ from growtool.grow import growth, recipes
 from growtool.init import init_model
 from growtool.nn.config import ModelConfig
 from growtool.nn.model import LM
-from growtool.training.train import STATE, lr_at, read_metrics, train
+from growtool.training.loop import STATE, lr_at, read_metrics, train
 
 
 def _cfg(family):

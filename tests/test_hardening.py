@@ -26,11 +26,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from growtool.grow import recipes
-from growtool.io import checkpoint, hf_remote
+from growtool.check import compare, random_batches
+from growtool.grow import engine, recipes
+from growtool.io import checkpoint, header, hf_remote
 from growtool.io.checkpoint import DTYPE_NAME
 from growtool.nn.config import ModelConfig
-from growtool.verify import compare, random_batches
 
 from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
 
@@ -60,7 +60,7 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch, thread
     monkeypatch.setenv("GROWTOOL_THREADS", str(threads))
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3, attn_gate=True))
     reads, outs, worst = [], [], {"src": 0, "out": 0}
-    real_read, real_bytes = checkpoint.read_tensor, checkpoint._tensor_bytes
+    real_read, real_bytes = checkpoint.read_tensor, header._tensor_bytes
 
     def read(*a, **kw):
         t = real_read(*a, **kw)
@@ -74,7 +74,7 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch, thread
         return real_bytes(t)
 
     monkeypatch.setattr(checkpoint, "read_tensor", read)
-    monkeypatch.setattr(checkpoint, "_tensor_bytes", tensor_bytes)
+    monkeypatch.setattr(header, "_tensor_bytes", tensor_bytes)
     assert cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "b.safetensors").exit_code == 0
     assert cli("fold", tmp_path / "b.safetensors", "--alpha", 1, "-o", tmp_path / "c.safetensors").exit_code == 0
     n_tensors = len(checkpoint.load(src).names()) + len(checkpoint.load(tmp_path / "b.safetensors").names())
@@ -379,7 +379,7 @@ CHILD = r"""
 import json, re, sys
 def hwm():
     return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-import torch, growtool.cli, growtool.grow.growth, growtool.verify  # everything a run imports
+import torch, growtool.cli, growtool.grow.growth, growtool.check  # everything a run imports
 from growtool.cli import main
 res = {"baseline": hwm(), "peaks": [], "codes": []}
 for args in sys.argv[1:]:
@@ -597,9 +597,9 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     monkeypatch.setattr(checkpoint, "save", save)
     outs = {}
     for piece in (1 << 40, 400):  # whole tensors, then pieces of 5 rows (72 grown columns)
-        monkeypatch.setattr(growth, "PIECE", piece)
-        monkeypatch.setattr(growth, "ROW_BLOCK", 150)  # a piece is blocks of 2, 2 and 1 rows
-        monkeypatch.setattr(growth, "BLOCKED_FROM", 600)
+        monkeypatch.setattr(engine, "PIECE", piece)
+        monkeypatch.setattr(engine, "ROW_BLOCK", 150)  # a piece is blocks of 2, 2 and 1 rows
+        monkeypatch.setattr(engine, "BLOCKED_FROM", 600)
         for name, source in (("f32", src), ("bf16", low)):
             out = tmp_path / f"{name}-{piece}.safetensors"
             heard.clear()

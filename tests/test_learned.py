@@ -5,6 +5,7 @@ import itertools
 import pytest
 import torch
 
+from growtool.check import compare, random_batches
 from growtool.grow import growth, ops, recipes
 from growtool.init import init_model
 from growtool.io import checkpoint
@@ -13,7 +14,6 @@ from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes, tensor_specs, unit_count
 from growtool.nn.model import LM
-from growtool.verify import compare, random_batches
 
 from conftest import perturbed
 

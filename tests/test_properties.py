@@ -12,11 +12,11 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from growtool.check import compare, random_batches
 from growtool.grow import growth, recipes
 from growtool.nn.config import ModelConfig
 from growtool.nn.families import ARCHS, expected_shapes
 from growtool.nn.model import LM
-from growtool.verify import compare, random_batches
 
 from helpers_hardening import random_tensors
 

@@ -10,7 +10,7 @@ from test_train import make_text, tiny_cfg
 
 from growtool.init import init_model
 from growtool.io import checkpoint
-from growtool.training.train import STATE, lr_at, read_metrics, train
+from growtool.training.loop import STATE, lr_at, read_metrics, train
 
 from conftest import cli
 

@@ -15,7 +15,7 @@ from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.training import data
-from growtool.training.train import evaluate, gate_at, lr_at, train
+from growtool.training.loop import evaluate, gate_at, lr_at, train
 
 from conftest import cli
 

@@ -1,4 +1,4 @@
-"""The trainer's settings are defined once (growtool.training.train_settings.Settings): every field is a
+"""The trainer's settings are defined once (growtool.training.settings.Settings): every field is a
 `growtool train` option with the same default, range-checked with one line, saved with the run, and
 compared on resume unless it says why not. Adding a setting is one field plus an entry in ALT below."""
 
@@ -14,8 +14,8 @@ from growtool.grow import growth, recipes
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
-from growtool.training.train import STATE, train
-from growtool.training.train_settings import IDENTITY, Settings, option, resume_keys
+from growtool.training.loop import STATE, train
+from growtool.training.settings import IDENTITY, Settings, option, resume_keys
 
 from helpers_hardening import cli, listing, make_config
 

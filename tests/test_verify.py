@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import torch
 
+from growtool.check import compare, figures, random_batches, streamed_logits
 from growtool.io import checkpoint
-from growtool.verify import compare, figures, random_batches, streamed_logits
 
 from conftest import FIXTURES, cli
 from helpers_hardening import make_config, write_ckpt

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -27,6 +26,17 @@ import torch
 
 from growtool.io.checkpoint import atomic_file
 from growtool.nn.errors import GrowError
+from growtool.tokenizer import (  # noqa: F401 (the tokenizer lives in growtool.tokenizer; kept importable here)
+    AGREE,
+    CHUNK,
+    OVERLAP,
+    Tokenizer,
+    _cuts,
+    _stitch,
+    encode_text,
+    get_tokenizer,
+    tokenizer_for,
+)
 
 
 def file_sha256(path: Path) -> str:
@@ -35,167 +45,6 @@ def file_sha256(path: Path) -> str:
         for chunk in iter(lambda: fh.read(1 << 22), b""):
             h.update(chunk)
     return h.hexdigest()
-
-
-CHUNK, OVERLAP, AGREE = 1 << 16, 1 << 10, 8
-
-
-def _cuts(text: str, chunk: int) -> list[int]:
-    """Piece boundaries: after the first line end at least ``chunk`` characters on (or right at
-    ``chunk`` within a line longer than ``2 * chunk``); the last piece is at least ``chunk`` long."""
-    cuts, pos = [0], 0
-    while pos + 2 * chunk < len(text):
-        nl = text.find("\n", pos + chunk, pos + 2 * chunk)
-        pos = nl + 1 if nl >= 0 else pos + chunk
-        cuts.append(pos)
-    return cuts + [len(text)]
-
-
-def _stitch(prev, nxt, lo: int) -> tuple[int, int] | None:
-    """Where to join two overlapping encodings (ids, starts, ends; absolute character offsets):
-    (i, j) with prev's tokens [lo, i) followed by nxt's tokens [j, ...). The join is at the first
-    clean token boundary (no character split between tokens) where both encodings hold the same
-    ``AGREE`` tokens, ids and offsets - past the reach of the context each piece lacks. None if
-    there is no such place."""
-    (pi, ps, pe), (ni, ns, ne) = prev, nxt
-    first = {}
-    for i in range(max(lo, 1, int(np.searchsorted(ps, ns[0]))), len(pi) - AGREE + 1):
-        if pe[i - 1] <= ps[i]:
-            first.setdefault(int(ps[i]), i)
-    for j in range(1, len(ni) - AGREE + 1):
-        i = first.get(int(ns[j]))
-        if i is None or ne[j - 1] > ns[j]:
-            continue
-        k = slice(i, i + AGREE), slice(j, j + AGREE)
-        if (pi[k[0]] == ni[k[1]]).all() and (ps[k[0]] == ns[k[1]]).all() and (pe[k[0]] == ne[k[1]]).all():
-            return i, j
-    return None
-
-
-def encode_text(hf, text: str, chunk: int = CHUNK, overlap: int = OVERLAP, group: int = 64) -> np.ndarray:
-    """The ids of ``hf.encode(text, add_special_tokens=False)`` (a ``tokenizers.Tokenizer``),
-    computed in pieces of about ``chunk`` characters, ``group`` pieces per parallel batch.
-
-    Each piece after the first is encoded with ``overlap`` characters of the text before it, and
-    consecutive pieces are joined where their encodings agree (``_stitch``), so a token spanning a
-    piece boundary, or a tokenizer that treats the start of its input specially, comes out as in
-    one whole-text call. Where no agreeing join exists the whole text is encoded in one call.
-    """
-    cuts = _cuts(text, chunk)
-    if len(cuts) <= 2:
-        return np.asarray(hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
-    spans = [(max(0, a - (overlap if k else 0)), b) for k, (a, b) in enumerate(zip(cuts, cuts[1:]))]
-    kept, prev, lo = [], None, 0
-    for g in range(0, len(spans), group):
-        encs = hf.encode_batch([text[a:b] for a, b in spans[g : g + group]], add_special_tokens=False)
-        for (a, _), e in zip(spans[g : g + group], encs):
-            off = np.asarray(e.offsets, dtype=np.int64).reshape(-1, 2) + a
-            cur = (np.asarray(e.ids, dtype=np.int64), off[:, 0].copy(), off[:, 1].copy())
-            if prev is not None:
-                join = _stitch(prev, cur, lo) if len(cur[0]) else None
-                if join is None:
-                    return np.asarray(hf.encode(text, add_special_tokens=False).ids, dtype=np.int64)
-                kept.append(prev[0][lo : join[0]])
-                lo = join[1]
-            prev = cur
-    kept.append(prev[0][lo:])
-    return np.concatenate(kept)
-
-
-@dataclass
-class Tokenizer:
-    """``encode(bytes) -> int array``; ``key`` identifies it in the cache; ``files`` are the tokenizer
-    files it was read from (carried into a training run's folder), None for the byte tokenizer."""
-
-    name: str
-    vocab_size: int
-    key: str
-    hf: object = None
-    files: object = None  # growtool.tokenizer.TokenizerFiles
-
-    def encode(self, raw: bytes, src: str) -> np.ndarray:
-        """A data file's ids: its bytes, or equal to encoding the whole file's text in one call."""
-        if self.hf is None:
-            return np.frombuffer(raw, dtype=np.uint8).astype(np.int64)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise GrowError(f"{src}: not UTF-8 text (byte {e.start}); the {self.name} tokenizer needs text") from None
-        return encode_text(self.hf, text)
-
-    def encode_prompt(self, text: str) -> list[int]:
-        """A prompt's ids, with the special tokens the tokenizer adds to an input (e.g. BOS)."""
-        if self.hf is None:
-            return list(text.encode("utf-8"))
-        return list(self.hf.encode(text, add_special_tokens=True).ids)
-
-    def decode(self, ids) -> str:
-        if self.hf is None:
-            return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
-        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
-
-
-def _hf_tokenizer(tf, where: str) -> Tokenizer:
-    """A Tokenizer from the tokenizer.json among ``tf``'s files (growtool.tokenizer.TokenizerFiles)."""
-    from tokenizers import Tokenizer as HFTokenizer
-
-    raw = tf.files.get("tokenizer.json")
-    if raw is None:
-        raise GrowError(
-            f"{where}: has tokenizer files but no tokenizer.json "
-            "(save the tokenizer with transformers' save_pretrained to write one)"
-        )
-    try:
-        tok = HFTokenizer.from_str(raw.decode("utf-8"))
-    except Exception as e:  # tokenizers raises its own exception type
-        why = str(e).splitlines()[0] if str(e) else type(e).__name__
-        raise GrowError(f"{where}: not a Hugging Face tokenizer.json ({why})") from None
-    ids = list(tok.get_vocab(with_added_tokens=True).values())
-    size = max(ids) + 1 if ids else 0
-    return Tokenizer(where, size, "hf-" + hashlib.sha256(raw).hexdigest(), tok, tf)
-
-
-def get_tokenizer(spec: str) -> Tokenizer:
-    """``"byte"``, or a path to a Hugging Face ``tokenizer.json`` or a folder holding one."""
-    if spec == "byte":
-        return Tokenizer("byte", 256, "byte")
-    from growtool.tokenizer import from_path
-
-    return _hf_tokenizer(from_path(spec), spec)
-
-
-def tokenizer_for(ck, spec: str | None = None) -> Tokenizer:
-    """The tokenizer to use with checkpoint ``ck``: ``spec`` (``"byte"`` or a path) if given, else
-    the checkpoint's own (``growtool.tokenizer.resolve``), else the byte tokenizer for a model with
-    a vocabulary of 256. Raises GrowError (one line) when there is none, or when the tokenizer and
-    the model's vocabulary do not match (byte on a vocabulary other than 256, or a tokenizer with
-    more ids than the vocabulary)."""
-    from growtool.tokenizer import resolve
-
-    vocab = ck.config.vocab_size
-    if spec == "byte":
-        if vocab != 256:
-            raise GrowError(
-                f"the byte tokenizer (256 ids) does not match {ck.source}'s vocabulary of {vocab:,} "
-                "(use the model's own tokenizer: drop --tokenizer byte, or pass --tokenizer PATH)"
-            )
-        return get_tokenizer("byte")
-    tf, note = resolve(ck, spec)
-    if tf is None or not tf.has_tokenizer:
-        if vocab == 256:
-            return get_tokenizer("byte")
-        why = f" ({note})" if note else ""
-        raise GrowError(
-            f"{ck.source}: no tokenizer found for its vocabulary of {vocab:,}{why}: "
-            "pass --tokenizer PATH (a tokenizer.json or a folder holding one)"
-        )
-    tok = _hf_tokenizer(tf, spec or tf.origin)
-    if tok.vocab_size > vocab:
-        raise GrowError(
-            f"tokenizer {tok.name} has {tok.vocab_size:,} ids, more than {ck.source}'s vocabulary "
-            f"of {vocab:,} (not this model's tokenizer)"
-        )
-    return tok
 
 
 def check_files(files) -> list[Path]:

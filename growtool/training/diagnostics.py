@@ -283,23 +283,4 @@ def checkpoint_record(ck) -> dict | None:
     return summarize(blocks, latest_growth(ck.lineage), None)
 
 
-def table(rec: dict):
-    """A rich table of a ``checkpoint_record`` (``inspect --metrics``)."""
-    from rich.table import Table
-
-    t = Table(
-        title=f"growth {rec['width_from']} -> {rec['width_to']} ({rec['recipe']}): copies vs their sources",
-        title_justify="left",
-    )
-    for c in ("block", "ffn cos mean", "ffn cos max", "head cos mean", "head cos max", "gate"):
-        t.add_column(c)
-
-    def f(v):
-        return "-" if v is None else f"{v:.4f}"
-
-    for i, b in enumerate(rec["blocks"]):
-        t.add_row(str(i), *(f(b[k]) for k in ("ffn_cos_mean", "ffn_cos_max", "head_cos_mean", "head_cos_max", "gate")))
-    return t
-
-
-__all__ = ["unit_map", "similarity", "grad_ratios", "Tracker", "for_run", "checkpoint_record", "latest_growth", "table"]
+__all__ = ["unit_map", "similarity", "grad_ratios", "Tracker", "for_run", "checkpoint_record", "latest_growth"]

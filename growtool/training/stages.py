@@ -7,7 +7,7 @@ What holds:
 * A growth at step s happens before update s (0-based). The model's gates (if it was grown before)
   must be fully open (1) by then; they fold away, and the plain model grows by the recipe's plan
   (``growth.build_plan``, seed = the run's seed + the stage number, so a repeat is identical). The
-  AdamW moments grow by ``grow_state``'s rules; step counts, learning-rate schedule and RNG carry
+  AdamW moments grow by ``moments``'s rules; step counts, learning-rate schedule and RNG carry
   on: no optimizer reset and no LR re-warm. The new gates ramp 0 -> 1 over ``gate_warmup_tokens``
   from step s, so the first update after the growth sees the source's function.
 * A run state records its growths (``growths``: step, width, recipe) in ``last.pt``; a run resumed
@@ -27,40 +27,15 @@ from pathlib import Path
 
 import torch
 
-from growtool.grow import grow_state, growth, recipes
+from growtool.grow import growth, moments, recipes
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
-from growtool.training.train_settings import saved_setting
+from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
+from growtool.training.schedule import last_growth, mup, run_gate, run_gate_for  # noqa: F401 (last_growth: kept importable here)
+from growtool.training.settings import default_gate_tokens, parse_grow_at, resolve_grow_at, saved_setting  # noqa: F401
 
 # ---- the schedule ----------------------------------------------------------------------------
-
-
-def parse_grow_at(items) -> list[tuple[float, int]]:
-    """``("0.25:96", "0.5:128")`` -> [(0.25, 96), (0.5, 128)]; one clear line for bad input."""
-    out = []
-    for item in items or ():
-        frac, sep, width = str(item).partition(":")
-        try:
-            f, w = float(frac), int(width)
-        except ValueError:
-            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH, e.g. 0.3:96") from None
-        if not sep or not 0 < f < 1 or w < 1:
-            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH with 0 < FRACTION < 1 and WIDTH >= 1")
-        out.append((f, w))
-    if [f for f, _ in out] != sorted({f for f, _ in out}):
-        raise GrowError("--grow-at: fractions must be distinct and in increasing order")
-    if [w for _, w in out] != sorted({w for _, w in out}):
-        raise GrowError("--grow-at: widths must increase from stage to stage")
-    return out
-
-
-def resolve_grow_at(items, steps: int) -> list[list[int]]:
-    """[[step, width], ...]: each fraction of the run rounded to a step in 1 .. steps - 1."""
-    out = [[min(steps - 1, max(1, round(f * steps))), w] for f, w in parse_grow_at(items)]
-    if len({s for s, _ in out}) != len(out):
-        raise GrowError(f"--grow-at: two growths fall on the same step of a {steps}-step run")
-    return out
 
 
 def precheck(grow_at, recipe: str, width: int, fsdp: bool = False) -> None:
@@ -95,11 +70,6 @@ def check_schedule(s: dict, width: int) -> None:
         prev = w
 
 
-def last_growth(growths: list, step: int) -> int:
-    """Step of the latest growth at or before ``step`` (0: none; the gates then ramp from the start)."""
-    return max((g["step"] for g in growths if g["step"] <= step), default=0)
-
-
 # ---- growing a live model and its optimizer ------------------------------------------------------
 
 
@@ -126,11 +96,11 @@ def grow_model(
     """(plan, grown model (CPU, train mode, gates 0 and frozen), grown AdamW state_dict, lineage entry).
 
     ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1.
-    ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (grow_state.param_groups)."""
+    ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (moments.param_groups)."""
     from growtool.nn.model import LM
 
     cfg = model.cfg
-    src_names = grow_state.param_order(model, mup)
+    src_names = moments.param_order(model, mup)
     t = {n: v.detach().float().cpu().clone() for n, v in model.tensors().items()}
     if cfg.gated:
         if gate != 1.0:
@@ -148,9 +118,7 @@ def grow_model(
             p.requires_grad_(False)
     new.set_gates(0.0)
     new.train()
-    state = grow_state.grow_optimizer_state(
-        opt_state, src_names, grow_state.param_groups(new, mup), plan, t.__getitem__
-    )
+    state = moments.grow_optimizer_state(opt_state, src_names, moments.param_groups(new, mup), plan, t.__getitem__)
     return plan, new, state, growth.lineage_entry(plan, tensors_sha256(t))
 
 
@@ -162,7 +130,7 @@ def due(run, step: int) -> int | None:
 
 def grow_run(run, step: int, width: int) -> None:
     """Grow ``run``'s model and optimizer in place before update ``step`` (the schedule's growth)."""
-    from growtool.training.train import make_optimizer, run_gate
+    from growtool.training.optim import make_optimizer
 
     stage = len(run.growths) + 1
     r = recipes.load(run.s["grow_recipe"])
@@ -180,11 +148,6 @@ def grow_run(run, step: int, width: int) -> None:
     run.opt = make_optimizer(run.model, run.s)
     if saved_setting(run.s, "grow_optimizer") == "carry":
         run.opt.load_state_dict(state)
-
-
-def mup(s: dict) -> bool:
-    """``--grow-lr mup``: the hidden matrices' learning rate follows 1/width across growths."""
-    return saved_setting(s, "grow_lr") == "mup"
 
 
 def width_lr_scale(cfg, growths: list) -> float:
@@ -221,9 +184,6 @@ def expand_run(
     RNG and settings, the growth recorded) and ``metrics.jsonl`` (the source's records up to the step).
     ``growtool train CKPT --data ... --out OUT --resume`` with the source run's command line then
     continues it. Returns (plan, step). Written to a temporary folder, then renamed into place."""
-    from growtool.training.train import MODEL, STATE, read_metrics, run_gate_for
-    from growtool.training.train_settings import default_gate_tokens
-
     src, out = Path(src), Path(out)
     if not (src / STATE).exists() or not (src / MODEL).exists():
         raise GrowError(f"{src}: not a run folder with a resumable state ({MODEL} + {STATE})")
@@ -263,8 +223,6 @@ def expand_run(
     records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        from growtool.training.train import save_bytes, write_metrics
-
         tensors = {n: v.detach().float() for n, v in new.tensors().items()}
         checkpoint.save_tensors(str(tmp / MODEL), plan.cfg, lineage, tensors, tokenizer=last.tokenizer)
         save_bytes(tmp / STATE, new_state)

@@ -1,9 +1,9 @@
 """The trainer's settings, defined once.
 
 Every field of ``Settings`` is a ``growtool train`` option (``--name-with-dashes``, its help, default
-and range from here), a keyword of ``growtool.training.train.train``, and, unless marked otherwise, part of
+and range from here), a keyword of ``growtool.training.loop.train``, and, unless marked otherwise, part of
 the settings saved with a run and compared when the run is resumed. Adding a setting is one field
-here (plus using it in train.py); tests/test_train_settings.py checks that every field reaches the
+here (plus using it in loop.py); tests/test_train_settings.py checks that every field reaches the
 CLI and the resume check.
 """
 
@@ -157,14 +157,10 @@ class Settings:
             if value_type(f.name) is int and (not isinstance(v, int) or isinstance(v, bool)):
                 raise GrowError(f"{option(f.name)} must be an integer, got {v!r}")
             check_range(option(f.name), v, m["low"], m["high"], m["low_open"])
-        from growtool.training.stages import parse_grow_at
-
         parse_grow_at(self.grow_at)
 
     def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
         """The run's saved settings: defaults filled in from the data, the model and the run length."""
-        from growtool.training.stages import resolve_grow_at
-
         seq = self.seq or min(context, 128)
         per_step = self.batch * seq
         steps = self.steps or math.ceil((self.tokens if self.tokens is not None else n_train) / per_step)
@@ -227,3 +223,33 @@ def resume_keys() -> list[str]:
 
 def defaults() -> dict:
     return {f.name: f.default for f in fields(Settings) if f.default is not MISSING}
+
+
+# ---- growths scheduled inside a run (--grow-at) ----------------------------------------------
+
+
+def parse_grow_at(items) -> list[tuple[float, int]]:
+    """``("0.25:96", "0.5:128")`` -> [(0.25, 96), (0.5, 128)]; one clear line for bad input."""
+    out = []
+    for item in items or ():
+        frac, sep, width = str(item).partition(":")
+        try:
+            f, w = float(frac), int(width)
+        except ValueError:
+            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH, e.g. 0.3:96") from None
+        if not sep or not 0 < f < 1 or w < 1:
+            raise GrowError(f"--grow-at {item!r}: expected FRACTION:WIDTH with 0 < FRACTION < 1 and WIDTH >= 1")
+        out.append((f, w))
+    if [f for f, _ in out] != sorted({f for f, _ in out}):
+        raise GrowError("--grow-at: fractions must be distinct and in increasing order")
+    if [w for _, w in out] != sorted({w for _, w in out}):
+        raise GrowError("--grow-at: widths must increase from stage to stage")
+    return out
+
+
+def resolve_grow_at(items, steps: int) -> list[list[int]]:
+    """[[step, width], ...]: each fraction of the run rounded to a step in 1 .. steps - 1."""
+    out = [[min(steps - 1, max(1, round(f * steps))), w] for f, w in parse_grow_at(items)]
+    if len({s for s, _ in out}) != len(out):
+        raise GrowError(f"--grow-at: two growths fall on the same step of a {steps}-step run")
+    return out

@@ -7,7 +7,7 @@ What holds:
 * Learning rate: linear warm-up over ``warmup`` steps (every run warms up once), then cosine decay
   to ``lr * min_lr_ratio`` at the last step. Gradients are clipped to norm ``clip``. Growths inside a
   run (``grow_at``, or a run folder grown by ``stages.expand_run``) keep the schedule and carry the
-  AdamW moments (``grow_state``): no reset, no re-warm.
+  AdamW moments (``grow.moments``): no reset, no re-warm.
 * Grown checkpoints (growth gates present, all at 0): before update ``s`` every gate is set to
   min(1, (s - s_g) * batch * seq / gate_warmup_tokens), a linear ramp 0 -> 1 from the step s_g of
   the run's last growth (0 for a grown checkpoint). Evaluation after ``s``
@@ -35,7 +35,6 @@ What holds:
 
 from __future__ import annotations
 
-import io
 import json
 import math
 import os
@@ -48,52 +47,18 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from growtool.grow import grow_state, growth
+from growtool.grow import growth
 from growtool.io import checkpoint
-from growtool.io.checkpoint import atomic_file
 from growtool.metrics import matrix_metrics
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
-from growtool.tokenizer import Carry, write_files
+from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
 from growtool.training import data, diagnostics, fsdp, stages, stream
-from growtool.training.train_settings import Settings, resume_keys, saved_setting
-
-STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
-
-
-# ---- schedules --------------------------------------------------------------------------------
-
-
-def lr_at(step: int, s: dict, start: int = 0) -> float:
-    """Learning rate of update ``step`` (0-based): linear warm-up, then cosine to lr * min_lr_ratio,
-    over a schedule that began at step ``start`` (0; a growth under --grow-schedule rewarm)."""
-    lr, warm, n = s["lr"], min(s["warmup"], s["steps"] - start), s["steps"] - start
-    step -= start
-    if step < warm:
-        return lr * (step + 1) / warm
-    p = (step - warm) / max(1, n - warm)
-    return lr * (s["min_lr_ratio"] + (1 - s["min_lr_ratio"]) * 0.5 * (1 + math.cos(math.pi * p)))
-
-
-def gate_at(step: int, s: dict, start: int = 0) -> float | None:
-    """Growth-gate value in force after ``step`` updates of a ramp that began at step ``start``
-    (None for a plain model)."""
-    g = s["gate_warmup_tokens"]
-    if g is None:
-        return None
-    return 1.0 if g <= 0 else min(1.0, (step - start) * s["batch"] * s["seq"] / g)
-
-
-def run_gate_for(cfg, s: dict, growths: list, step: int) -> float | None:
-    """The gate in force after ``step`` updates for a model of ``cfg`` whose run grew at ``growths``
-    (the ramp restarts at each growth; None for a plain model)."""
-    return gate_at(step, s, stages.last_growth(growths, step)) if cfg.gated else None
-
-
-def run_gate(run: Run, step: int) -> float | None:
-    return run_gate_for(run.model.cfg, run.s, run.growths, step)
-
+from growtool.training.optim import make_optimizer
+from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
+from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
+from growtool.training.settings import Settings, resume_keys, saved_setting
 
 # ---- pieces -----------------------------------------------------------------------------------
 
@@ -112,19 +77,6 @@ def pick_device(device: str, local_rank: int) -> torch.device:
 
 def autocast(device: torch.device):
     return torch.autocast("cuda", dtype=torch.bfloat16) if device.type == "cuda" else nullcontext()
-
-
-def make_optimizer(model: LM, s: dict) -> torch.optim.AdamW:
-    """AdamW over grow_state.param_groups: weight decay on matrices only; with --grow-lr mup the
-    hidden matrices form their own group (``width_scaled``: its LR follows 1/width after growths)."""
-    by_name, mup = dict(model.named_parameters()), stages.mup(s)
-    *matrices, rest = grow_state.param_groups(model, mup)
-    groups = [
-        {"params": [by_name[n] for n in g], "weight_decay": s["weight_decay"], "width_scaled": mup and i == 0}
-        for i, g in enumerate(matrices)
-    ]
-    groups.append({"params": [by_name[n] for n in rest], "weight_decay": 0.0, "width_scaled": False})
-    return torch.optim.AdamW(groups, lr=s["lr"], betas=(0.9, 0.95))
 
 
 @torch.no_grad()
@@ -164,55 +116,6 @@ def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:
         return cfg, t
     plain = growth.fold_config(cfg)
     return plain, {n: growth.fold_tensor(n, cfg, gate, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
-
-
-def save_bytes(path: Path, obj) -> None:
-    buf = io.BytesIO()
-    torch.save(obj, buf)
-    atomic_file(path, lambda fh: fh.write(buf.getvalue()))
-
-
-def write_metrics(path: Path, records: list[dict]) -> None:
-    atomic_file(path, lambda fh: fh.write("".join(json.dumps(r) + "\n" for r in records).encode()))
-
-
-def read_metrics(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
-def plot(records: list[dict], path: Path, title: str) -> None:
-    """Training and validation loss against tokens (gate on a second axis when there is one)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(7, 4))
-    tr = [r for r in records if "loss" in r]
-    va = [r for r in records if "val_loss" in r]
-    ax.plot([r["tokens"] for r in tr], [r["loss"] for r in tr], lw=0.8, alpha=0.6, label="train loss")
-    ax.plot([r["tokens"] for r in va], [r["val_loss"] for r in va], "o-", ms=3, label="val loss")
-    ax.set_xlabel("tokens")
-    ax.set_ylabel("loss (nats/token)")
-    ax.set_title(title, fontsize=9)
-    for prev, r in zip(tr, tr[1:]):  # growth points (stages.py): the width changes between two steps
-        if prev.get("width") != r.get("width"):
-            ax.axvline(prev["tokens"], color="tab:red", lw=0.8, ls=":")
-            ax.annotate(f"d{r['width']}", (prev["tokens"], 1.0), xycoords=("data", "axes fraction"), fontsize=7)
-    ax.legend(loc="upper right")
-    if any(r.get("gate") is not None for r in tr):
-        ax2 = ax.twinx()
-        before = [r["tokens"] * (r["step"] - 1) / r["step"] for r in tr]  # a step's gate applies from its start
-        ax2.plot(before, [r["gate"] for r in tr], color="grey", lw=0.8, ls="--")
-        ax2.set_ylabel("growth gate", color="grey")
-        ax2.set_ylim(-0.05, 1.05)
-    fig.tight_layout()
-    buf = io.BytesIO()
-    fig.savefig(buf, format="png", dpi=110)
-    plt.close(fig)
-    atomic_file(path, lambda fh: fh.write(buf.getvalue()))
 
 
 class Progress:
@@ -275,7 +178,7 @@ class Run:
     start: int = 0
     val: list = field(default_factory=list)  # validation batches
     records: list = field(default_factory=list)
-    tok: data.Tokenizer | None = None
+    tok: Tokenizer | None = None
     growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
     diag: tuple | None = None  # (key, diagnostics.Tracker or None) for the model now (diagnostics.py)
 
@@ -297,7 +200,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
     cfg = ck.config
-    tok = data.tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
+    tok = tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
     seq = opts.seq or min(cfg.context, 128)
     if seq > cfg.context:
         raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
@@ -592,7 +495,7 @@ def finish(run: Run, step: int, seconds: float) -> dict:
 def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None, **settings) -> dict:
     """Train checkpoint ``ckpt`` on text files ``data_files``, writing into folder ``out``.
 
-    ``settings`` are the fields of ``train_settings.Settings`` (the ``growtool train`` options):
+    ``settings`` are the fields of ``settings.Settings`` (the ``growtool train`` options):
     ``steps`` (or ``tokens``, default: one pass over the training split) sets the run length;
     ``stop_at`` ends this invocation after that many updates with a resumable checkpoint.
     ``deterministic`` turns on torch's deterministic algorithms: needed on CUDA for runs (and
@@ -623,4 +526,15 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     return summary
 
 
-__all__ = ["train", "evaluate", "lr_at", "gate_at", "Settings"]
+__all__ = [
+    "train",
+    "evaluate",
+    "lr_at",
+    "gate_at",
+    "run_gate_for",
+    "make_optimizer",
+    "Settings",
+    "MODEL",
+    "STATE",
+    "FINAL",
+]

@@ -1,4 +1,5 @@
-"""Compare two models' logits: the measurement behind ``growtool verify`` and the tests.
+"""Compare two models' logits: the measurement behind ``growtool verify`` and the tests, and
+``verify`` itself (the whole check of a grown checkpoint against its source, returning a ``Report``).
 
 Two ways to get logits: a whole ``LM`` in memory (``compare``), or ``streamed_logits``, which reads
 a checkpoint one block at a time and runs every input through that block before the next: peak
@@ -14,12 +15,16 @@ passes when the grown model's error is within max(tol, floor). An exact growth s
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from growtool.io import checkpoint
+from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of
 from growtool.nn.model import LM, Block, head_logits, hidden, logit_scale, make_norm
 
@@ -192,3 +197,127 @@ def compare(
             progress("compare", len(x))
     s = sum(scale) / len(scale)
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
+
+
+# ---- the whole check: ``growtool.verify`` -----------------------------------------------------
+
+
+@dataclass
+class Report:
+    """What ``verify`` found. ``passed`` is the verdict (the logits within ``limit`` at the checked
+    gate, and the greedy continuations identical where they were asked for); beside it the figures:
+    one ``Comparison`` per (inputs, gate) row (rows labelled "... (info)" are shown, not judged),
+    the low-precision ``floor``, ``limit`` = max(tol, floor), and ``generate`` (a
+    ``sample.Generations`` or None)."""
+
+    passed: bool
+    logits_ok: bool
+    alpha: float
+    tol: float
+    floor: float
+    limit: float
+    dtype: str  # the low-precision dtype the floor was measured in, else "float32"
+    rows: list  # [(label, Comparison)]
+    generate: object = None
+
+    @property
+    def low_precision(self) -> bool:
+        return self.dtype != "float32"
+
+    def as_dict(self) -> dict:
+        """The figures as ``growtool verify --json`` prints them."""
+        return {
+            "pass": self.passed,
+            "tol": self.tol,
+            "floor": self.floor,
+            "limit": self.limit,
+            "dtype": self.dtype,
+            "results": [{"inputs": l, **c.as_dict()} for l, c in self.rows],  # noqa: E741
+            **({"generate": self.generate.as_dict()} if self.generate else {}),
+        }
+
+
+def verify(
+    source,
+    grown,
+    *,
+    alpha: float = 0.0,
+    samples: int = 16,
+    data: str | None = None,
+    tol: float = 1e-4,
+    seed: int = 0,
+    generate: int | None = None,
+    prompts=(),
+    progress=None,
+) -> Report:
+    """Check that ``grown`` computes ``source``'s function at gate ``alpha``; returns a ``Report``.
+
+    ``source`` / ``grown``: paths (as ``growtool.load`` takes them) or loaded checkpoints. Both are
+    read one block at a time (bounded memory), on ``samples`` random sequences and, with ``data``,
+    byte tokens of that text file too; a gated ``grown`` is also measured at gate 1 (for
+    information). For bf16/fp16 checkpoints the limit is max(tol, floor), the floor being the
+    source's own error from running in that dtype. ``generate=N``: also compare greedy N-token
+    continuations of ``prompts`` (default: from ``data``, else random ids). ``progress``: called once
+    as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
+    ``progress(name, amount)`` callback (``growtool.console.Bar``)."""
+    if source == "-" and grown == "-":
+        raise GrowError("only one of SOURCE and GROWN can be standard input")
+    a = checkpoint.load(source) if isinstance(source, (str, Path)) else source
+    b = checkpoint.load(grown) if isinstance(grown, (str, Path)) else grown
+    if a.config.vocab_size != b.config.vocab_size:
+        raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
+    if a.config.family != b.config.family:
+        raise GrowError(f"families differ: {a.config.family} vs {b.config.family}")
+    ctx = min(a.config.context, b.config.context)
+    sets = {"random": random_batches(a.config.vocab_size, ctx, samples, seed)}
+    if data:
+        if not Path(data).is_file():
+            raise GrowError(f"{data}: no such file")
+        sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
+    alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
+    low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
+    items, nbytes = _reads_to_come(a, b, len(sets), len(alphas), low)
+    bar = progress(items, nbytes) if progress else contextlib.nullcontext()
+    with bar as tick:  # final-norm outputs first, then the heads, once
+        rows, floors = _measure(a, b, sets, alpha, alphas, low, tick)
+    fl = max(floors, default=0.0)
+    limit = max(tol, fl)
+    ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
+    gen = None
+    if generate is not None:
+        from growtool.sample import compare_generations, verify_prompts
+
+        ma, mb = a.model(), b.model()
+        gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), generate, alpha)
+    dtype = str(low).replace("torch.", "") if low else "float32"
+    return Report(ok and (gen is None or gen.ok), ok, alpha, tol, fl, limit, dtype, rows, gen)
+
+
+def _reads_to_come(a, b, n_sets: int, n_alphas: int, low) -> tuple[int, int]:
+    """Tensors and bytes ``_measure`` reads: each pass reads a checkpoint once."""
+    a_passes, b_passes = n_sets * (2 if low else 1), n_sets * n_alphas
+    ((ia, ba), (ha, hba)), ((ib, bb), (hb, hbb)) = reads(a), reads(b)
+    items = ia * a_passes + ib * b_passes + ha * (2 if low else 1) + hb
+    nbytes = ba * a_passes + bb * b_passes + hba * (2 if low else 1) + hbb
+    return items, nbytes
+
+
+def _measure(a, b, sets: dict, alpha: float, alphas: list, low, progress) -> tuple[list, list]:
+    """The rows (label, Comparison) and the low-precision floors, streaming both checkpoints."""
+    rows, floors, hidden = [], [], {}
+    for label, x in sets.items():
+        hidden[label] = (
+            streamed_hidden(a, x, 0.0, progress=progress),
+            {al: streamed_hidden(b, x, al, progress=progress) for al in alphas},
+        )
+        if low:
+            hidden[label] += (streamed_hidden(a, x, 0.0, dtype=low, progress=progress),)
+    head_a, head_b = StreamedHead(a, progress=progress), StreamedHead(b, progress=progress)
+    head_low = StreamedHead(a, low, progress=progress) if low else None
+    for label, (ref, got, *lows) in hidden.items():
+        for al in alphas:
+            c = figures(ref, got[al], al, head_a=head_a, head_b=head_b)
+            rows.append((label if al == alpha else label + " (info)", c))
+        if low:
+            floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
+    return rows, floors

@@ -1,0 +1,217 @@
+"""The frame of the command line: the exit-code contract (``Growtool``, the click group class:
+one line per error, 2 for bad input, 3 for a bug, 130 / 143 when interrupted), progress bars on
+stderr (``Bar``) and option range checks (``bounded``). The commands are in ``growtool.cli``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sys
+import tempfile
+import time
+import traceback
+
+import click
+from rich.console import Console
+
+from growtool.nn.errors import GrowError, check_range
+
+PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
+
+
+def stderr_is_terminal() -> bool:
+    return sys.stderr.isatty()
+
+
+class Bar:
+    """A progress bar on stderr for the library's ``progress(name, amount)`` hooks: over tensors and
+    their bytes (``nbytes`` given: rate and ETA in bytes), or over ``items`` counted by ``amount``.
+    Drawn only when stderr is a terminal, without ``quiet``, and once the work has taken longer
+    than PROGRESS_DELAY. ``with Bar(...) as bar: library_call(..., progress=bar)``."""
+
+    def __init__(self, label: str, items: int, nbytes: int | None = None, quiet: bool = False, unit: str = "tensors"):
+        self.label, self.items, self.nbytes, self.unit = label, items, nbytes, unit
+        self.enabled = not quiet and stderr_is_terminal()
+        self.done, self.pending, self.bar, self.t0 = 0, 0, None, time.monotonic()
+
+    def __enter__(self):
+        self.t0 = time.monotonic()
+        return self
+
+    def __call__(self, name: str, amount: int) -> None:
+        by_bytes = self.nbytes is not None
+        self.done += 1 if by_bytes else amount
+        self.pending += amount if by_bytes else 0
+        if not self.enabled or (self.bar is None and time.monotonic() - self.t0 < PROGRESS_DELAY):
+            return
+        if self.bar is None:
+            self.start(by_bytes)
+        self.bar.update(
+            self.task, completed=self.pending if by_bytes else self.done, count=f"{self.done}/{self.items} {self.unit}"
+        )
+
+    def start(self, by_bytes: bool) -> None:
+        from rich import progress as rp
+
+        cols = [rp.DownloadColumn(), rp.TransferSpeedColumn()] if by_bytes else []
+        self.bar = rp.Progress(
+            rp.TextColumn(self.label),
+            rp.BarColumn(),
+            *cols,
+            rp.TextColumn("{task.fields[count]}"),
+            rp.TimeRemainingColumn(),
+            console=Console(stderr=True, force_terminal=True),
+        )
+        self.task = self.bar.add_task(self.label, total=self.nbytes if by_bytes else self.items, count="")
+        self.bar.start()
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.stop()
+
+
+def clean_errors(fn):
+    """Kept so that commands written against it still work: errors are handled once, in ``Growtool.main``."""
+    return fn
+
+
+def one_line(text: str) -> str:
+    return " ".join(str(text).split())
+
+
+def internal_error(e: BaseException, debug: bool) -> str:
+    """The line for an unexpected exception (a bug in growtool); the traceback goes to stderr with
+    --debug, else to a file the line names."""
+    tb = "".join(traceback.format_exception(type(e), e, e.__traceback__))
+    if debug:
+        sys.stderr.write(tb)
+        where = "traceback above"
+    else:
+        try:
+            fd, path = tempfile.mkstemp(prefix="growtool-traceback-", suffix=".txt")
+            with os.fdopen(fd, "w") as fh:
+                fh.write(tb)
+            where = f"traceback in {path}; --debug prints it"
+        except OSError:
+            where = "rerun with --debug for the traceback"
+    msg = one_line(str(e)) or "(no message)"
+    return f"growtool: internal error: {type(e).__name__}: {msg} (a bug in growtool; {where})"
+
+
+class Growtool(click.Group):
+    """The command group, with the exit-code contract in one place: 0 ok, 1 a check failed, 2 bad input
+    or usage (one line), 3 an internal error (one line; traceback with --debug or in a file),
+    130 / 143 interrupted by SIGINT / SIGTERM (one line; writers remove their temporary files)."""
+
+    debug = False
+    done = False  # a command has finished everything it does: ``run`` may end the process at once
+
+    def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode, **extra)
+        Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
+        code = 0
+        try:
+            with interrupts_as_exceptions():
+                rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
+        except Interrupted as e:
+            code = 128 + e.signum
+            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
+        except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
+            code = 128 + signal.SIGINT
+            click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)
+        except click.ClickException as e:
+            code = 2 if isinstance(e, click.UsageError) else e.exit_code
+            hint = f" (see '{e.ctx.command_path} --help')" if getattr(e, "ctx", None) else ""
+            click.echo(f"growtool: error: {one_line(e.format_message())}{hint}", err=True)
+        except (GrowError, OSError, MemoryError) as e:  # bad input, or the machine said no (disk, memory)
+            code = 2
+            if Growtool.debug:
+                traceback.print_exc()
+            msg = one_line(str(e)) or type(e).__name__
+            if isinstance(e, OSError) and e.strerror:
+                msg = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
+            if isinstance(e, MemoryError):
+                msg = f"out of memory ({msg})"
+            click.echo(f"growtool: error: {msg}", err=True)
+        except (SystemExit, click.exceptions.Exit):
+            raise
+        except Exception as e:
+            code = 3
+            click.echo(internal_error(e, Growtool.debug), err=True)
+        sys.exit(code)
+
+
+class Interrupted(BaseException):
+    """SIGINT or SIGTERM arrived: unwinds like KeyboardInterrupt, so every writer's cleanup runs."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupts_as_exceptions():
+    """Turn SIGINT and SIGTERM into ``Interrupted`` (the second and later signals are ignored while the
+    first unwinds, so cleanup is not cut short). Only in the main thread; handlers restored after."""
+
+    def handler(signum, frame):
+        for s in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(s, signal.SIG_IGN)
+        raise Interrupted(signum)
+
+    try:
+        old = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+    except ValueError:  # not the main thread
+        yield
+        return
+    try:
+        yield
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def set_debug(ctx, param, value):
+    if value:
+        Growtool.debug = True
+
+
+def bounded(low=None, high=None, low_open=False):
+    """A click callback: the option's number must lie in its range (one line naming the option)."""
+
+    def check(ctx, param, value):
+        if value is not None:
+            check_range(
+                param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high, low_open
+            )
+        return value
+
+    return check
+
+
+def settings_options(fn):
+    """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
+    ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
+    from dataclasses import fields
+
+    from growtool.training.settings import Settings, option, value_type
+
+    for f in reversed(fields(Settings)):
+        m, kind = f.metadata, value_type(f.name)
+        if m["flag"]:
+            fn = click.option(option(f.name), f.name, is_flag=True, default=f.default, help=m["help"])(fn)
+            continue
+        typ = click.Choice(m["choices"]) if m["choices"] else kind
+        fn = click.option(
+            option(f.name),
+            f.name,
+            type=typ,
+            default=f.default,
+            show_default=f.default not in (None, ()),
+            help=m["help"],
+            multiple=m["multiple"],
+        )(fn)
+    return fn

@@ -1,0 +1,70 @@
+"""Folding: bake the growth gates of a grown model away at a fixed value (a plain checkpoint)."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING
+
+import torch
+
+from growtool.nn.config import ModelConfig
+from growtool.nn.families import expected_shapes, tensor_specs, unit_count
+
+if TYPE_CHECKING:
+    from growtool.grow.engine import Workspace
+
+
+# ---- fold ---------------------------------------------------------------------------------
+
+
+def fold_config(cfg: ModelConfig) -> ModelConfig:
+    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+
+
+def fold_tensor(
+    name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dtype, work: Workspace | None = None
+) -> torch.Tensor:
+    """Bake gate ``alpha`` into the writers: gated units' output weights times alpha.
+
+    A gated unit's write is gate * W_col * h; with the gate fixed at alpha, alpha * W_col is the same
+    function without a gate, so the folded model is a plain checkpoint.
+
+    With a ``work`` space (``get`` then takes ``into=``, as ``Checkpoint.get``) the result is made in
+    one of its output blocks, placed for the writer (hand it back with ``work.recycle`` once
+    written): a source whose elements have the output's size is read straight into that block (and
+    scaled or converted there through this thread's float32 block); any other source is read into
+    this thread's source block. The same bytes, without fresh memory or a copy per tensor.
+    """
+    spec = tensor_specs(cfg)[name]
+    part = None  # (axis, start, length) of the gated units' weights
+    if spec.role == "writer":
+        kind = spec.units[0]
+        base = cfg.base_heads if kind == "q" else cfg.base_ffn
+        n = cfg.heads if kind == "q" else cfg.ffn
+        if base != n:
+            block = unit_count(cfg, kind)[1]
+            part = (spec.unit_axis, base * block, (n - base) * block)
+    if work is None:
+        t = get(name)
+        if part is None:
+            return t.to(dtype)
+        t = t.float().clone()
+        t.narrow(*part).mul_(alpha)
+        return t.to(dtype)
+    key, size = (name, 0), math.prod(expected_shapes(cfg)[name]) * dtype.itemsize
+    placed = []  # the output block the source was read into (never a checkpoint's own tensor)
+
+    def into(nbytes: int) -> torch.Tensor:
+        if nbytes != size:
+            return work.source(nbytes)
+        placed.append(work.output((nbytes,), torch.uint8, key))
+        return placed[0]
+
+    t = get(name, into=into)
+    if part is None and t.dtype == dtype:
+        return t  # as read: in the output's block (or a held checkpoint's tensor, as .to returns it)
+    f = work.tensor(t.shape).copy_(t)
+    if part is not None:
+        f.narrow(*part).mul_(alpha)
+    out = t.view(dtype) if placed else work.output(t.shape, dtype, key)
+    return out.copy_(f)  # as .to: the same conversion

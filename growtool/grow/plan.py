@@ -1,0 +1,424 @@
+"""The growth plan: ``build_plan`` fixes the target config, the residual map (the SRIO rotation, or
+none) and why, the expansion of every unit axis and of the residual axis, whether the result keeps
+the function (and if not, why), and every output tensor's steps (``steps.py``); the plan table and
+the execution (``engine.grow_tensor``) both read them. Also the lineage entry of a growth and the
+gate values of a checkpoint.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import torch
+
+from growtool.grow import engine, ops
+from growtool.grow.steps import (
+    ExpandResidual,
+    ExpandUnits,
+    FoldGain,
+    GateZero,
+    Keep,
+    NormGain,
+    PadZero,
+    Rotate,
+    Scale,
+    Step,
+    UnitNormGain,
+    ZeroNewUnits,
+    ZeroOldWrites,
+    _fuse_pad_rotate,
+    _symmetry,
+)
+from growtool.nn.config import ModelConfig
+from growtool.nn.errors import GrowError
+from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+
+if TYPE_CHECKING:
+    from growtool.io.checkpoint import Checkpoint
+
+
+# ---- the plan -------------------------------------------------------------------------------
+
+
+@dataclass
+class Plan:
+    src: ModelConfig
+    cfg: ModelConfig  # the grown config
+    recipe: dict
+    seed: int
+    eps: float  # cos of the SRIO angle actually used (1 = no rotation)
+    rotate_readers: bool  # RMSNorm with a real rotation: readers take R^T, norm gains fold into them
+    residual_map: str  # the residual map chosen, and why
+    lossy: list[str]  # reasons the function is not kept (empty = exact at gate 0)
+    units: list[dict]  # per block: unit kind -> Expansion
+    split: list[dict]  # per block: unit kind -> writer multipliers (Net2Net split) or None
+    res: dict  # residual expansions: "attn", "ffn", "tile", "zero", "mean"
+    dtype: torch.dtype
+    specs: dict = field(default_factory=dict)  # output name -> (TensorSpec, layer or None)
+    steps: dict = field(default_factory=dict)  # output name -> [Step]
+    shapes: dict = field(default_factory=dict)  # output name -> grown shape
+    warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
+
+    @property
+    def exact(self) -> bool:
+        return not self.lossy
+
+    @property
+    def offset(self) -> float:
+        return arch_of(self.src).features.norm_offset
+
+    def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
+        return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
+
+    def pieces(self, name: str) -> list[tuple[int, int]] | None:
+        """The row ranges (r0, n) in which a streaming writer makes ``name`` (``checkpoint.save(
+        pieces=)``, ``grow_tensor(..., rows=)``): a tensor of more than engine.PIECE grown elements whose
+        steps are all row-local (the embedding and the head), so that no vocabulary-sized block
+        is needed and its first rows are written while the last are grown. None: whole."""
+        shape = self.shapes.get(name)
+        gathers = any(isinstance(s, ExpandUnits) for s in self.steps[name])  # rows that are not the source's
+        if gathers or engine._whole_steps(self, name, shape) != 0 or shape[0] * shape[1] <= engine.PIECE:
+            return None
+        rows = max(1, engine.PIECE // shape[1])
+        first = max(1, engine.ROW_BLOCK // shape[1])  # the first piece one block:
+        starts = [0, *range(first, shape[0], rows)]  # the disk starts sooner (the embedding opens the file)
+        return [(a, b - a) for a, b in zip(starts, starts[1:] + [shape[0]])]
+
+    def producer_bytes(self) -> int:
+        """About the most memory one producing thread holds while it makes a tensor (``Workspace``):
+        the float32 tensor it builds a whole tensor in when the output is in another dtype (for a
+        float32 output that tensor is the output itself), or one block of rows; plus the source
+        read and its float32 copy (6 bytes per element for a 2-byte dtype; 4 for float32, whose
+        copy is the read itself)."""
+        old, most = expected_shapes(self.src), 0
+        for name, shape, _ in self.outputs():
+            steps = self.steps[name]
+            pieces = self.pieces(name)
+            rows = pieces[0][1] if pieces else shape[0]
+            src = math.prod(old[name]) * rows // shape[0] if name in old else 0
+            if engine._whole_steps(self, name, shape) < len(steps):
+                f32 = 4 * engine.ROW_BLOCK
+            else:
+                f32 = 4 * math.prod(shape) if self.dtype != torch.float32 else 0
+            most = max(most, f32 + src * (4 if self.dtype == torch.float32 else 4 + self.dtype.itemsize))
+        return most
+
+    def producers(self, threads: int, resident: int = 256 << 20) -> int:
+        """How many of ``threads`` may produce tensors at once (``checkpoint.save(workers=)``) within
+        the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB. The writer
+        holds up to 2 x that tensor (``checkpoint.write_stream``); ``resident`` is what the process
+        holds before the work (the interpreter and torch: 227 MB with torch's CPU build, 496 MB
+        with a CUDA build); the producers get the rest, 1 x that tensor + 0.5 GB - ``resident``,
+        and at least one producer. (Without this cap a d4096 bf16 model on 8 producers would need
+        about 6 GB against a bound of 1.7 GB.)"""
+        largest = max(math.prod(shape) * self.dtype.itemsize for _, shape, _ in self.outputs())
+        room = largest + (512 << 20) - resident
+        return max(1, min(threads, room // max(1, self.producer_bytes())))
+
+    def rows(self) -> list[tuple[str, str, str, str]]:
+        """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""
+        old, new = expected_shapes(self.src), expected_shapes(self.cfg)
+        seen, out = set(), []
+        for name, (spec, _) in self.specs.items():
+            if spec.pattern in seen:
+                continue
+            seen.add(spec.pattern)
+            o = "x".join(map(str, old[name])) if name in old else "-"
+            op = ", ".join(s.describe(self, spec) for s in self.steps[name])
+            out.append((spec.pattern, o, "x".join(map(str, new[name])), op))
+        return out
+
+
+def embed_factor(plan: Plan) -> float:
+    """Embeddings scaled by sqrt(width) inside the model (Gemma): the grown embedding takes
+    sqrt(d)/sqrt(D), each rounded to the output dtype as the model rounds it, so the scaled
+    embedding is the old one. 1 where the architecture has no embedding scale."""
+    if not arch_of(plan.src).features.embed_scale:
+        return 1.0
+
+    def s(w):
+        return float(torch.tensor(w**0.5).to(plan.dtype))
+
+    return s(plan.src.width) / s(plan.cfg.width)
+
+
+def qk_scale(plan: Plan, spec: TensorSpec) -> float:
+    """Scale of q/k rows that keeps a q/k RMSNorm exact although the config's single norm eps was
+    multiplied by d/D for the residual norms. RMSNorm is scale-invariant except for eps: scaling
+    its input by s turns eps' = eps d/D into eps d/D / s^2. A norm over n -> n' elements whose new
+    ones are zero (OLMo-2's q/k norms over all heads) sees a mean square n/n' times the old one,
+    so it needs eps n/n' there: s^2 = (d/D) (n'/n). Per head (Qwen3, Gemma 3) n' = n: s^2 = d/D."""
+    s2 = plan.src.width / plan.cfg.width
+    if spec.qk_norm == "full":
+        n_old, n_new = (unit_count(plan.src, spec.units[0])[0], unit_count(plan.cfg, spec.units[0])[0])
+        s2 *= n_new / n_old
+    return s2**0.5
+
+
+def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
+    """The steps that make the grown tensor ``name`` from its source."""
+    return _fuse_pad_rotate(_steps(spec, name, plan), plan)
+
+
+def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
+    role, rot = spec.role, [Rotate()] if plan.eps != 1.0 else []
+    a, f = arch_of(plan.src), embed_factor(plan)
+    if role == "growth_gate":
+        return [GateZero()]
+    if role == "norm_gain":
+        extra = 1.0 / f if (plan.src.tie and spec.pattern == a.modules["final_norm"] + ".weight") else 1.0
+        return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=extra)]
+    if role == "norm_bias":
+        return [PadZero()]
+    if role == "head_norm":
+        return [Keep("over head_dim, which is fixed")]
+    if role == "unit_norm":
+        return [UnitNormGain()]
+    if role in ("embedding", "writer_bias"):
+        if _mean_filled(name, plan):
+            return [ExpandResidual("mean")]
+        scale = [Scale(f, "embedding scale sqrt(d)/sqrt(D)")] if (name == a.embed and f != 1.0) else []
+        return [ExpandResidual("zero")] + scale + rot
+    qk = []  # q/k feeding a q/k norm: see qk_scale; new units must not move a norm shared by all units
+    if spec.qk_norm:
+        qk = [Scale(qk_scale(plan, spec), "q/k norm eps")] + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
+    if role == "unit_bias":
+        return [ExpandUnits(writer=False)] + qk
+    fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
+    rrot = rot if plan.rotate_readers else []
+    if role == "head":
+        return fold + [ExpandResidual("zero")] + rrot
+    if role == "reader":
+        steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
+        return steps + _symmetry(plan, spec, writer=False)
+    if role == "writer":
+        steps = [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        return steps + _symmetry(plan, spec, writer=True)
+    raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
+
+
+def _mean_filled(name: str, plan) -> bool:
+    """The tied LayerNorm embedding is also the head: its new columns take the mean (LEMON)."""
+    return plan.src.norm == "layernorm" and plan.src.tie and name == arch_of(plan.src).embed
+
+
+def _heads_for(src: ModelConfig, D: int) -> int:
+    """Query heads for width D when --heads is not given. Where heads must fill the width, D /
+    head_dim; else D / head_dim if that keeps whole KV groups and the source had heads x head_dim
+    == width; else the whole-KV-group count nearest to heads x D / d (ties upward)."""
+    hd, r = src.head_dim, src.heads // src.kv_heads
+    if not arch_of(src).features.free_head_dim:
+        if D % hd:
+            raise GrowError(f"target width {D} is not a multiple of head_dim {hd}")
+        return D // hd
+    if src.heads * hd == src.width and D % hd == 0 and (D // hd) % r == 0:
+        return D // hd
+    want = src.heads * D / src.width
+    lo = max(src.heads, int(want // r) * r)
+    return min((lo, lo + r), key=lambda h: (abs(h - want), -h))
+
+
+def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | None) -> ModelConfig:
+    d, D = src.width, width
+    if not isinstance(D, int) or D <= d:
+        raise GrowError(f"target width {D} is not larger than the source width {d}")
+    hd, r = src.head_dim, src.heads // src.kv_heads
+    bound = not arch_of(src).features.free_head_dim
+    if heads is None:
+        heads = _heads_for(src, D)
+    if bound and heads * hd != D:
+        raise GrowError(f"target width {D} is not heads x head_dim ({heads} x {hd}); {src.family} needs them equal")
+    if heads < src.heads:
+        raise GrowError(f"target heads {heads} fewer than the source's {src.heads}")
+    if heads % r:
+        ok = [h for h in range(src.heads, 2 * heads + r) if h % r == 0][:4]
+        raise GrowError(
+            f"target heads {heads} not a multiple of the {r} query heads per KV head "
+            f"(pass --heads {' or '.join(map(str, ok))})"
+        )
+    if bound and (D // hd) % r:
+        raise GrowError(f"width {D} gives {D // hd} heads, not a multiple of {r} query heads per KV head")
+    if ffn is None:
+        ffn = round(src.ffn * D / d)
+    if ffn < src.ffn:
+        raise GrowError(f"target ffn {ffn} smaller than the source's {src.ffn}")
+    return src.replace(
+        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=ops.grow_norm_eps(src.norm_eps, d, D)
+    )
+
+
+def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
+    """(eps, the map and why, reasons it is lossy) for the recipe's ``rotation.eps``.
+
+    LayerNorm removes the residual mean: only R(sqrt(d/D)) (or mean fill) keeps it exact.
+    RMSNorm commutes with any rotation once gains fold into the readers - unless the head is the
+    tied embedding, which cannot take the final norm's gain: then only eps 1 (zero padding).
+    """
+    exact = ops.exact_layernorm_eps(src.width, D)
+    tied_rms = src.norm == "rmsnorm" and src.tie
+    post = arch_of(src).features.post_norms
+    if eps == "auto":
+        eps = 1.0 if (tied_rms or post) else exact
+    eps, lossy = float(eps), []
+    if post:
+        exact_map = (
+            "eps 1 (zero padding): norms on sublayer outputs put their gains on residual coordinates, "
+            "which no rotation passes; every norm gain is rescaled by sqrt(d/D)"
+        )
+        if eps != 1.0:
+            lossy.append(
+                "post-norm gains sit on residual coordinates, so only eps=1 (no rotation) keeps the function, "
+                f"not eps={eps:g}"
+            )
+    elif src.norm == "layernorm":
+        exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+        if abs(eps - exact) > 1e-9:
+            lossy.append(
+                f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} "
+                "keeps the function"
+            )
+    elif tied_rms:
+        exact_map = (
+            "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation "
+            "(the final norm's gain cannot fold into the embedding)"
+        )
+        if eps != 1.0:
+            lossy.append(
+                "a tied head cannot take the final RMSNorm gain, so only eps=1 (no rotation) keeps the function, "
+                f"not eps={eps:g}"
+            )
+    elif eps == 1.0:
+        exact_map = (
+            "eps 1 (zero padding), as the recipe asks: RMSNorm commutes with any rotation, the identity included"
+        )
+    else:
+        exact_map = f"R({eps:.4f}): RMSNorm commutes with any rotation once its gains fold into the readers"
+    why = exact_map if not lossy else f"R({eps:.4f}) as the recipe asks: LOSSY, the exact map is {exact_map}"
+    return eps, why, lossy
+
+
+def build_plan(
+    src: ModelConfig,
+    recipe: dict,
+    width: int,
+    ffn: int | None = None,
+    heads: int | None = None,
+    seed: int = 0,
+    allow_lossy: bool = False,
+    dtype: torch.dtype = torch.float32,
+    gate_values: list[float] | None = None,
+) -> Plan:
+    cfg = target_config(src, width, ffn, heads)
+    eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
+    gated = recipe["gate"]
+    if src.gated:
+        if not gated:
+            raise GrowError(
+                f"recipe {recipe['name']!r} adds ungated units but the source has growth gates: "
+                "fold it first (growtool fold --alpha 0|1)"
+            )
+        if gate_values and any(v != 0.0 for v in gate_values):
+            raise GrowError(
+                f"the source's growth gates are open (values up to {max(gate_values):g}): "
+                "fold it first (growtool fold --alpha ...)"
+            )
+    if gated:
+        cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn)
+    else:
+        cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn)
+        if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
+            lossy.append(
+                "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
+                "shared by all heads), so split copies no longer compute their sources' outputs"
+            )
+        for sec, key in (("attention", "new_heads"), ("ffn", "new_units")):
+            mode = recipe[sec][key]
+            added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
+            if added and not ops.KINDS[mode].exact_without_gate:
+                lossy.append(f"new {sec} units filled by {mode!r} write without a warm-up gate")
+    k = recipe["convex_k"]
+    units, split = [], []
+    r = src.heads // src.kv_heads
+    for i in range(src.layers):
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
+        q = ops.group_to_heads(kv, r)
+        f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
+        units.append({"q": q, "kv": kv, "qkv": q, "qgate": q, "ffn": f})
+        split.append(
+            {
+                kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
+                for kind, e in (("q", q), ("ffn", f))
+            }
+        )
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
+    d, D = src.width, cfg.width
+    res = {
+        "attn": ops.make_expansion(recipe["attention"]["new_columns"], d, D, gen, k),
+        "ffn": ops.make_expansion(recipe["ffn"]["new_columns"], d, D, gen, k),
+        "tile": ops.make_expansion("tile", d, D, gen),
+        "zero": ops.make_expansion("zero", d, D, gen),
+        "mean": ops.make_expansion("mean", d, D, gen),
+    }
+    warnings = []
+    for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
+        added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
+        if added and ops.KINDS[recipe[sec][key]].dead:
+            warnings.append(
+                f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
+                "zero-gradient saddle, so training never moves them (dead capacity)"
+            )
+    if recipe["lossy"] is False and lossy and not allow_lossy:
+        raise GrowError(f"refused: {lossy[0]} (pass --allow-lossy to grow anyway)")
+    plan = Plan(
+        src,
+        cfg,
+        recipe,
+        seed,
+        eps,
+        src.norm == "rmsnorm" and eps != 1.0,
+        why,
+        lossy,
+        units,
+        split,
+        res,
+        dtype,
+        warnings=warnings,
+    )
+    for name, spec in tensor_specs(cfg).items():
+        layer = None
+        if "{i}" in spec.pattern:
+            layer = int(name[len(spec.pattern.split("{i}")[0]) :].split(".")[0])
+        plan.specs[name] = (spec, layer)
+        plan.steps[name] = tensor_steps(spec, name, plan)
+    plan.shapes.update(expected_shapes(cfg))
+    return plan
+
+
+def lineage_entry(plan: Plan, source_sha256: str) -> dict:
+    from growtool import __version__
+
+    return {
+        "op": "expand",
+        "source_sha256": source_sha256,
+        "width_from": plan.src.width,
+        "width_to": plan.cfg.width,
+        "heads": [plan.src.heads, plan.cfg.heads],
+        "ffn": [plan.src.ffn, plan.cfg.ffn],
+        "recipe": plan.recipe["name"],
+        "recipe_full": plan.recipe,
+        "eps": plan.eps,
+        "residual_map": plan.residual_map,
+        "seed": plan.seed,
+        "exact": plan.exact,
+        "growtool": __version__,
+    }
+
+
+def gate_values(ck: Checkpoint) -> list[float]:
+    if not ck.config.gated:
+        return []
+    a = arch_of(ck.config)
+    return [float(ck.get(a.gate_name(i))[0]) for i in range(ck.config.layers)]

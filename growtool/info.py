@@ -1,0 +1,43 @@
+"""``growtool.inspect``: what a checkpoint is (family, shapes, parameters, dtype, gates, lineage,
+tokenizer, every tensor's shape), read from its header alone; with ``metrics``, the condensation
+metrics of every matrix, one tensor in memory at a time, and for a grown checkpoint (or one
+trained after its growth) how its copied units compare with their sources (training.diagnostics)."""
+
+from __future__ import annotations
+
+from growtool.grow import growth
+from growtool.io import checkpoint
+
+FIELDS = ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn")
+
+
+def inspect(ckpt, *, metrics: bool = False) -> dict:
+    """The facts about ``ckpt`` (a path, or a loaded checkpoint) as a dict (``growtool inspect --json``)."""
+    ck = checkpoint.load(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else ckpt
+    cfg = ck.config
+    info = {
+        "path": str(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else None,
+        **{k: getattr(cfg, k) for k in FIELDS},
+        "vocab": cfg.vocab_size,
+        "context": cfg.context,
+        "norm_eps": cfg.norm_eps,
+        "tied": cfg.tie,
+        "attn_gate": cfg.attn_gate,
+        "parameters": cfg.n_params(),
+        "dtype": str(ck.main_dtype()).replace("torch.", ""),
+        "gated": cfg.gated,
+        "base_heads": cfg.base_heads,
+        "base_ffn": cfg.base_ffn,
+        "gates": growth.gate_values(ck),
+        "lineage": ck.lineage,
+        "tokenizer": ck.tokenizer,
+        "tensors": {n: list(ck.shape(n)) for n in ck.names()},
+    }
+    if metrics:
+        from growtool.metrics import matrix_metrics
+
+        info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
+        from growtool.training.diagnostics import checkpoint_record
+
+        info["growth"] = checkpoint_record(ck)  # copies vs their sources (None: no recorded growth)
+    return info

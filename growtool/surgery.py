@@ -1,0 +1,302 @@
+"""The streaming pipelines behind ``growtool expand`` and ``growtool fold``, as library functions.
+
+``expand`` reads a checkpoint's header, builds the growth plan, and streams the grown tensors into
+an atomically written output while a thread hashes the source (the hash lands in the lineage);
+the tokenizer files travel with it. ``fold`` bakes the growth gates away the same way. Both
+return the written path. ``prepare_expand`` + ``run_expand`` are the two halves of ``expand``
+for callers that show the plan before any tensor is read (the command line, ``--dry-run``).
+
+Progress: ``progress``, where given, is called once as ``progress(items, nbytes)`` with the work to
+come and returns a context manager yielding the ``progress(name, amount)`` callback the writer calls
+(``growtool.console.Bar`` is one)."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from growtool import machine, tokenizer
+from growtool.grow import growth, recipes
+from growtool.io import checkpoint
+from growtool.nn.errors import GrowError
+
+DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+
+
+def default_out(src: str, width: int, folder: bool = False) -> str:
+    """Next to the input, named after it and the width (a folder for a folder input or when sharding)."""
+    if src == "-":
+        return "-"
+    p = Path(src.rstrip("/"))
+    if p.is_dir():
+        return str(p.with_name(f"{p.name}-d{width}"))
+    return str(p.with_name(f"{p.stem}-d{width}" + ("" if folder else ".safetensors")))
+
+
+def _dtype(dtype) -> torch.dtype | None:
+    if dtype is None or isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype not in DTYPES:
+        raise GrowError(f"dtype {dtype!r}: choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def _size(shard_size) -> int | None:
+    return checkpoint.parse_size(shard_size) if isinstance(shard_size, str) else shard_size
+
+
+def _bar(progress, items: int, nbytes: int):
+    return progress(items, nbytes) if progress else contextlib.nullcontext()
+
+
+@dataclass
+class Expansion:
+    """A planned expand (``prepare_expand``): the source, its plan, where it goes, and after
+    ``run_expand`` what happened (``path``, the tokenizer ``note``, the measured ``loss`` of a lossy plan)."""
+
+    src: str
+    ck: checkpoint.Checkpoint
+    plan: growth.Plan
+    out: str
+    carry: tokenizer.Carry
+    force: bool = False
+    shard_size: int | None = None
+    path: str | None = None
+    loss: object = None  # a check.Comparison at gate 0 when the plan is lossy
+
+    @property
+    def note(self) -> str | None:
+        return self.carry.note
+
+
+def prepare_expand(
+    src: str,
+    *,
+    width: int,
+    out: str | None = None,
+    recipe="srio",
+    sets=(),
+    ffn: int | None = None,
+    heads: int | None = None,
+    seed: int = 0,
+    allow_lossy: bool = False,
+    dtype=None,
+    shard_size=None,
+    force: bool = False,
+    tokenizer_path: str | None = None,
+) -> Expansion:
+    """Check the destination, read ``src``'s header and build the plan; reads no tensor.
+    ``recipe``: a shipped name, a YAML path or a loaded recipe dict; ``sets``: "KEY=VALUE" overrides."""
+    src, out = str(src), None if out is None else str(out)
+    shard_size = _size(shard_size)
+    r = recipes.load(recipe, recipes.parse_set(sets)) if not isinstance(recipe, dict) else recipe
+    out = out or default_out(src, width, folder=shard_size is not None)
+    checkpoint.check_destination(out, [src], force)  # fail before any work
+    ck = checkpoint.load(src)  # the header and config; tensors are read on demand
+    carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
+    dt = _dtype(dtype) or ck.main_dtype()
+    try:
+        plan = growth.build_plan(
+            ck.config,
+            r,
+            width,
+            ffn,
+            heads,
+            seed=seed,
+            allow_lossy=allow_lossy,
+            dtype=dt,
+            gate_values=growth.gate_values(ck),
+        )
+    except GrowError as e:
+        raise GrowError(f"{src}: {e}") from None
+    return Expansion(src, ck, plan, out, carry, force, shard_size)
+
+
+def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) -> Expansion:
+    """Grow and write ``job`` (from ``prepare_expand``); fills in ``job.path`` (and ``job.loss`` for
+    a lossy plan: the loss of function measured at gate 0 on 4 random sequences).
+    ``timings``: a dict that receives seconds: "read" (reads with their NaN / Inf check) and "grow",
+    summed over the ``producers`` threads (they overlap each other and the writing), "sha256_wait"
+    (waiting for the source hash, inside the save), "save" (the wall of the streaming save) and
+    "total" (the wall of this call)."""
+    ck, plan, out = job.ck, job.plan, job.out
+    t_all = time.perf_counter()
+    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
+    lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]
+    work = growth.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
+    read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
+    produce = lambda n, rows=None: growth.grow_tensor(n, plan, ck.get, work, read, rows)  # noqa: E731
+    if timings is not None:
+        produce = _timed_producer(job, work, timings)
+        source_hash.value = _timed_wait(source_hash.value, timings)
+    specs = plan.outputs()
+    try:
+        with (
+            machine.surgery_threading(streaming=True) as producers,
+            _bar(progress, len(specs), checkpoint.specs_nbytes(specs)) as bar,
+        ):
+            workers = plan.producers(producers, machine.resident_bytes())  # fewer where memory is short
+            t_save = time.perf_counter()
+            job.path = checkpoint.save(
+                out,
+                plan.cfg,
+                lineage,
+                specs,
+                produce,
+                force=job.force,
+                inputs=[job.src],
+                shard_size=job.shard_size,
+                progress=bar,
+                tokenizer=job.carry.record,
+                files=lambda: job.carry.files(plan.cfg, source_hash.fill(lineage), job.src, Path(out).name),
+                source_hash=source_hash,
+                recycle=work.recycle,
+                workers=workers,
+                place=work.place,
+                pieces=plan.pieces,
+            )
+            t_save = time.perf_counter() - t_save
+    finally:
+        source_hash.cancel()
+    work = None  # its blocks are not needed by what follows
+    if timings is not None:
+        timings.update(producers=workers, save=t_save, total=time.perf_counter() - t_all)
+    if plan.lossy:
+        job.loss = measure_loss(job)
+    return job
+
+
+def _timed_producer(job: Expansion, work, timings: dict):
+    """``produce`` adding each tensor's seconds to ``timings``: "read" (its reads, with the NaN /
+    Inf check) and "grow" (the rest), summed over the producing threads."""
+    ck, plan, lock = job.ck, job.plan, threading.Lock()
+    timings.update(read=0.0, grow=0.0)
+
+    def produce(name, rows=None):
+        spent = [0.0]
+
+        def get(*args, **kw):
+            t0 = time.perf_counter()
+            try:
+                return ck.get(*args, **kw)
+            finally:
+                spent[0] += time.perf_counter() - t0
+
+        t0 = time.perf_counter()
+        y = growth.grow_tensor(name, plan, get, work, functools.partial(get, into=work.source), rows)
+        with lock:
+            timings["read"] += spent[0]
+            timings["grow"] += time.perf_counter() - t0 - spent[0]
+        return y
+
+    return produce
+
+
+def _timed_wait(value, timings: dict):
+    """The source hash's ``value`` adding the time spent waiting for it to ``timings["sha256_wait"]``."""
+    timings["sha256_wait"] = 0.0
+
+    def timed():
+        t0 = time.perf_counter()
+        try:
+            return value()
+        finally:
+            timings["sha256_wait"] += time.perf_counter() - t0
+
+    return timed
+
+
+def measure_loss(job: Expansion):
+    """The loss of function of a lossy plan at gate 0, in memory (a ``check.Comparison``)."""
+    from growtool.check import compare, random_batches
+    from growtool.nn.model import LM
+
+    ck, plan = job.ck, job.plan
+    src = ck.model()
+    grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()})
+    return compare(src, grown, random_batches(ck.config.vocab_size, ck.config.context, 4, job.plan.seed), alpha=0.0)
+
+
+def expand(src: str, *, width: int, out: str | None = None, recipe="srio", progress=None, **options) -> Path:
+    """Grow the checkpoint ``src`` (a .safetensors file, an HF folder, a nanoGPT ckpt.pt) to residual
+    width ``width``; returns the written path (``out``; by default beside ``src``, named after the width).
+
+    Options (keywords, as ``prepare_expand``): ``sets`` ("KEY=VALUE" recipe overrides), ``ffn``,
+    ``heads``, ``seed``, ``allow_lossy`` (else a plan that does not keep the function is refused),
+    ``dtype`` ("float32" / "bfloat16" / "float16" or a torch dtype; default the input's),
+    ``shard_size`` (bytes or "2GB": shards in a folder ``out``), ``force`` (replace ``out``),
+    ``tokenizer_path``. ``progress``: see the module docstring."""
+    job = run_expand(prepare_expand(src, width=width, out=out, recipe=recipe, **options), progress=progress)
+    return Path(job.path)
+
+
+@dataclass
+class Folding:
+    """What ``run_fold`` wrote: the path, whether the model had gates, the tokenizer note."""
+
+    path: str
+    gated: bool
+    note: str | None
+
+
+def run_fold(
+    grown: str,
+    *,
+    alpha: float,
+    out: str,
+    dtype=None,
+    shard_size=None,
+    force: bool = False,
+    tokenizer_path: str | None = None,
+    progress=None,
+) -> Folding:
+    """``fold``, returning what the command line reports."""
+    grown, out = str(grown), str(out)
+    shard_size = _size(shard_size)
+    checkpoint.check_destination(out, [grown], force)  # fail before any work
+    ck = checkpoint.load(grown)
+    carry = tokenizer.carry(ck, tokenizer_path)
+    dt = _dtype(dtype) or ck.main_dtype()
+    cfg = growth.fold_config(ck.config)
+    specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
+    source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
+    lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
+    work = growth.Workspace()  # memory reused from tensor to tensor
+    try:
+        with (
+            machine.surgery_threading(streaming=True),
+            _bar(progress, len(specs), checkpoint.specs_nbytes(specs)) as bar,
+        ):
+            path = checkpoint.save(
+                out,
+                cfg,
+                lineage,
+                specs,
+                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt, work),
+                force=force,
+                inputs=[grown],
+                shard_size=shard_size,
+                progress=bar,
+                tokenizer=carry.record,
+                files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
+                source_hash=source_hash,
+                recycle=work.recycle,
+                workers=1,  # reading and writing: on a disk one producer was faster than two, in less memory
+                place=work.place,
+            )
+    finally:
+        source_hash.cancel()
+    return Folding(path, ck.config.gated, carry.note)
+
+
+def fold(grown: str, *, alpha: float, out: str, progress=None, **options) -> Path:
+    """Bake the growth gates of ``grown`` away at gate value ``alpha`` (0 = the source's function,
+    1 = the plain grown model): a gate-free checkpoint written to ``out``; returns its path.
+    Options: ``dtype``, ``shard_size``, ``force``, ``tokenizer_path`` (as ``expand``)."""
+    return Path(run_fold(grown, alpha=alpha, out=out, progress=progress, **options).path)

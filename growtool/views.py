@@ -1,0 +1,127 @@
+"""How the command line shows results: the plan table and the plan as JSON (``expand``), the
+verify table, the inspect tables. Each builds a rich ``Table`` (or a dict) from the library's results."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from growtool.io import checkpoint
+
+
+def plan_table(plan) -> Table:
+    t = Table(
+        title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
+        f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})",
+        title_justify="left",
+        caption=f"residual map: {plan.residual_map}",
+        caption_justify="left",
+    )
+    for c in ("tensor", "from", "to", "operation"):
+        t.add_column(c)
+    for row in plan.rows():
+        t.add_row(*row)
+    return t
+
+
+def plan_json(plan, out: str | None) -> dict:
+    """The plan for tools: source and target shapes, exactness and its reasons, every tensor's operation."""
+    outputs = plan.outputs()
+    shape = lambda c: {k: getattr(c, k) for k in ("family", "width", "layers", "heads", "kv_heads", "ffn")}  # noqa: E731
+    return {
+        "source": shape(plan.src),
+        "target": shape(plan.cfg),
+        "recipe": plan.recipe["name"],
+        "eps": plan.eps,
+        "residual_map": plan.residual_map,
+        "exact": plan.exact,
+        "lossy": list(plan.lossy),
+        "warnings": list(plan.warnings),
+        "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
+        "outputs": {
+            "tensors": len(outputs),
+            "bytes": checkpoint.specs_nbytes(outputs),
+            "dtype": str(plan.dtype).replace("torch.", ""),
+        },
+        "out": out,
+    }
+
+
+def verify_table(rows, source: str, grown: str) -> Table:
+    """One row per (inputs, gate) of a ``check.Report``."""
+    t = Table(title=f"verify {grown} against {source}", title_justify="left")
+    for c in ("inputs", "gate", "max |dlogit|", "logit scale", "rel", "mean KL", "top-1 agree"):
+        t.add_column(c, justify="right")
+    for label, c in rows:
+        t.add_row(
+            label,
+            f"{c.alpha:g}",
+            f"{c.max_dlogit:.3g}",
+            f"{c.logit_scale:.3g}",
+            f"{c.rel:.3g}",
+            f"{c.kl:.3g}",
+            f"{c.top1:.4f}",
+        )
+    return t
+
+
+def inspect_tables(facts: dict, ckpt: str, metrics: bool) -> list[Table]:
+    """The facts of ``info.inspect`` (and its condensation metrics, with ``metrics``)."""
+    t = Table(title=f"{ckpt}", title_justify="left", show_header=False)
+    for k in (
+        "family",
+        "width",
+        "layers",
+        "heads",
+        "kv_heads",
+        "head_dim",
+        "ffn",
+        "vocab",
+        "context",
+        "norm_eps",
+        "tied",
+        "attn_gate",
+        "parameters",
+        "dtype",
+    ):
+        t.add_row(k, f"{facts[k]:,}" if k == "parameters" else str(facts[k]))
+    gates = facts["gates"]
+    t.add_row(
+        "gates",
+        "none (plain model)"
+        if not facts["gated"]
+        else f"{len(gates)} x {sorted(set(gates))}; ungated units: {facts['base_heads']}/{facts['heads']} heads, "
+        f"{facts['base_ffn']}/{facts['ffn']} ffn",
+    )
+    for i, st in enumerate(facts["lineage"]):
+        desc = ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full", "source_sha256"))
+        if st.get("source_sha256"):
+            desc += f", source {st['source_sha256'][:12]}"
+        t.add_row(f"lineage {i}", desc)
+    tok = facts["tokenizer"]
+    if tok:
+        t.add_row("tokenizer", f"{', '.join(sorted(tok.get('files', {})))} from {tok.get('from')}")
+    tables = [t]
+    if metrics:
+        m = Table(title="condensation metrics", title_justify="left")
+        for c in ("matrix", "stable rank", "row cosine"):
+            m.add_column(c)
+        for n, v in facts["metrics"].items():
+            m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
+        tables.append(m)
+        if facts.get("growth"):
+            tables.append(growth_table(facts["growth"]))
+    return tables
+
+
+def growth_table(rec: dict) -> Table:
+    """Per block: the copies' cosine with their sources and the gate (training.diagnostics.checkpoint_record)."""
+    t = Table(
+        title=f"growth {rec['width_from']} -> {rec['width_to']} ({rec['recipe']}): copies vs their sources",
+        title_justify="left",
+    )
+    keys = ("ffn_cos_mean", "ffn_cos_max", "head_cos_mean", "head_cos_max", "gate")
+    for c in ("block", "ffn cos mean", "ffn cos max", "head cos mean", "head cos max", "gate"):
+        t.add_column(c)
+    for i, b in enumerate(rec["blocks"]):
+        t.add_row(str(i), *("-" if b[k] is None else f"{b[k]:.4f}" for k in keys))
+    return t
