@@ -40,8 +40,6 @@ import torch
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, tensor_specs, unit_count
 
-HEAD_KINDS = ("q", "qkv", "qgate")  # per query head; "kv" units join through the head's KV group
-
 
 def latest_growth(lineage: list) -> dict | None:
     """The latest ``expand`` entry of a lineage that records its plan (recipe and seed), or None."""
