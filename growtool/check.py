@@ -3,7 +3,8 @@
 
 Two ways to get logits: a whole ``LM`` in memory (``compare``), or ``streamed_logits``, which reads
 a checkpoint one block at a time and runs every input through that block before the next: peak
-memory is one block, the embedding and head, and the activations, whatever the model's size.
+memory is one block, a chunk of an embedding's or head's rows (``EmbeddingRows``, ``StreamedHead``,
+``figures_chunked``), and the activations, whatever the model's size or vocabulary.
 
 Low precision (``floor``): an exactly grown bf16/fp16 checkpoint differs from its source by the
 rounding of the grown weights on output, which no exact map avoids. The floor is the source's own
@@ -11,6 +12,11 @@ distance between running in its storage dtype and in float32, on the same inputs
 passes when the grown model's error is within max(tol, floor). An exact growth stays well below it
 (0.25-0.55 of it measured on Gemma/OLMo-2/Llama, tests/test_architectures.py); a lossy recipe
 (nrio on GPT-2: ~40% of the logit scale) stays far above it.
+
+float32 has a floor too: the source's own distance between running in float32 and in float64
+(``floor_dtype``). A deep model's float32 round-off can exceed the fixed tolerance (a real 30-layer
+Llama: 1.7e-4 x logit scale); the grown model carries its own round-off, that of its float32
+weights and the source's, so the limit is max(tol, FLOAT32_K x floor) (``limit``).
 """
 
 from __future__ import annotations
@@ -50,7 +56,10 @@ def random_batches(vocab: int, context: int, samples: int, seed: int = 0, seq: i
 
 def text_batches(path: str, vocab: int, context: int, samples: int, seq: int = 64) -> torch.Tensor:
     """Byte-level tokens from a text file (ids >= vocab wrap around), ``samples`` windows spread over it."""
-    data = torch.frombuffer(bytearray(open(path, "rb").read()), dtype=torch.uint8).long() % vocab
+    raw = bytearray(open(path, "rb").read())
+    if not raw:
+        raise GrowError(f"{path}: empty file (no text to check on)")
+    data = torch.frombuffer(raw, dtype=torch.uint8).long() % vocab
     seq = min(seq, context, max(1, len(data)))
     if len(data) < seq:
         return data.view(1, -1)
@@ -94,9 +103,49 @@ class Streamed:
         if path == a.modules["head"]:
             head = (a.modules["embed"] if cfg.tie else path) + "."
             return self._load(lambda: nn.Linear(cfg.width, cfg.vocab_size, bias=False), head)
+        if path in (a.modules["embed"], a.modules.get("pos")):
+            return EmbeddingRows(self, path + ".weight")
         rows = cfg.context if path == a.modules.get("pos") else cfg.vocab_size
         # _weight: no random init (normal_ on the meta device would import torch._dynamo: 1 s of start-up)
         return self._load(lambda: nn.Embedding(rows, cfg.width, _weight=torch.empty(rows, cfg.width)), path + ".")
+
+
+CHUNK_BYTES = 16 * 2**20  # the most bytes of one chunk of rows of an embedding or head (and of its logits)
+
+
+def row_chunks(ck, name: str, dtype, rows: int | None = None, progress=None):
+    """(first row, rows [n, width] in ``dtype``) of a vocabulary-sized tensor, read CHUNK_BYTES at
+    a time (or ``rows`` rows at a time); ``progress(name, nbytes)`` once, after the last chunk."""
+    total, width = ck.shape(name)
+    n = rows or max(1, CHUNK_BYTES // max(1, width * max(dtype.itemsize, ck.dtype(name).itemsize)))
+    for r0 in range(0, total, n):
+        yield r0, ck.get(name, rows=(r0, min(n, total - r0))).to(dtype)
+    if progress:
+        progress(name, ck.get_nbytes(name))
+
+
+class EmbeddingRows:
+    """An embedding as ``hidden`` calls it (``emb(idx)``), reading only the rows of the ids asked for,
+    CHUNK_BYTES of the table at a time: the whole table is never held."""
+
+    def __init__(self, model: Streamed, name: str):
+        self.model, self.name = model, name
+
+    def __call__(self, idx: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        ids, where = torch.unique(idx, return_inverse=True)  # sorted
+        out = torch.empty(len(ids), m.ck.shape(self.name)[1], dtype=m.dtype)
+        total, width = m.ck.shape(self.name)
+        n = max(1, CHUNK_BYTES // max(1, width * 8))
+        for r0 in range(0, total, n):  # only the chunks that hold some of the ids are read
+            sel = (ids >= r0) & (ids < r0 + n)
+            if sel.any():
+                rows = m.ck.get(self.name, rows=(r0, min(n, total - r0)))
+                out[sel] = rows[ids[sel] - r0].to(m.dtype)
+                del rows
+        if m.progress:
+            m.progress(self.name, m.ck.get_nbytes(self.name))
+        return out[where]
 
 
 @torch.no_grad()
@@ -107,15 +156,25 @@ def streamed_hidden(ck, x: torch.Tensor, alpha=None, dtype=torch.float32, progre
 
 
 class StreamedHead:
-    """A checkpoint's head (tied: its embedding), loaded once: ``head(h) -> float32 logits``."""
+    """A checkpoint's head (tied: its embedding), read in chunks of vocabulary rows, never whole:
+    ``head(h) -> float32 logits``; ``head.chunks()`` the rows for ``figures_chunked``."""
 
     def __init__(self, ck, dtype=torch.float32, progress=None):
-        self.model = Streamed(ck, dtype, progress)
-        self.head = self.model.get_submodule(arch_of(ck.config).modules["head"])
+        self.ck, self.dtype, self.progress = ck, dtype, progress
+        self.model = Streamed(ck, dtype, progress)  # head_logits reads the config (soft-cap) from it
+        a = arch_of(ck.config)
+        self.name = (a.modules["embed"] if ck.config.tie else a.modules["head"]) + ".weight"
+
+    def chunks(self, rows: int | None = None):
+        return row_chunks(self.ck, self.name, self.dtype, rows, self.progress)
+
+    def logits(self, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+        """Float32 logits of final-norm outputs ``h`` for the vocabulary rows ``w``."""
+        return head_logits(self.model, h.to(self.dtype), lambda x: F.linear(x, w)).float()
 
     @torch.no_grad()
     def __call__(self, h: torch.Tensor) -> torch.Tensor:
-        return head_logits(self.model, h, self.head).float()
+        return torch.cat([self.logits(h, w) for _, w in self.chunks()], dim=-1)
 
 
 @torch.no_grad()
@@ -161,14 +220,124 @@ def figures(a, b, alpha: float, batch: int = 8, head_a=None, head_b=None) -> Com
     return Comparison(alpha, mx, s, mx / s, kl / n, agree / n, n)
 
 
+class _Softmax:
+    """Running per-token figures of logits seen a chunk of the vocabulary at a time: the max and the
+    sum of exponentials (a log-sum-exp), the argmax, and per sequence the sum and sum of squares."""
+
+    def __init__(self, seqs: int, tokens: int):
+        self.max = torch.full((tokens,), -torch.inf, dtype=torch.float64)
+        self.sum, self.best = torch.zeros(tokens, dtype=torch.float64), torch.zeros(tokens, dtype=torch.long)
+        self.s1, self.s2 = torch.zeros(seqs, dtype=torch.float64), torch.zeros(seqs, dtype=torch.float64)
+        self.seqs, self.n = seqs, 0
+
+    def add(self, z: torch.Tensor, r0: int) -> torch.Tensor:
+        """Take logits z [tokens, rows] of vocabulary rows r0..; returns exp(old max - new max)."""
+        cm, ci = z.max(-1)
+        cm = cm.double()
+        self.best = torch.where(cm > self.max, ci + r0, self.best)  # the first maximum, as argmax
+        new = torch.maximum(self.max, cm)
+        rescale = torch.exp(self.max - new)
+        self.sum = self.sum * rescale + torch.exp(z.double() - new[:, None]).sum(-1)
+        self.max = new
+        zs = z.double().view(self.seqs, -1)
+        self.s1, self.s2, self.n = self.s1 + zs.sum(-1), self.s2 + (zs * zs).sum(-1), self.n + zs.shape[1]
+        return rescale
+
+    def lse(self) -> torch.Tensor:
+        return self.max + self.sum.log()
+
+    def scale(self, batch: int) -> float:
+        """The mean over chunks of ``batch`` sequences of the logits' std (unbiased, as torch.std)."""
+        per_seq, out = self.n, []  # logits per sequence
+        for g in range(0, self.seqs, batch):
+            s1, s2 = float(self.s1[g : g + batch].sum()), float(self.s2[g : g + batch].sum())
+            m = per_seq * min(batch, self.seqs - g)
+            out.append(max(((s2 - s1 * s1 / m) / max(m - 1, 1)) ** 0.5, 1e-6))
+        return sum(out) / len(out)
+
+
+@torch.no_grad()
+def figures_chunked(pairs: list, batch: int = 8) -> list[Comparison]:
+    """``figures`` of several comparisons, over the vocabulary a chunk of rows at a time, each head's
+    rows read once for all of them: ``pairs`` lists (ref, head_a, got, head_b, alpha), final-norm
+    outputs [N, T, width] and ``StreamedHead``s. No head is held whole: at most one chunk of rows
+    of each head and its logits for all inputs (CHUNK_BYTES each, and float64 copies). The same
+    figures as ``figures`` (KL(a || b) from running log-sum-exps, in float64)."""
+    heads = {id(h): h for p in pairs for h in (p[1], p[3])}
+    outs = {id(t): t for p in pairs for t in (p[0], p[2])}
+    tokens = max(t.shape[0] * t.shape[1] for t in outs.values())
+    widest = max(h.ck.shape(h.name)[1] * max(h.dtype.itemsize, h.ck.dtype(h.name).itemsize) for h in heads.values())
+    rows = max(1, min(CHUNK_BYTES // (8 * tokens), CHUNK_BYTES // widest))  # the same chunks for every head
+    soft = {(id(t), id(h)): _Softmax(t.shape[0], t.shape[0] * t.shape[1]) for p in pairs for t, h in (p[:2], p[2:4])}
+    mx, kl_num = [0.0] * len(pairs), [0.0] * len(pairs)  # kl_num: sum_v exp(z_a - max_a) (z_a - z_b) per token
+    readers = [h.chunks(rows) for h in heads.values()]
+    for chunks in zip(*readers):
+        r0, w = chunks[0][0], {k: c[1] for k, c in zip(heads, chunks)}
+        z = {key: heads[key[1]].logits(outs[key[0]].reshape(-1, outs[key[0]].shape[-1]), w[key[1]]) for key in soft}
+        rescale = {key: soft[key].add(zk, r0) for key, zk in z.items()}
+        for j, (ref, head_a, got, head_b, _) in enumerate(pairs):
+            ka, kb = (id(ref), id(head_a)), (id(got), id(head_b))
+            mx[j] = max(mx[j], float((z[ka] - z[kb]).abs().max()))
+            pa = torch.exp(z[ka].double() - soft[ka].max[:, None])
+            kl_num[j] = kl_num[j] * rescale[ka] + (pa * (z[ka].double() - z[kb].double())).sum(-1)
+        del z, w
+    for r in readers:  # every reader to its end (its progress call)
+        next(r, None)
+    out = []
+    for j, (ref, head_a, got, head_b, alpha) in enumerate(pairs):
+        sa, sb = soft[(id(ref), id(head_a))], soft[(id(got), id(head_b))]
+        kl = kl_num[j] / sa.sum - sa.lse() + sb.lse()
+        n, scale = len(kl), sa.scale(batch)
+        out.append(
+            Comparison(alpha, mx[j], scale, mx[j] / scale, float(kl.sum()) / n, int((sa.best == sb.best).sum()) / n, n)
+        )
+    return out
+
+
 LOW_PRECISION = (torch.bfloat16, torch.float16)
+FLOAT32_K = 4  # an exact float32 growth passes within max(tol, FLOAT32_K x floor); measured 1.2-3.6 x floor
+
+
+def floor_dtype(*dtypes: torch.dtype) -> torch.dtype | None:
+    """The dtype the source runs in for its floor, against its reference: a low-precision storage
+    dtype of either checkpoint (against float32), float64 when both are float32 (against float32
+    itself), else None (no floor)."""
+    low = next((d for d in dtypes if d in LOW_PRECISION), None)
+    if low is not None:
+        return low
+    return torch.float64 if all(d == torch.float32 for d in dtypes) else None
+
+
+def storage_name(dtype: torch.dtype | None) -> str:
+    """The checkpoints' dtype as verify reports it, from ``floor_dtype``'s answer."""
+    return str(dtype).replace("torch.", "") if dtype in LOW_PRECISION else "float32"
+
+
+def floor_note(dtype: torch.dtype, fl: float, lim: float) -> str:
+    """The line verify prints about the floor."""
+    if dtype == torch.float64:
+        return (
+            f"float32 floor: the source run in float32 is {fl:.3g} x logit scale from itself in float64; "
+            f"limit max(tol, {FLOAT32_K} x floor) = {lim:.3g}"
+        )
+    name = storage_name(dtype)
+    return (
+        f"{name} floor: the source run in {name} is {fl:.3g} x logit scale from itself in float32; "
+        f"limit max(tol, floor) = {lim:.3g}"
+    )
+
+
+def limit(tol: float, fl: float, dtype: torch.dtype | None) -> float:
+    """The pass limit of verify: max(tol, floor), for float32 (``dtype`` float64) max(tol, FLOAT32_K x floor)."""
+    return max(tol, (FLOAT32_K if dtype == torch.float64 else 1) * fl)
 
 
 def floor(src_ck, x: torch.Tensor, dtype: torch.dtype, reference=None, head=None, progress=None) -> float:
     """The source's own max |dlogit| / logit scale between running in ``dtype`` and in float32:
-    the error a checkpoint stored in ``dtype`` carries anyway (0 for float32). ``reference`` and
-    ``head``: the float32 final-norm outputs and head, when the caller has them already."""
-    if dtype not in LOW_PRECISION:
+    the error a checkpoint stored in ``dtype`` carries anyway (float64: float32's own round-off;
+    0 for other dtypes). ``reference`` and ``head``: the float32 final-norm outputs and head, when
+    the caller has them already."""
+    if dtype not in (*LOW_PRECISION, torch.float64):
         return 0.0
     head = head or StreamedHead(src_ck, progress=progress)
     ref = streamed_hidden(src_ck, x, 0.0, progress=progress) if reference is None else reference
@@ -207,7 +376,7 @@ class Report:
     """What ``verify`` found. ``passed`` is the verdict (the logits within ``limit`` at the checked
     gate, and the greedy continuations identical where they were asked for); beside it the figures:
     one ``Comparison`` per (inputs, gate) row (rows labelled "... (info)" are shown, not judged),
-    the low-precision ``floor``, ``limit`` = max(tol, floor), and ``generate`` (a
+    the ``floor``, ``limit`` = max(tol, floor) (float32: max(tol, FLOAT32_K x floor)), and ``generate`` (a
     ``sample.Generations`` or None)."""
 
     passed: bool
@@ -216,13 +385,20 @@ class Report:
     tol: float
     floor: float
     limit: float
-    dtype: str  # the low-precision dtype the floor was measured in, else "float32"
+    dtype: str  # the low-precision dtype the floor was measured in, else "float32" (floor against float64)
     rows: list  # [(label, Comparison)]
     generate: object = None
 
     @property
     def low_precision(self) -> bool:
         return self.dtype != "float32"
+
+    @property
+    def floor_dtype(self) -> torch.dtype | None:
+        """The dtype the source's floor ran in (float64: float32's own round-off), None without one."""
+        if self.low_precision:
+            return getattr(torch, self.dtype)
+        return torch.float64 if self.floor > 0 else None
 
     def as_dict(self) -> dict:
         """The figures as ``growtool verify --json`` prints them."""
@@ -256,7 +432,8 @@ def verify(
     read one block at a time (bounded memory), on ``samples`` random sequences and, with ``data``,
     byte tokens of that text file too; a gated ``grown`` is also measured at gate 1 (for
     information). For bf16/fp16 checkpoints the limit is max(tol, floor), the floor being the
-    source's own error from running in that dtype. ``generate=N``: also compare greedy N-token
+    source's own error from running in that dtype; for float32 ones max(tol, FLOAT32_K x floor),
+    the floor being the source's float32 round-off (against float64). ``generate=N``: also compare greedy N-token
     continuations of ``prompts`` (default: from ``data``, else random ids). ``progress``: called once
     as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
     ``progress(name, amount)`` callback (``growtool.console.Bar``)."""
@@ -275,22 +452,21 @@ def verify(
             raise GrowError(f"{data}: no such file")
         sets["text"] = text_batches(data, a.config.vocab_size, ctx, samples)
     alphas = [alpha] + ([1.0] if alpha != 1.0 and b.config.gated else [])
-    low = next((d for d in (b.main_dtype(), a.main_dtype()) if d in LOW_PRECISION), None)
+    low = floor_dtype(b.main_dtype(), a.main_dtype())  # float64 for float32 checkpoints: float32's round-off
     items, nbytes = _reads_to_come(a, b, len(sets), len(alphas), low)
     bar = progress(items, nbytes) if progress else contextlib.nullcontext()
     with bar as tick:  # final-norm outputs first, then the heads, once
         rows, floors = _measure(a, b, sets, alpha, alphas, low, tick)
     fl = max(floors, default=0.0)
-    limit = max(tol, fl)
-    ok = all(c.rel <= limit for label, c in rows if "(info)" not in label)
+    lim = limit(tol, fl, low)
+    ok = all(c.rel <= lim for label, c in rows if "(info)" not in label)
     gen = None
     if generate is not None:
         from growtool.sample import compare_generations, verify_prompts
 
         ma, mb = a.model(), b.model()
         gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), generate, alpha)
-    dtype = str(low).replace("torch.", "") if low else "float32"
-    return Report(ok and (gen is None or gen.ok), ok, alpha, tol, fl, limit, dtype, rows, gen)
+    return Report(ok and (gen is None or gen.ok), ok, alpha, tol, fl, lim, storage_name(low), rows, gen)
 
 
 def _reads_to_come(a, b, n_sets: int, n_alphas: int, low) -> tuple[int, int]:
@@ -303,7 +479,7 @@ def _reads_to_come(a, b, n_sets: int, n_alphas: int, low) -> tuple[int, int]:
 
 
 def _measure(a, b, sets: dict, alpha: float, alphas: list, low, progress) -> tuple[list, list]:
-    """The rows (label, Comparison) and the low-precision floors, streaming both checkpoints."""
+    """The rows (label, Comparison) and the floors, streaming both checkpoints."""
     rows, floors, hidden = [], [], {}
     for label, x in sets.items():
         hidden[label] = (
@@ -314,10 +490,14 @@ def _measure(a, b, sets: dict, alpha: float, alphas: list, low, progress) -> tup
             hidden[label] += (streamed_hidden(a, x, 0.0, dtype=low, progress=progress),)
     head_a, head_b = StreamedHead(a, progress=progress), StreamedHead(b, progress=progress)
     head_low = StreamedHead(a, low, progress=progress) if low else None
+    pairs, labels = [], []  # every comparison in one pass over the heads' vocabulary chunks
     for label, (ref, got, *lows) in hidden.items():
         for al in alphas:
-            c = figures(ref, got[al], al, head_a=head_a, head_b=head_b)
-            rows.append((label if al == alpha else label + " (info)", c))
+            pairs.append((ref, head_a, got[al], head_b, al))
+            labels.append(label if al == alpha else label + " (info)")
         if low:
-            floors.append(figures(ref, lows[0], 0.0, head_a=head_a, head_b=head_low).rel)
+            pairs.append((ref, head_a, lows[0], head_low, 0.0))
+            labels.append(None)  # a floor
+    for label, c in zip(labels, figures_chunked(pairs)):
+        rows.append((label, c)) if label else floors.append(c.rel)
     return rows, floors

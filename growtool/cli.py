@@ -206,6 +206,8 @@ def show_plan(plan, quiet: bool) -> None:
     """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
     if not quiet:
         err.print(plan_table(plan))
+        for c in plan.carried:
+            err.print(f"carried: {c}", soft_wrap=True)
     for reason in plan.lossy:
         err.print(f"[yellow]lossy:[/] {reason}")
     for w in plan.warnings:
@@ -327,6 +329,9 @@ def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, 
 
     if out in (None, "-"):
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
+    from growtool.io import confine
+
+    confine.check_output(out, [src])  # not inside the source run, nor holding it
     with surgery_threading():
         plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force)
     show_plan(plan, quiet)
@@ -373,7 +378,8 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not).
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
-    limit is max(--tol, floor), the floor being the source's own error from running in that dtype."""
+    limit is max(--tol, floor), the floor being the source's own error from running in that dtype;
+    for float32 ones max(--tol, 4 x floor), the floor being the source's float32 round-off (against float64)."""
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     if prompts and gen_tokens is None:
@@ -391,7 +397,6 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
         progress=functools.partial(Bar, "verify", quiet=quiet),
     )
     rows, gen, fl, limit, ok = rep.rows, rep.generate, rep.floor, rep.limit, rep.logits_ok
-    low = rep.dtype if rep.low_precision else None
     if as_json:
         click.echo(json.dumps(rep.as_dict()))
     t = views.verify_table(rows, source, grown)
@@ -403,11 +408,8 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
             f"greedy continuations at gate {alpha:g}: {gen.identical}/{gen.prompts} identical "
             f"over {gen.tokens} tokens{where}"
         )
-    if low:
-        err.print(
-            f"{low} floor: the source run in {low} is "
-            f"{fl:.3g} x logit scale from itself in float32; limit max(tol, floor) = {limit:.3g}"
-        )
+    if rep.floor_dtype is not None:
+        err.print(check.floor_note(rep.floor_dtype, fl, limit), soft_wrap=True)
     err.print(
         f"[green]PASS[/]: max |dlogit| within {limit:g} x logit scale at gate {alpha:g}"
         if ok

@@ -15,6 +15,7 @@ import traceback
 import click
 from rich.console import Console
 
+from growtool.io import stdout
 from growtool.nn.errors import GrowError, check_range
 
 PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
@@ -113,9 +114,11 @@ class Growtool(click.Group):
         Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
         code = 0
         try:
-            with interrupts_as_exceptions():
+            stdout.harden()  # a closed or unbuffered standard output: every write checked (growtool.io.stdout)
+            with interrupts_as_exceptions(), held_warnings():
                 rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
             code = rv if isinstance(rv, int) else 0  # click returns Exit's code (--help, --version)
+            stdout.finish()
         except Interrupted as e:
             code = 128 + e.signum
             click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
@@ -130,18 +133,60 @@ class Growtool(click.Group):
             code = 2
             if Growtool.debug:
                 traceback.print_exc()
+            if isinstance(e, BrokenPipeError):  # a buffered write to standard output, flushed early
+                stdout.silence()
+                e = stdout.error(e)
             msg = one_line(str(e)) or type(e).__name__
             if isinstance(e, OSError) and e.strerror:
                 msg = f"{e.filename}: {e.strerror}" if e.filename else e.strerror
             if isinstance(e, MemoryError):
                 msg = f"out of memory ({msg})"
             click.echo(f"growtool: error: {msg}", err=True)
+        except RuntimeError as e:  # torch's out-of-memory is a RuntimeError; any other is a bug
+            code = 2 if is_out_of_memory(e) else 3
+            line = f"growtool: error: out of memory ({one_line(str(e))[:160]})" if code == 2 else None
+            click.echo(line or internal_error(e, Growtool.debug), err=True)
         except (SystemExit, click.exceptions.Exit):
+            try:
+                stdout.finish()  # verify's --json, flushed before its exit code is given
+            except GrowError as e:
+                click.echo(f"growtool: error: {e}", err=True)
+                sys.exit(2)
             raise
         except Exception as e:
             code = 3
             click.echo(internal_error(e, Growtool.debug), err=True)
         sys.exit(code)
+
+
+@contextlib.contextmanager
+def held_warnings():
+    """Python warnings (torch's, say) raised during a command are held: after success each is one
+    ``growtool: warning:`` line; after an error they are dropped (with --debug, printed), so that the
+    error stays the only line."""
+    import warnings
+
+    with warnings.catch_warnings(record=True) as caught:
+        ok = False
+        try:
+            yield
+            ok = True
+        except SystemExit as e:  # verify's verdict (0 or 1) is a result, not an error
+            ok = e.code in (0, 1, None)
+            raise
+        finally:
+            for w in caught:
+                if ok or Growtool.debug:
+                    click.echo(f"growtool: warning: {one_line(str(w.message))[:300]}", err=True)
+
+
+def is_out_of_memory(e: BaseException) -> bool:
+    """torch's out-of-memory errors: ``torch.OutOfMemoryError`` (a device) or the CPU allocator's."""
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None)
+    text = str(e)
+    return (oom is not None and isinstance(e, oom)) or "can't allocate memory" in text or "out of memory" in text
 
 
 class Interrupted(BaseException):

@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from growtool import machine, tokenizer
-from growtool.grow import growth, recipes
+from growtool.grow import growth, limits, recipes
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
 
@@ -101,6 +101,7 @@ def prepare_expand(
     ck = checkpoint.load(src)  # the header and config; tensors are read on demand
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = _dtype(dtype) or ck.main_dtype()
+    limits.check_growth(ck.config, width, ffn, dt.itemsize)  # an absurd width: one line, before the plan
     try:
         plan = growth.build_plan(
             ck.config,
@@ -126,6 +127,7 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
     (waiting for the source hash, inside the save), "save" (the wall of the streaming save) and
     "total" (the wall of this call)."""
     ck, plan, out = job.ck, job.plan, job.out
+    limits.check_space(checkpoint.specs_nbytes(plan.outputs()), out)  # before any work
     t_all = time.perf_counter()
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
     lineage = ck.lineage + [growth.lineage_entry(plan, source_hash.token)]

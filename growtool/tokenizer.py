@@ -22,23 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
+from growtool.io.carried import CARRIED, TOKENIZER_FILES  # noqa: E402 (the names, where io/confine reads them too)
 from growtool.nn.errors import GrowError
-
-TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "added_tokens.json",
-    "vocab.json",
-    "merges.txt",
-    "vocab.txt",
-    "tokenizer.model",
-    "spiece.model",
-    "sentencepiece.bpe.model",
-    "chat_template.jinja",
-    "chat_template.json",
-)
-CARRIED = TOKENIZER_FILES + ("generation_config.json",)
 
 
 def sha256(data: bytes) -> str:
@@ -69,8 +54,14 @@ def _read(path: Path) -> bytes:
 
 
 def read_folder(folder: Path, names=CARRIED) -> TokenizerFiles | None:
-    """The carried files present in ``folder`` (None when there are none)."""
-    files = {n: _read(folder / n) for n in names if (folder / n).is_file()}
+    """The carried files present in ``folder`` (None when there are none); each must resolve inside
+    it (a Hugging Face cache's blob links allowed: ``confine.inside``) and be a regular file."""
+    from growtool.io import confine
+
+    present = [n for n in names if (folder / n).is_file() or (folder / n).is_symlink()]
+    for n in present:
+        confine.inside(folder / n, folder, "a tokenizer or generation file")
+    files = {n: confine.read_small(folder / n, n, confine.TOKENIZER) for n in present}
     return TokenizerFiles(str(folder.resolve()), files) if files else None
 
 

@@ -36,6 +36,7 @@ def plan_json(plan, out: str | None) -> dict:
         "exact": plan.exact,
         "lossy": list(plan.lossy),
         "warnings": list(plan.warnings),
+        "carried": plan.carried,
         "tensors": [dict(zip(("pattern", "from", "to", "operation"), row)) for row in plan.rows()],
         "outputs": {
             "tensors": len(outputs),

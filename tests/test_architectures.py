@@ -254,30 +254,6 @@ def test_unknown_hf_keys_survive_grow_and_fold(tmp_path):
     assert cfg["hidden_size"] == 96 and cfg["num_attention_heads"] == 6 and cfg["head_dim"] == 16
 
 
-@pytest.mark.parametrize(
-    "rope",
-    [
-        {"rope_scaling": {"type": "linear", "factor": 2.0}},
-        {"rope_parameters": {"rope_type": "yarn", "factor": 2.0, "rope_theta": 1e4}},
-    ],
-)
-def test_rope_scaling_is_named_when_refused(rope, tmp_path):
-    from growtool.nn.config import ModelConfig
-    from growtool.nn.errors import GrowError
-
-    hf = {
-        "model_type": "llama",
-        "hidden_size": 64,
-        "num_attention_heads": 4,
-        "num_hidden_layers": 1,
-        "intermediate_size": 128,
-        "vocab_size": 32,
-        **rope,
-    }
-    with pytest.raises(GrowError, match="rope scaling '(linear|yarn)' is not supported"):
-        ModelConfig.from_hf(hf)
-
-
 @pytest.mark.parametrize("name", ["gemma", "gemma2-softcap-window", "gemma3", "olmo2"])
 def test_bf16_growth_error_is_below_the_sources_own_bf16_noise(name, tmp_path):
     """bf16 storage: the grown weights are rounded once more (gains x sqrt(d/D), scaled embeddings),

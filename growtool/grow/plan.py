@@ -34,6 +34,7 @@ from growtool.grow.steps import (
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+from growtool.nn.rope import describe as describe_rope
 
 if TYPE_CHECKING:
     from growtool.io.checkpoint import Checkpoint
@@ -68,6 +69,11 @@ class Plan:
     @property
     def offset(self) -> float:
         return arch_of(self.src).features.norm_offset
+
+    @property
+    def carried(self) -> list[str]:
+        """Settings that pass through growth unchanged, said in the plan (RoPE scaling)."""
+        return describe_rope(self.cfg) if arch_of(self.cfg).features.positions == "rope" else []
 
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]

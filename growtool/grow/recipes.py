@@ -23,6 +23,9 @@ except with a tied RMSNorm head, where only the identity (eps = 1) is exact.
 from __future__ import annotations
 
 import copy
+import os
+import reprlib
+import stat
 from importlib import resources
 from pathlib import Path
 
@@ -47,6 +50,45 @@ DEFAULTS = {
 }
 
 
+MAX_RECIPE = 1 << 20
+
+
+class _Loader(yaml.SafeLoader):
+    """safe_load without aliases: a recipe needs none, and a 1 KB file of nested aliases expands to
+    billions of values once anything walks it (a YAML alias bomb)."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(
+                None, None, "aliases (*name) are not allowed here", self.peek_event().start_mark
+            )
+        return super().compose_node(parent, index)
+
+
+def _load_yaml(text: str):
+    return yaml.load(text, Loader=_Loader)
+
+
+def _read_recipe(p: Path) -> str:
+    """A recipe file's text: a regular file (a FIFO would block) of at most MAX_RECIPE bytes, UTF-8."""
+    try:
+        st = os.stat(p)
+        if not stat.S_ISREG(st.st_mode):
+            raise GrowError(f"{p}: not a regular file (a recipe is a YAML file)")
+        if st.st_size > MAX_RECIPE:
+            raise GrowError(f"{p}: {st.st_size:,} bytes, too large for a recipe")
+        return p.read_bytes()[: MAX_RECIPE + 1].decode()
+    except OSError as e:
+        raise GrowError(f"{p}: cannot read recipe ({e.strerror})") from None
+    except UnicodeDecodeError:
+        raise GrowError(f"{p}: not valid YAML (not UTF-8 text)") from None
+
+
+def _short(val) -> str:
+    """A bounded repr for error lines (a value from a file may be huge)."""
+    return reprlib.repr(val)
+
+
 def _recipe_dir() -> Path:
     """recipes/ of the source tree, or the copy an installed wheel carries (growtool_recipes)."""
     here = Path(__file__).resolve().parents[2] / "recipes"
@@ -65,10 +107,10 @@ def shipped() -> list[str]:
 def _check_keys(d: dict, ref: dict, where: str, src: str) -> None:
     for k, v in d.items():
         if k not in ref:
-            raise GrowError(f"{src}: unknown recipe key {where}{k!r} (known: {', '.join(ref)})")
+            raise GrowError(f"{src}: unknown recipe key {where}{_short(k)} (known: {', '.join(ref)})")
         if isinstance(ref[k], dict):
             if not isinstance(v, dict):
-                raise GrowError(f"{src}: recipe key {where}{k} must be a mapping, got {v!r}")
+                raise GrowError(f"{src}: recipe key {where}{k} must be a mapping, got {_short(v)}")
             _check_keys(v, ref[k], f"{where}{k}.", src)
 
 
@@ -83,7 +125,7 @@ def validate(r: dict, src: str = "recipe") -> dict:
     """Check every value; the error names the key and the allowed values."""
 
     def bad(key, val, allowed):
-        raise GrowError(f"{src}: recipe key {key} has bad value {val!r} (allowed: {allowed})")
+        raise GrowError(f"{src}: recipe key {key} has bad value {_short(val)} (allowed: {allowed})")
 
     if not isinstance(r["name"], str):
         bad("name", r["name"], "a string")
@@ -120,7 +162,7 @@ def parse_set(items: list[str] | tuple[str, ...]) -> dict:
             raise GrowError(f"--set needs key=value, got {item!r}")
         key, raw = item.split("=", 1)
         try:
-            val = yaml.safe_load(raw) if raw != "" else ""
+            val = _load_yaml(raw) if raw != "" else ""
         except yaml.YAMLError:
             val = raw
         node = out
@@ -136,17 +178,14 @@ def load(name_or_path: str = "srio", overrides: dict | None = None) -> dict:
     p = Path(name_or_path)
     if p.suffix in (".yaml", ".yml") or p.exists():
         src = str(p)
-        try:
-            text = p.read_text()
-        except OSError as e:
-            raise GrowError(f"{src}: cannot read recipe ({e.strerror})") from None
+        text = _read_recipe(p)
     else:
         f = _recipe_dir() / f"{name_or_path}.yaml"
         if not f.exists():
             raise GrowError(f"unknown recipe {name_or_path!r} (shipped: {', '.join(shipped())}; or give a .yaml path)")
         src, text = str(f), f.read_text()
     try:
-        data = yaml.safe_load(text) or {}
+        data = _load_yaml(text) or {}
     except yaml.YAMLError as e:
         raise GrowError(f"{src}: not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(data, dict):

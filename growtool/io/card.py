@@ -5,8 +5,20 @@ from __future__ import annotations
 
 from growtool.io.hf_remote import needs_remote
 
+MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<|~"})  # links, code, emphasis, tags, cells
+
+
+def md(value) -> str:
+    """Text from a checkpoint (lineage, recorded paths) as inert Markdown: one line, every character
+    that Markdown or HTML would act on escaped (no links, images, tags or table cells of its own)."""
+    return " ".join(str(value).split()).translate(MARKDOWN)
+
 
 def _stage(st: dict) -> str:
+    return md(_stage_text(st))
+
+
+def _stage_text(st: dict) -> str:
     op = st.get("op")
     src = f"; source sha256 {st['source_sha256'][:12]}" if st.get("source_sha256") else ""
     if op == "init":
@@ -39,11 +51,11 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
         "tags: [growtool, width-growth]",
         "---",
         "",
-        f"# {name}",
+        f"# {md(name)}",
         "",
         f"A {cfg.family} model: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads "
         f"({cfg.kv_heads} key/value), FFN {cfg.ffn}, vocabulary {cfg.vocab_size:,}, context {cfg.context}, "
-        f"{cfg.n_params():,} parameters. Written by growtool from `{source}`.",
+        f"{cfg.n_params():,} parameters. Written by growtool from {md(source)}.",
         "",
     ]
     if cfg.gated:
@@ -68,7 +80,7 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
     lines += ["", "## Tokenizer", ""]
     if tokenizer is not None:
         names = ", ".join(f"`{n}`" for n in sorted(tokenizer.files))
-        lines += [f"Carried unchanged from `{tokenizer.origin}`: {names}."]
+        lines += [f"Carried unchanged from {md(tokenizer.origin)}: {names}."]
     elif cfg.vocab_size == 256:
         lines += ["Byte-level (token id = byte value, 0..255): growtool's `byte` tokenizer."]
     else:

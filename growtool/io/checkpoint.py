@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import hf_remote, nanogpt, prehash
+from growtool.io import confine, hf_remote, nanogpt, one_config, overflow, prehash, stdout
 from growtool.io.files import (  # noqa: F401 (kept importable here)
     SIZE_UNITS,
     _clobbers,
@@ -202,32 +202,17 @@ def _tokenizer_record(meta: dict, src: str) -> dict | None:
         rec = json.loads(meta["tokenizer"])
     except json.JSONDecodeError:
         rec = None
-    if not isinstance(rec, dict):
-        raise GrowError(f"{src}: tokenizer record in the metadata is not a JSON object")
+    files = rec.get("files", {}) if isinstance(rec, dict) else None
+    if not isinstance(rec, dict) or not isinstance(rec.get("from", ""), str) or not isinstance(files, dict):
+        raise GrowError(f"{src}: tokenizer record in the metadata is not a JSON object of 'from' and 'files'")
+    if not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise GrowError(f"{src}: tokenizer record in the metadata names its files badly (name -> sha256 expected)")
     return rec
 
 
 def _config_from(meta: dict, folder_cfg: Path | None, src: str) -> tuple[ModelConfig, list]:
-    raw = None
-    if "config" in meta:
-        raw = meta["config"]
-    elif folder_cfg is not None and folder_cfg.exists():
-        raw = folder_cfg.read_text()
-    if raw is None:
-        raise GrowError(f"{src}: no model config (neither in the safetensors metadata nor a config.json beside it)")
-    try:
-        hf = json.loads(raw)
-    except json.JSONDecodeError:
-        raise GrowError(f"{src}: model config is not valid JSON") from None
-    try:
-        lineage = json.loads(meta.get("lineage", "[]"))
-    except json.JSONDecodeError:
-        raise GrowError(f"{src}: growth lineage in the metadata is not valid JSON") from None
-    try:
-        cfg = ModelConfig.from_hf(hf)
-    except GrowError as e:
-        raise GrowError(f"{src}: {e}") from None
-    return cfg, lineage
+    cfg = one_config.config(meta, folder_cfg, src)  # config.json where there is one, checked against the metadata
+    return cfg, one_config.lineage(meta, src)
 
 
 def _canonical(cfg: ModelConfig, entries: dict) -> dict[str, str]:
@@ -332,6 +317,8 @@ def load(src: str | os.PathLike) -> Checkpoint:
     if not s:
         raise GrowError("empty checkpoint path")
     if s == "-":
+        if sys.stdin is None:
+            raise GrowError("standard input is closed (expected a safetensors checkpoint)")
         data = sys.stdin.buffer.read()
         if not data:
             raise GrowError("standard input is empty (expected a safetensors checkpoint)")
@@ -351,6 +338,7 @@ def load(src: str | os.PathLike) -> Checkpoint:
     files = prehash.checkpoint_files(s)
     folder_cfg = p / "config.json" if p.is_dir() else None
     if not p.is_dir():
+        confine.regular(p, "a checkpoint file")  # before any open: a FIFO would block
         if nanogpt.is_torch_file(p):
             return _load_nanogpt(p)
         if (p.parent / "config.json").exists():
@@ -485,7 +473,10 @@ def save(
     ``pieces(name)``: the row ranges a tensor is made and written in (``write_stream``).
     Returns the written path.
     """
+    specs = list(specs)
+    cfg = one_config.with_dtype(cfg, specs[0][2]) if specs else cfg  # config.json names the dtype written
     meta = metadata(cfg, lineage, tokenizer)
+    inputs = [str(i) for i in inputs]
     dest = check_destination(out, inputs, force)
     shards = plan_shards(specs, shard_size)
     if len(shards) > 1 and (dest is None or not is_folder_target(out)):
@@ -496,24 +487,27 @@ def save(
         )
 
     def write(fh, part):
-        write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+        try:
+            write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+        except overflow.Overflow as e:
+            raise GrowError(f"{out}: {e}") from None
 
     if dest is None:  # spool to a temporary file first: a failure leaves stdout untouched
         with tempfile.TemporaryFile() as tmp:
             write(tmp, specs)
+            total = tmp.tell()
             tmp.seek(0)
-            shutil.copyfileobj(tmp, sys.stdout.buffer, 1 << 22)
-        sys.stdout.buffer.flush()
+            stdout.copy_file(tmp, total)  # every byte taken, or one line (a closed pipe, a full disk)
         return "-"
     try:
         if not is_folder_target(out):
-            atomic_file(dest, lambda fh: write(fh, specs))
+            atomic_file(dest, lambda fh: write(fh, specs), confine.place(dest, inputs, force))  # checked again
             return str(dest)
         tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
         try:
             _write_folder(tmpdir, cfg, shards, write, files)
             os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
-            _replace(tmpdir, dest)
+            confine.place(dest, inputs, force, _replace)(tmpdir, dest)  # checked again at the rename
         except BaseException:
             shutil.rmtree(tmpdir, ignore_errors=True)
             raise

@@ -12,6 +12,7 @@ import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 
+from growtool.io import confine
 from growtool.nn.errors import GrowError
 
 
@@ -26,8 +27,9 @@ def _fsync_dir(path: Path) -> None:
         pass
 
 
-def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None]) -> None:
-    """Write ``dest`` through a temporary file in its folder: fsync, then rename. Nothing partial remains."""
+def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None], place: Callable | None = None) -> None:
+    """Write ``dest`` through a temporary file in its folder: fsync, then rename (``place(tmp, dest)``
+    instead where given: ``confine.place``). Nothing partial remains."""
     fd, tmp = tempfile.mkstemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent)
     try:
         umask = os.umask(0)
@@ -37,7 +39,7 @@ def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None]) -> None:
             write(fh)
             fh.flush()
             os.fsync(fh.fileno())
-        os.replace(tmp, dest)
+        (place or os.replace)(tmp, dest)
         _fsync_dir(dest.parent)
     except BaseException:
         try:
@@ -62,9 +64,7 @@ def check_destination(out: str, inputs: Iterable[str], force: bool) -> Path | No
     if out == "-":
         return None
     dest = Path(out)
-    for i in inputs:
-        if i != "-" and Path(i).exists() and dest.exists() and _clobbers(dest.resolve(), Path(i).resolve()):
-            raise GrowError(f"{dest}: output would overwrite the input {i}")
+    confine.check_output(out, [str(i) for i in inputs])  # not the input, nor a file it is read with, nor in it
     parent = dest.parent if str(dest.parent) else Path(".")
     if not parent.is_dir():
         raise GrowError(f"{dest}: output folder {parent} does not exist")
@@ -106,8 +106,18 @@ def _replace(tmp: Path, dest: Path) -> None:
     old = None
     if dest.exists() or dest.is_symlink():
         old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".old", dir=dest.parent)) / "old"
-        os.replace(dest, old)
-    os.replace(tmp, dest)
+        try:
+            os.replace(dest, old)
+        except BaseException:
+            shutil.rmtree(old.parent, ignore_errors=True)  # nothing hidden left behind
+            raise
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        if old is not None:
+            os.replace(old, dest)
+            shutil.rmtree(old.parent, ignore_errors=True)
+        raise
     _fsync_dir(dest.parent)
     if old is not None:
         shutil.rmtree(old.parent, ignore_errors=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import torch
 
+from growtool.io import confine
 from growtool.nn.errors import GrowError
 
 DTYPES = {
@@ -42,9 +43,11 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     if n > MAX_HEADER or 8 + n > size:
         raise GrowError(f"{src}: not a safetensors file (header length {n} beyond the file's {size} bytes)")
     try:
-        header = json.loads(buf[8 : 8 + n].decode("utf-8"))
+        header = json.loads(buf[8 : 8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)
     except (UnicodeDecodeError, json.JSONDecodeError):
         raise GrowError(f"{src}: not a safetensors file (header is not valid JSON)") from None
+    except GrowError as e:
+        raise GrowError(f"{src}: {e}") from None
     if not isinstance(header, dict):
         raise GrowError(f"{src}: safetensors header is not a JSON object")
     meta = header.pop("__metadata__", None) or {}
@@ -82,13 +85,40 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     for (_, e0, n0), (b1, _, n1) in zip(spans, spans[1:]):
         if b1 < e0:
             raise GrowError(f"{src}: tensors {n0} and {n1} overlap in the file")
+    _check_tiling(spans, data_len, src)
     return header, meta, 8 + n
+
+
+def _no_duplicates(pairs):
+    """A JSON object's pairs -> dict; a key given twice makes the header ambiguous (refused)."""
+    out = {}
+    for k, v in pairs:
+        if k in out:
+            raise GrowError(f"the safetensors header names {k!r} twice")
+        out[k] = v
+    return out
+
+
+def _check_tiling(spans, data_len: int, src: str) -> None:
+    """The tensors fill the data exactly, as the safetensors format requires: no hole between two
+    (where other bytes could hide: a polyglot file) and no bytes after the last."""
+    end = 0
+    for b, e, name in spans:
+        if b != end:
+            raise GrowError(
+                f"{src}: {b - end} unused bytes before tensor {name} (a hole; not a valid safetensors file)"
+            )
+        end = e
+    if end != data_len:
+        raise GrowError(f"{src}: {data_len - end} bytes after the last tensor (not a valid safetensors file)")
 
 
 def read_file_header(path: Path) -> tuple[dict, dict, int]:
     """(tensor entries, metadata, data start offset) of a safetensors file, checked."""
+    if path.is_dir():
+        raise GrowError(f"{path}: is a folder without config.json, not a safetensors file")
     try:
-        size = path.stat().st_size
+        size = confine.regular(path, "a safetensors file").st_size  # a FIFO would block, a device not end
         with open(path, "rb") as f:
             head = f.read(8)
             if len(head) == 8:

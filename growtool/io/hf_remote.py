@@ -4,7 +4,7 @@ transformers drops tensors a stock class does not know (with only an "unexpected
 and would compute another function. Such a model is written with ``model_type: "growtool"`` (no
 stock class has it, so loading without ``trust_remote_code`` fails loudly) and an ``auto_map`` to
 a modeling file in the folder. That file runs growtool's own forward pass: ``model.py``,
-``config.py``, ``families.py`` and ``errors.py`` are copied beside it unchanged.
+``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` are copied beside it unchanged.
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
 """
@@ -15,7 +15,7 @@ from pathlib import Path
 
 from growtool.nn.config import ModelConfig
 
-CORE = ("model.py", "config.py", "families.py", "errors.py")
+CORE = ("model.py", "config.py", "families.py", "errors.py", "rope.py")
 
 CONFIGURATION = '''"""growtool's config class for transformers (written by growtool; see modeling_growtool.py)."""
 from transformers import PretrainedConfig
@@ -31,7 +31,7 @@ class GrowtoolConfig(PretrainedConfig):
 MODELING = '''"""growtool's forward pass as a transformers model (written by growtool).
 
 The architecture, gated attention and growth gates follow the config's ``growtool`` section;
-model.py, config.py, families.py and errors.py beside this file are growtool's own, unchanged.
+model.py, config.py, families.py, errors.py and rope.py beside this file are growtool's own, unchanged.
 ``forward(input_ids, labels=None, alpha=None)``: ``alpha`` overrides the growth gates. The growth
 gates load frozen (requires_grad False): a schedule sets them (growtool.hf_callback.GateRampCallback),
 never an optimizer. With ``num_items_in_batch`` (the Trainer's gradient accumulation) the loss is
@@ -65,10 +65,11 @@ class GrowtoolForCausalLM(PreTrainedModel, GenerationMixin):
 
     @classmethod
     def from_pretrained(cls, *args, **kwargs):
-        model = super().from_pretrained(*args, **kwargs)
+        loaded = super().from_pretrained(*args, **kwargs)
+        model = loaded[0] if isinstance(loaded, tuple) else loaded  # output_loading_info=True: (model, info)
         for gate in model.growth_gates():  # loading makes fresh parameters, trainable: freeze the gates again
             gate.requires_grad_(False)
-        return model
+        return loaded
 
     def _init_weights(self, module):
         pass  # every weight comes from the checkpoint

@@ -39,7 +39,15 @@ def is_torch_file(path: Path) -> bool:
 
 
 def read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
-    """(config, GPT-2 tensors in growtool's layout, lineage entry) of a nanoGPT checkpoint."""
+    """(config, GPT-2 tensors in growtool's layout, lineage entry) of a nanoGPT checkpoint; a
+    malformed one (model_args or state dict of the wrong kinds) is one GrowError line."""
+    try:
+        return _read(path)
+    except (AttributeError, TypeError, ValueError, OverflowError, KeyError, IndexError, RuntimeError) as e:
+        raise GrowError(f"{path}: malformed nanoGPT checkpoint ({' '.join(str(e).split())[:120]})") from None
+
+
+def _read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
     try:
         ck = torch.load(path, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:

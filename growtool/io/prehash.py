@@ -20,6 +20,7 @@ import signal
 import threading
 from pathlib import Path
 
+from growtool.io import confine
 from growtool.nn.errors import GrowError
 
 COMMANDS = ("expand", "fold")  # the commands whose lineage records their source's sha256
@@ -45,18 +46,23 @@ def checkpoint_files(src: str) -> list[Path]:
     if not p.exists():
         raise GrowError(f"{p}: no such file or folder")
     if not p.is_dir():
+        confine.regular(p, "a checkpoint file")  # a FIFO would block the reader (and the hashing child)
         return [p]
     if not (p / "config.json").exists():
+        if p.suffix == ".safetensors":
+            raise GrowError(f"{p}: is a folder, not a safetensors file (and holds no config.json)")
         raise GrowError(f"{p}: folder has no config.json (not a Hugging Face model folder)")
     index = p / "model.safetensors.index.json"
     if index.exists():
         try:
-            files = sorted({p / v for v in json.loads(index.read_text())["weight_map"].values()})
-        except (json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            names = json.loads(confine.read_small(index, "safetensors index"))["weight_map"].values()
+        except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AttributeError):
             raise GrowError(f"{index}: not a valid safetensors index (no weight_map)") from None
+        files = sorted({p / confine.plain_name(v, index) for v in names})
         for f in files:
             if not f.exists():
                 raise GrowError(f"{index}: shard {f.name} is missing")
+            confine.inside(f, p, "a shard in its index")  # no link out of the folder (HF cache blobs allowed)
         return files
     if (p / "model.safetensors").exists():
         return [p / "model.safetensors"]

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from growtool.io import header as fmt
+from growtool.io import overflow
 from growtool.io.header import Progress, _header_bytes, _nbytes
 from growtool.machine import linux_call
 
@@ -290,6 +291,7 @@ def write_stream(
                 raise RuntimeError(
                     f"internal: {name} {rows or ''} made {tuple(t.shape)} {t.dtype}, planned {want} {dt}"
                 )
+            overflow.check_finite(name, t)  # float16 outputs: no value beyond its range
             b = fmt._tensor_bytes(t)  # looked up here: tests count the tensors alive at each write
             sink.write(b, release=None if recycle is None else functools.partial(recycle, t))
             del t

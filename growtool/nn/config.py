@@ -17,6 +17,9 @@ from dataclasses import dataclass, field
 
 from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
+from .rope import check as rope_check
+from .rope import from_hf as rope_from_hf
+from .rope import to_hf as rope_to_hf
 
 ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
 FEATURE_FALLBACK = {
@@ -61,6 +64,7 @@ class ModelConfig:
     attn_softcap: float | None = None  # attention scores -> cap * tanh(scores / cap) (Gemma 2)
     final_softcap: float | None = None  # logits -> cap * tanh(logits / cap)
     query_pre_attn_scalar: float | None = None  # attention scale 1/sqrt(this) instead of 1/sqrt(head_dim)
+    rope_scaling: dict | None = None  # RoPE scaling (linear, dynamic, yarn, longrope, llama3): see rope.py
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -127,6 +131,8 @@ class ModelConfig:
             raise GrowError(
                 f"RoPE needs an even rotary dimension, got head_dim {self.head_dim} x {self.rotary_fraction}"
             )
+        if f.positions == "rope":
+            rope_check(self)
         if self.activation not in ACTIVATIONS:
             raise GrowError(f"activation {self.activation!r} is not supported (supported: {', '.join(ACTIVATIONS)})")
         if not (0 < self.norm_eps < 1):
@@ -181,6 +187,7 @@ class ModelConfig:
                 if self.rotary_fraction != 1.0 or "partial_rotary_factor" in rp:
                     rp["partial_rotary_factor"] = self.rotary_fraction
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
+            rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
@@ -217,11 +224,7 @@ class ModelConfig:
             if "full_attention" in rp:  # one RoPE per layer type (Gemma 3)
                 local = (rp.get("sliding_attention") or {}).get("rope_theta", local)
                 rp = rp["full_attention"]
-            legacy = hf.get("rope_scaling") or {}
-            for r in (rp, legacy, *(v for v in (hf.get("rope_parameters") or {}).values() if isinstance(v, dict))):
-                rtype = r.get("rope_type") or r.get("type") or "default"
-                if rtype != "default":
-                    raise GrowError(f"rope scaling {rtype!r} is not supported (default RoPE only)")
+            scaling = rope_from_hf(hf, int(get("context"))) if a.features.positions == "rope" else None
             theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
             frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
             window = get("sliding_window")
@@ -259,6 +262,7 @@ class ModelConfig:
                 attn_softcap=get("attn_softcap"),
                 final_softcap=get("final_softcap"),
                 query_pre_attn_scalar=get("query_pre_attn_scalar"),
+                rope_scaling=scaling,
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},

@@ -11,7 +11,7 @@ plain HF model:
   above ``base_heads`` / ``base_ffn`` have their outputs multiplied by the block's ``growth_gate``
   (a 1-element parameter). Gate 0 is the source model's function; gate 1 is a plain model.
 
-This file, ``config.py``, ``families.py`` and ``errors.py`` import nothing else from growtool:
+This file, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
 
@@ -23,6 +23,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .families import arch_of
+from .rope import extends_context, layer_key, tables
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
@@ -59,7 +60,7 @@ class RMSNorm(nn.Module):
         self.eps, self.offset = eps, offset
 
     def forward(self, x):
-        h = x.float()
+        h = x.to(torch.promote_types(x.dtype, torch.float32))  # float32 math, float64 kept (verify's reference)
         h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
         if self.offset:
             return (h * (self.offset + self.weight.float())).type_as(x)
@@ -72,13 +73,12 @@ def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
 
-def rope_tables(cfg: ModelConfig, T: int, device, theta: float | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables of the default rotary embedding over the first ``rotary_dim`` dims ([T, rot])."""
-    rot, theta = cfg.rotary_dim, cfg.rope_theta if theta is None else theta
-    inv = 1.0 / (theta ** (torch.arange(0, rot, 2, device=device, dtype=torch.float32) / rot))
-    f = torch.outer(torch.arange(T, device=device, dtype=torch.float32), inv)
-    emb = torch.cat([f, f], dim=-1)
-    return emb.cos(), emb.sin()
+def rope_tables(
+    cfg: ModelConfig, T: int, device, theta: float | None = None, layer: int = 0
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """cos/sin tables of a layer's rotary embedding over the first ``rotary_dim`` dims ([T, rot]),
+    with its scaling (``rope.py``: every rope type transformers defines)."""
+    return tables(cfg, T, device, theta, layer)
 
 
 def apply_rope(x, cos, sin):
@@ -110,7 +110,8 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
         a = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
         a = torch.tanh(a / cfg.attn_softcap) * cfg.attn_softcap
         keep = mask if mask is not None else (i[None, :] <= i[:, None])
-        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=torch.float32).to(q.dtype)
+        soft = torch.promote_types(q.dtype, torch.float32)  # float32, float64 kept (verify's reference)
+        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=soft).to(q.dtype)
         return a @ v
     kw = {"is_causal": True} if mask is None else {"attn_mask": mask}
     if scale is not None:
@@ -311,7 +312,7 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
     """The final-norm output of a model built by ``build`` ([B, T, width]): all but the head."""
     cfg, a = model.cfg, arch_of(model.cfg)
     T = idx.shape[1]
-    if T > cfg.context:
+    if T > cfg.context and not extends_context(cfg):
         raise ValueError(f"sequence length {T} exceeds the model's context {cfg.context}")
     x = model.get_submodule(a.modules["embed"])(idx)
     if a.features.embed_scale:  # Gemma: sqrt(width), rounded to the weights' dtype as transformers does
@@ -322,10 +323,10 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
     for i, b in enumerate(model.get_submodule(a.blocks_path)):
         rope = None
         if a.features.positions == "rope":
-            theta = cfg.theta(i)
-            if theta not in ropes:
-                ropes[theta] = rope_tables(cfg, T, idx.device, theta)
-            rope = ropes[theta]
+            key = layer_key(cfg, i)
+            if key not in ropes:
+                ropes[key] = rope_tables(cfg, T, idx.device, layer=i)
+            rope = ropes[key]
         x = b(x, rope, alpha)
     return model.get_submodule(a.modules["final_norm"])(x)
 

@@ -96,9 +96,11 @@ def load_tokens(
     cache = Path(cache_dir) / f"tokens-{key}.{np.dtype(dtype).name}" if cache_dir is not None else None
     src = ", ".join(map(str, paths))
     if cache is not None and cache.is_file() and cache.stat().st_size > 0:
-        ids = np.memmap(cache, dtype=dtype, mode="r")
-        check_tokens(ids, vocab_size, need, src)
-        return ids
+        if cache.stat().st_size % np.dtype(dtype).itemsize == 0:  # else cut short: rebuilt below
+            ids = np.memmap(cache, dtype=dtype, mode="r")
+            if len(ids) and int(ids.max()) < tok.vocab_size:  # else damaged: rebuilt below
+                check_tokens(ids, vocab_size, need, src)
+                return ids
     parts = []
     for p in paths:
         try:

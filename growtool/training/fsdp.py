@@ -134,16 +134,16 @@ def save_state(model, opt, out: Path, step: int) -> str:
     return folder.name
 
 
-def load_state(model, opt, folder: Path) -> None:
-    """Load what ``save_state`` wrote into ``model`` / ``opt``, sharded over any number of ranks or not."""
-    import torch.distributed.checkpoint as dcp
+def load_state(model, opt, folder: Path, sha256: str | None = None) -> None:
+    """Load what ``save_state`` wrote into ``model`` / ``opt``, sharded over any number of ranks or not
+    (through ``dcp_safe``: nothing in the folder is unpickled freely; ``sha256``: its .metadata's)."""
     from torch.distributed.checkpoint.state_dict import set_state_dict
 
-    if not (folder / ".metadata").exists():
-        raise GrowError(f"{folder}: sharded training state is missing or incomplete (no .metadata)")
+    from growtool.training import dcp_safe
+
     state = _state_dicts(model, opt)
     with _Quiet():
-        dcp.load(state, checkpoint_id=str(folder), no_dist=not dist.is_initialized())
+        dcp_safe.load(state, folder, sha256, no_dist=not dist.is_initialized())
     set_state_dict(model, opt, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
 
 

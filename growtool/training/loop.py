@@ -48,13 +48,13 @@ import torch
 import torch.distributed as dist
 
 from growtool.grow import growth
-from growtool.io import checkpoint
+from growtool.io import checkpoint, confine
 from growtool.metrics import matrix_metrics
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import data, diagnostics, fsdp, stages, stream
+from growtool.training import data, dcp_safe, diagnostics, fsdp, runfiles, stages, stream
 from growtool.training.optim import make_optimizer
 from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
@@ -199,6 +199,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     files = data.check_files(data_files)
     dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
+    confine.check_run_folder(out, [str(ckpt), *map(str, files)])  # the run's files never replace an input
     cfg = ck.config
     tok = tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
     seq = opts.seq or min(cfg.context, 128)
@@ -217,7 +218,9 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         )
     if out.exists() and not out.is_dir():
         raise GrowError(f"{out}: exists and is not a folder")
-    has_run = (out / STATE).exists() or (out / "metrics.jsonl").exists()
+    if rank == 0:
+        runfiles.recover(out, STATE)  # a save cut between its two renames is finished
+    has_run = (out / STATE).exists()  # metrics without a saved state: the first save never completed
     if has_run and not resume:
         raise GrowError(f"{out}: already holds a training run (pass --resume to continue it, or another --out)")
     if resume and not (out / STATE).exists():
@@ -252,7 +255,7 @@ def restore(run: Run, resume: bool) -> None:
     """The model and optimiser: fresh from the checkpoint, or as the resumed run saved them."""
     model, state = run.ck.model(), None
     if resume:
-        state = torch.load(run.out / STATE, map_location="cpu", weights_only=True)
+        state = runfiles.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
         for k in resume_keys():
             if saved_setting(state["settings"], k) != run.s[k]:
                 raise GrowError(
@@ -273,15 +276,18 @@ def restore(run: Run, resume: bool) -> None:
     fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
     if state is not None and state.get("sharded"):
-        fsdp.load_state(model, run.opt, run.out / state["sharded"])
+        folder = dcp_safe.state_folder(run.out, state["sharded"])  # confined to the run folder
+        fsdp.load_state(model, run.opt, folder, state.get("sharded_sha256"))
     elif state is not None and fsdp.is_sharded(model):
         raise GrowError(f"{run.out}: the saved state is not sharded (a run without --fsdp); resume it without --fsdp")
     elif state is not None:
-        run.opt.load_state_dict(state["optimizer"])
+        with runfiles.restoring(run.out / STATE):
+            run.opt.load_state_dict(state["optimizer"])
     if state is not None:
-        torch.set_rng_state(state["rng"]["torch"])
-        if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
+        with runfiles.restoring(run.out / STATE):
+            torch.set_rng_state(state["rng"]["torch"])
+            if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
+                torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
     else:
         torch.manual_seed(run.s["seed"])
 
@@ -330,18 +336,20 @@ def save_state(run: Run, step: int) -> None:
         "data_sha256": s["data_sha256"],
         "tokenizer": s["tokenizer"],
     }
-    checkpoint.save_tensors(
-        str(run.out / MODEL),
-        run.model.cfg,
-        run.lineage + [entry],
-        tensors if sharded else cpu_tensors(run.model),
-        force=True,
-        tokenizer=run.tokenizer_record,
-    )
+    tensors = tensors if sharded else cpu_tensors(run.model)
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
-    optim = {"sharded": folder} if sharded else {"optimizer": run.opt.state_dict()}
+    optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(run.out / folder)} if sharded else {}
+    optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
-    save_bytes(run.out / STATE, state)
+    runfiles.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
+        run.out,
+        MODEL,
+        STATE,
+        lambda p: checkpoint.save_tensors(
+            str(p), run.model.cfg, run.lineage + [entry], tensors, force=True, tokenizer=run.tokenizer_record
+        ),
+        lambda p: save_bytes(p, state),
+    )
     fsdp.drop_old_states(run.out, folder)
 
 
@@ -396,7 +404,7 @@ def loop(run: Run, module, progress: bool) -> int:
         run.out.mkdir(exist_ok=True)
         if run.start:  # resumed: drop steps logged after the saved state
             run.records = [r for r in read_metrics(metrics_path) if r["step"] <= run.start]
-            write_metrics(metrics_path, run.records)
+        write_metrics(metrics_path, run.records)  # a fresh start: none (what a failed first run logged goes)
     run.val = run.ds.val_batches(s["eval_batches"])
     fh = open(metrics_path, "a") if run.lead else None
 

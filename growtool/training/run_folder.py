@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from growtool.io.checkpoint import atomic_file
+from growtool.nn.errors import GrowError
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
 
@@ -26,9 +27,22 @@ def write_metrics(path: Path, records: list[dict]) -> None:
 
 
 def read_metrics(path: Path) -> list[dict]:
+    """The records of metrics.jsonl; a last line cut short (a full disk, a kill) is dropped."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    out = []
+    for i, line in enumerate(lines):
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError:
+            rec = None
+        if not isinstance(rec, dict) or not isinstance(rec.get("step"), int):
+            if i == len(lines) - 1:
+                break
+            raise GrowError(f"{path}: line {i + 1} is not a metrics record (a corrupt run folder)")
+        out.append(rec)
+    return out
 
 
 def plot(records: list[dict], path: Path, title: str) -> None:

@@ -193,7 +193,9 @@ def expand_run(
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
     if out.resolve() == src.resolve():
         raise GrowError(f"{out}: is the source run folder")
-    state = torch.load(src / STATE, map_location="cpu", weights_only=True)
+    from growtool.training.runfiles import load_state
+
+    state = load_state(src / STATE)  # weights_only, checked
     if "optimizer" not in state:
         raise GrowError(f"{src}: its optimizer state is sharded (an --fsdp run): growing it is not built")
     last = checkpoint.load(src / MODEL)

@@ -1,0 +1,92 @@
+"""A run folder's resumable pair, ``last.safetensors`` + ``last.pt``, replaced together.
+
+Both are written first under pending names (``.last.pending.*``, each fsynced), and only then renamed
+over the old pair: a write that fails (a full disk) removes the pending files and leaves the old,
+matching pair, from which ``--resume`` continues. A process killed between the two renames leaves
+the new model in place and the new state pending; ``recover`` finishes that rename before a resume.
+A folder with no ``last.pt`` (the first save never completed) holds no run: it starts over.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+PENDING_MODEL, PENDING_STATE = ".last.pending.safetensors", ".last.pending.pt"
+
+
+def commit_pair(out: Path, model: str, state: str, write_model: Callable, write_state: Callable) -> None:
+    """``write_model(path)`` and ``write_state(path)`` to pending files, then both renamed into place."""
+    pm, ps = out / PENDING_MODEL, out / PENDING_STATE
+    try:
+        write_model(pm)
+        write_state(ps)
+    except BaseException:
+        for p in (pm, ps):
+            p.unlink(missing_ok=True)
+        raise
+    os.replace(pm, out / model)
+    os.replace(ps, out / state)
+    try:
+        fd = os.open(out, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    except OSError:
+        pass
+
+
+def recover(out: Path, state: str) -> None:
+    """Finish a commit cut between its two renames; drop pending files of one that never finished."""
+    pm, ps = out / PENDING_MODEL, out / PENDING_STATE
+    if ps.exists() and not pm.exists():
+        os.replace(ps, out / state)
+    for p in (pm, ps):
+        p.unlink(missing_ok=True)
+
+
+def load_state(path: Path) -> dict:
+    """``last.pt``, loaded with ``weights_only`` and checked to be a training state: a truncated,
+    corrupt or incomplete one is one GrowError line, not a traceback."""
+    import torch
+
+    from growtool.nn.errors import GrowError
+
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # a truncated zip, a refused global, garbage
+        raise GrowError(f"{path}: not a readable training state ({' '.join(str(e).split())[:100]})") from None
+    rng = state.get("rng") if isinstance(state, dict) else None
+    ok = (
+        isinstance(state, dict)
+        and isinstance(state.get("step"), int)
+        and state["step"] >= 0
+        and isinstance(state.get("settings"), dict)
+        and isinstance(rng, dict)
+        and isinstance(rng.get("torch"), torch.Tensor)
+        and (isinstance(state.get("optimizer"), dict) or isinstance(state.get("sharded"), str))
+        and isinstance(state.get("growths", []), list)
+    )
+    if not ok:
+        raise GrowError(f"{path}: incomplete training state (step, settings, rng and optimizer expected)")
+    return state
+
+
+def restoring(path: Path):
+    """A context in which an optimizer or RNG state that does not fit is one GrowError line."""
+    import contextlib
+
+    from growtool.nn.errors import GrowError
+
+    @contextlib.contextmanager
+    def ctx():
+        try:
+            yield
+        except (ValueError, RuntimeError, KeyError, TypeError, IndexError) as e:
+            raise GrowError(
+                f"{path}: its saved state does not fit this run ({' '.join(str(e).split())[:100]})"
+            ) from None
+
+    return ctx()
