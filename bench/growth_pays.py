@@ -16,6 +16,13 @@ with ``growtool.train`` (the library behind ``growtool train``):
                     LR schedule (no re-warm): isolates carrying the moments
     reset_srio      today's two-command workflow: ``train BASE --tokens T``; ``expand final --width 1.5d``;
                     ``train GROWN --tokens T`` (fresh optimizer, LR re-warm, its own cosine schedule)
+    plain_<recipe>  the same two commands with every default, as a user runs them: ``expand`` with its
+                    default seed (0) and the recipe, the grown run with the base run's seed, so it
+                    continues the data stream where the base run stopped (train's default since
+                    ``--data-start``); ``plain_<recipe>_replay``: with ``--data-start 0``, the grown run
+                    replays the base run's batches (the default before); ``plain_<recipe>_mid``: the
+                    source is the first half of a 2T run (``--stop-at``, LR not annealed), as
+                    ``--grow-at 0.5`` sees it
     scratch         the 1.5d model from init, as many tokens as give the FLOPs of carry (2T tokens, half
                     at each width)
   2x width, d -> 2d (``--to-2x``), Llama only (``--multi-family``):
@@ -100,6 +107,7 @@ OPTIONS = {
     "ramp_long": {"ramp": 0.3},
     "early": {"frac": 0.25},  # grow after a quarter of the run instead of half
     "late": {"frac": 0.75},
+    "fresh": {"grow_optimizer": "reset"},  # a fresh AdamW at the growth (with rewarm: the plain path's optimizer)
 }
 DEFAULT_VARIANTS = "carry_srio,carry_nrio,carry_copy,carry_copy_noise,carry_srio_noise,carry_srio_mup,"
 DEFAULT_VARIANTS += "carry_srio_rewarm,carry_srio_ramp_short,carry_srio_ramp_long,reset_srio,scratch"
@@ -120,6 +128,7 @@ def options(p):
         default=None,
         help="2x variants (default: multi,one_2x,scratch_2x; options as for 1.5x: multi_rewarm, one_2x_rewarm)",
     )
+    p.add_argument("--paired-vs", default=None, help="1.5x variant the others are paired with (default carry_srio)")
     p.add_argument(
         "--add-to",
         default=None,
@@ -233,6 +242,30 @@ def job(P, family, variant, seed):
         s, recs = train_phase(P, grown, out, T, seed + 1000)
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]  # first grown update's loss minus the base's last
+    elif variant.startswith("plain_"):
+        recipe, _, option = variant[len("plain_") :].partition("_")
+        if option not in ("", "replay", "mid"):
+            raise ValueError(variant)
+        if option == "mid":  # the source not annealed: the first half of a 2T run, as --grow-at 0.5 grows it
+            steps = max(1, -(-2 * T // (P["batch"] * P["seq"])))
+            s1, r1 = train_phase(P, base, out + "-base", 2 * T, seed, stop_at=steps // 2)
+            src = checkpoint.load(Path(out + "-base") / "last.safetensors")
+        else:
+            s1, r1 = train_phase(P, base, out + "-base", T, seed)
+            src = checkpoint.load(s1["final"])
+        plan = growth.build_plan(src.config, recipes.load(recipe), D, seed=0)  # expand's default --seed
+        grown = checkpoint.save(
+            str(run / f"{variant}-grown.safetensors"),
+            plan.cfg,
+            src.lineage + [growth.lineage_entry(plan, src.sha256())],
+            plan.outputs(),
+            lambda n: growth.grow_tensor(n, plan, src.get),
+            force=True,
+        )
+        s, recs = train_phase(P, grown, out, T, seed, **({"data_start": 0} if option == "replay" else {}))
+        curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
+        extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]
+        extra["data_start"] = s["settings"]["data_start"]
     elif variant in ("scratch", "scratch_2x"):
         n_d = _config(P, family, d).n_params()
         if variant == "scratch":
@@ -256,6 +289,7 @@ def job(P, family, variant, seed):
     if variant.startswith(("carry_", "multi", "one_2x")) or variant == "reset_opt_srio":
         grow_steps = [r["step"] for a, r in zip(recs, recs[1:]) if a.get("width") != r.get("width")]
         extra["bump"] = max(recs[st]["loss"] - recs[st - 1]["loss"] for st in grow_steps) if grow_steps else None
+    extra["diag"] = diag_series(recs)
     shutil.rmtree(run / variant, ignore_errors=True)
     return {
         "family": family,
@@ -268,6 +302,22 @@ def job(P, family, variant, seed):
         "seconds": time.time() - t0,
         **extra,
     }
+
+
+DIAG_KEYS = ("gate", "ffn_cos_mean", "head_cos_mean", "ffn_grad_ratio", "head_grad_ratio")
+
+
+def diag_series(recs):
+    """The growth diagnostics of a run's metrics (growtool.training.diagnostics): per record that has
+    them, the step and the means over blocks (the gate: block 0's)."""
+    out = []
+    for r in recs:
+        g = r.get("growth")
+        if g:
+            out.append(
+                {"step": r["step"], **{k: g["blocks"][0]["gate"] if k == "gate" else g.get(k) for k in DIAG_KEYS}}
+            )
+    return out
 
 
 # ---- aggregation -------------------------------------------------------------------------------------
@@ -285,7 +335,9 @@ def _stats(xs):
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (None, None)
 
 
-def aggregate(runs):
+def aggregate(runs, paired_vs=None):
+    """Rows per (family, variant); differences paired by seed against carry_srio (1.5x) or multi (2x),
+    or against ``paired_vs`` for the 1.5x variants."""
     rows = []
     by = {}
     for r in runs:
@@ -293,7 +345,7 @@ def aggregate(runs):
     for (family, variant), rs in sorted(by.items(), key=lambda kv: (kv[0][0], _order(kv[0][1]))):
         two_x = _two_x(variant)
         ref = by.get((family, "scratch_2x" if two_x else "scratch"), {})
-        ref_name = "multi" if two_x else "carry_srio"
+        ref_name = "multi" if two_x else paired_vs or "carry_srio"
         pair = by.get((family, ref_name), {})
         vals = [r["val"] for r in rs.values()]
         savings, missed = [], 0
@@ -426,7 +478,7 @@ def main():
     wall = time.time() - t_start + (old["wall_seconds"] if old else 0.0)
     if not args.work:
         shutil.rmtree(work, ignore_errors=True)
-    rows = aggregate(runs)
+    rows = aggregate(runs, args.paired_vs)
     d = args.dir
     write_csv(d / "results.csv", rows)
     write_csv(d / "runs.csv", [{k: v for k, v in r.items() if k != "curve"} for r in runs])

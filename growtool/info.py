@@ -1,6 +1,7 @@
 """``growtool.inspect``: what a checkpoint is (family, shapes, parameters, dtype, gates, lineage,
 tokenizer, every tensor's shape), read from its header alone; with ``metrics``, the condensation
-metrics of every matrix, one tensor in memory at a time."""
+metrics of every matrix, one tensor in memory at a time, and for a grown checkpoint (or one
+trained after its growth) how its copied units compare with their sources (training.diagnostics)."""
 
 from __future__ import annotations
 
@@ -37,4 +38,7 @@ def inspect(ckpt, *, metrics: bool = False) -> dict:
         from growtool.metrics import matrix_metrics
 
         info["metrics"] = matrix_metrics(cfg, ck.get, ck.names())  # one tensor in memory at a time
+        from growtool.training.diagnostics import checkpoint_record
+
+        info["growth"] = checkpoint_record(ck)  # copies vs their sources (None: no recorded growth)
     return info

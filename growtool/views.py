@@ -147,4 +147,20 @@ def inspect_tables(facts: dict, ckpt: str, metrics: bool) -> list[Table]:
         for n, v in facts["metrics"].items():
             m.add_row(n, f"{v['stable_rank']:.2f}", f"{v['row_cosine']:.3f}")
         tables.append(m)
+        if facts.get("growth"):
+            tables.append(growth_table(facts["growth"]))
     return tables
+
+
+def growth_table(rec: dict) -> Table:
+    """Per block: the copies' cosine with their sources and the gate (training.diagnostics.checkpoint_record)."""
+    t = Table(
+        title=f"growth {rec['width_from']} -> {rec['width_to']} ({rec['recipe']}): copies vs their sources",
+        title_justify="left",
+    )
+    keys = ("ffn_cos_mean", "ffn_cos_max", "head_cos_mean", "head_cos_max", "gate")
+    for c in ("block", "ffn cos mean", "ffn cos max", "head cos mean", "head cos max", "gate"):
+        t.add_column(c)
+    for i, b in enumerate(rec["blocks"]):
+        t.add_row(str(i), *("-" if b[k] is None else f"{b[k]:.4f}" for k in keys))
+    return t

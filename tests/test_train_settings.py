@@ -37,6 +37,7 @@ ALT = dict(
     eval_batches=3,
     metrics_every=3,
     seed=1,
+    data_start=3,
     tokenizer="{tokenizer}",
     grow_at=("0.5:64",),
     grow_recipe="nrio",

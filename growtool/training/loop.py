@@ -14,14 +14,17 @@ What holds:
   updates uses the gate of step ``s``, so the first evaluation (step 0, gate 0) measures the
   source model's function. The final checkpoint has the gates folded away at the value they
   reached (1 unless the run was shorter than the ramp): a plain checkpoint.
-* Batches depend on (seed, step) only, the model has no dropout, and the state file holds the
+* Batches depend on (seed, data_start + step) only (``data_start``: where the input's lineage says
+  its training stopped, stream.py), the model has no dropout, and the state file holds the
   optimiser, RNG and step: ``resume=True`` continues a run so that its metrics equal an
   uninterrupted run's (bitwise on CPU).
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
   unfolded) + ``last.pt`` (optimiser, RNG, step, settings) every ``save_every`` steps;
   ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s,
   stage, width, flops (cumulative; stages.annotate);
-  val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``);
+  val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``;
+  for a grown model ``growth``: copies' cosine to their sources, new/old gradient ratio and gates
+  per block, at step 0, every ``metrics_every`` and while the gates ramp (diagnostics.py));
   at the end ``final.safetensors`` (plain) and ``loss.png``. Token caches go to ``out/cache``.
 * Distributed: under torchrun (WORLD_SIZE > 1) each rank computes its slice of the same global
   batch of ``batch`` sequences; DistributedDataParallel averages the gradients (gloo on CPU, NCCL
@@ -51,7 +54,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import corpus, data, dcp_safe, fsdp, runfiles, stages
+from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, runfiles, stages, stream
 from growtool.training.optim import make_optimizer
 from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
@@ -177,6 +180,7 @@ class Run:
     records: list = field(default_factory=list)
     tok: Tokenizer | None = None
     growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
+    diag: tuple | None = None  # (key, diagnostics.Tracker or None) for the model now (diagnostics.py)
 
     @property
     def lead(self) -> bool:
@@ -240,6 +244,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
     )
     s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
+    s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
     try:
         stages.check_schedule(s, cfg.width)
     except GrowError:
@@ -329,6 +334,8 @@ def save_state(run: Run, step: int) -> None:
         "steps": s["steps"],
         "tokens": step * B * T,
         "complete": False,
+        "seed": s["seed"],
+        "data_end": stream.position(s, step),
         "data_sha256": s["data_sha256"],
         "tokenizer": s["tokenizer"],
     }
@@ -359,8 +366,9 @@ def one_step(run: Run, module, params, step: int) -> dict:
     scale = stages.width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
-    x, y = run.ds.train_batch(step, s["seed"], run.rank, run.world)
+    x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
+    grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
     run.opt.step()
     run.opt.zero_grad(set_to_none=True)
@@ -387,6 +395,8 @@ def one_step(run: Run, module, params, step: int) -> dict:
         rec["val_loss"] = evaluate(model, run.val, dev)
     if step % s["metrics_every"] == 0 or step == s["steps"]:
         rec["matrix"] = matrix_record(run)
+    if grads is not None:
+        rec["growth"] = diagnostics.after_update(run, step, grads)
     return rec
 
 
@@ -417,6 +427,8 @@ def loop(run: Run, module, progress: bool) -> int:
             "val_loss": evaluate(run.model, run.val, run.dev),
             "matrix": matrix_record(run),
         }
+        if (diag := diagnostics.at_start(run)) is not None:
+            rec0["growth"] = diag
         log(stages.annotate(run, rec0, None))
     bar = Progress(progress and run.lead, s["steps"], run.start)
     step, stop_at = run.start, run.opts.stop_at
@@ -471,6 +483,8 @@ def finish(run: Run, step: int, seconds: float) -> dict:
             "batch": B,
             "seq": T,
             "lr": s["lr"],
+            "seed": s["seed"],
+            "data_end": stream.position(s, step),
             "tokenizer": s["tokenizer"],
             "data_sha256": s["data_sha256"],
             "source_sha256": s["source_sha256"],

@@ -86,6 +86,12 @@ class Settings:
     )
     metrics_every: int | None = setting(None, "steps between condensation metrics (default 10%)", low=1)
     seed: int = setting(0, "data order and initial RNG state", low=0)
+    data_start: int | None = setting(
+        None,
+        "first batch of the data stream (default: where the input's lineage says its training stopped, "
+        "so a grown checkpoint does not replay its source's batches; 0 restarts the stream)",
+        low=0,
+    )
     tokenizer: str | None = setting(
         None, "byte, or a tokenizer.json / folder holding one (default: the checkpoint's own; byte for 256 ids)"
     )
@@ -216,6 +222,7 @@ ABSENT = {
     "doc_sep": "none",  # runs before documents were separated
     "data_dtype": "auto",
     "val_sha256": [],
+    "data_start": 0,
 }
 
 

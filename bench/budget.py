@@ -1,0 +1,365 @@
+"""Compute saved against budget: growth against an LR-tuned scratch baseline, per tokens per parameter.
+
+On real text (byte level; default ../shared/data/docs.jsonl, its "text" fields, or any plain-text
+file), for each family, seed and budget B (tokens per parameter of the *target* model):
+
+  scratch     the target model from init, B x its parameters tokens, at every peak LR of ``--lrs``;
+              the baseline at B is the LR with the lowest final validation loss (mean over seeds)
+  <variant>   one ``growtool.train`` command from a d-wide base: ``--grow-at FRACTION:WIDTH`` (srio,
+              the trainer's defaults: LR re-warm, AdamW moments carried, gate ramp 10%), with as
+              many tokens as give the scratch run's FLOPs at B (the base phase counted):
+              width1.5 (d -> 1.5d at 1/2), width2 (d -> 2d at 1/2), stages3 (d -> 1.5d at 1/3 -> 2d
+              at 2/3); ``--sweep 1.25,1.5,2,3,4``: one growth d -> g d at 1/2 for each g, at the one
+              budget ``--sweep-budget`` (the growth-factor ceiling). Depth growth (depth2x,
+              width+depth) waits for the trainer's depth growth (issue 33, branch ``depth``): TODO.
+
+FLOPs = 6 x parameters x tokens summed over steps (each step at its own width: metrics.jsonl's
+``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
+reaches the tuned scratch run's final loss, interpolated between evaluations) / (scratch's FLOPs);
+"n.r." when it never does (growth then saves nothing at that budget: < 0). Δ = grown final loss -
+tuned scratch final loss, paired by seed. ``--schedule`` is the trainer's LR schedule (cosine; wsd
+once the trainer has it, branch ``data``).
+
+Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
+defines the run), so a full run can span sessions: a second invocation runs only what is missing.
+Writes ``<out>/budget/``: results.csv (per family, variant, budget), sweep.csv, results.json,
+budget.png. ``--quick``: tiny models, one seed, two budgets (the tests run it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import statistics
+import tempfile
+import time
+import warnings
+from dataclasses import fields
+from pathlib import Path
+
+from common import machine, parse_args, table, train_phase, write_csv, write_json
+from growth_pays import _config, _curve, _init, diag_series, flops_to_reach
+
+DATA = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "docs.jsonl")  # ../shared/data
+
+FULL = dict(
+    width=64,
+    layers=2,
+    head_dim=8,
+    batch=16,
+    seq=64,
+    seeds=3,
+    budgets="2,5,10",
+    lrs="0.003,0.006,0.012",
+    grow_lr=0.006,
+    variants="width1.5",
+    families="llama",
+    sweep="",
+    sweep_budget=2.0,
+    schedule="cosine",
+    evals=16,
+    eval_batches=8,
+    gamma=0.5,
+    llama_tie=0,
+    data_mb=8,
+)
+QUICK = dict(
+    FULL,
+    width=32,
+    layers=1,
+    batch=4,
+    seq=32,
+    seeds=1,
+    budgets="0.02,0.04",
+    lrs="0.003,0.01",
+    sweep="2",
+    sweep_budget=0.02,
+    evals=4,
+    eval_batches=2,
+    data_mb=1,
+)
+VARIANTS = {  # name -> [(fraction of the run's tokens, width factor)], the growths of one command
+    "width1.5": [(0.5, 1.5)],
+    "width2": [(0.5, 2.0)],
+    "stages3": [(1 / 3, 1.5), (2 / 3, 2.0)],
+}
+
+
+def options(p):
+    p.add_argument("data", nargs="?", default=DATA, help=f"a .jsonl (its text fields) or text file (default {DATA})")
+    for k, v in FULL.items():
+        p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
+
+
+def _width(P, g: float) -> int:
+    """Width g x d, rounded to whole KV groups (multiples of 2 x head_dim: Llama's GQA 2:1)."""
+    q = 2 * P["head_dim"]
+    return max(q, round(P["width"] * g / q) * q)
+
+
+def growths(P, variant: str) -> list[tuple[float, int]]:
+    if variant.startswith("g"):  # the sweep: one growth to g x d at the middle
+        return [(0.5, _width(P, float(variant[1:])))]
+    return [(f, _width(P, g)) for f, g in VARIANTS[variant]]
+
+
+def text_file(path: str, cache: Path, mb: int) -> str:
+    """A text file of the data: a .jsonl's "text" fields (the first ``mb`` MB, documents in file
+    order, separated by a blank line), written once into ``cache``; any other file as it is."""
+    p = Path(path)
+    if p.suffix != ".jsonl":
+        return str(p)
+    key = hashlib.sha256(f"{p.resolve()}:{p.stat().st_size}:{mb}".encode()).hexdigest()[:12]
+    out = cache / f"{p.stem}-{mb}mb-{key}.txt"
+    if not out.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        parts, size = [], 0
+        with open(p) as fh:
+            for line in fh:
+                t = json.loads(line).get("text", "")
+                parts.append(t)
+                size += len(t.encode())
+                if size >= mb << 20:
+                    break
+        tmp = out.with_suffix(".tmp")
+        tmp.write_text("\n\n".join(parts))
+        tmp.replace(out)
+    return str(out)
+
+
+# ---- runs ----------------------------------------------------------------------------------------
+
+
+def spec_key(spec: dict) -> str:
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def run_one(P, spec: dict, work: Path) -> dict:
+    """One training run (``spec``: kind scratch | grown, family, target, budget, lr, seed, growths)."""
+    import torch
+
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    fam, seed, B = spec["family"], spec["seed"], spec["budget"]
+    n_t = _config(P, fam, spec["target"]).n_params()
+    run = work / spec_key(spec)
+    run.mkdir(parents=True, exist_ok=True)
+    Q = {**P, "lr": spec["lr"], "work": str(work)}
+    kw = {} if P["schedule"] == "cosine" else {"schedule": P["schedule"]}
+    t0 = time.time()
+    if spec["kind"] == "scratch":
+        init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
+        s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), 3000 + seed, **kw)
+    else:
+        widths = [P["width"]] + [w for _, w in spec["growths"]]
+        fracs = [f for f, _ in spec["growths"]]
+        shares = [b - a for a, b in zip([0.0] + fracs, fracs + [1.0])]  # each width's share of the tokens
+        per_token = sum(_config(P, fam, w).n_params() * sh for w, sh in zip(widths, shares))
+        tokens = round(B * n_t * n_t / per_token)  # the scratch run's FLOPs: 6 n_t (B n_t)
+        base = _init(P, fam, P["width"], seed, run / "base.safetensors")
+        grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
+        s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **kw)
+    curve = _curve(recs)
+    import shutil
+
+    shutil.rmtree(run, ignore_errors=True)
+    out = {"val": s["val_loss"], "curve": curve, "flops": curve[-1][0], "seconds": time.time() - t0}
+    return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
+
+
+def plan_runs(P) -> list[dict]:
+    """Every run the settings ask for: scratch at each LR for each target and budget, the variants."""
+    fams = [f for f in P["families"].split(",") if f]
+    budgets = [float(b) for b in P["budgets"].split(",") if b]
+    lrs = [float(x) for x in P["lrs"].split(",") if x]
+    variants = [v for v in P["variants"].split(",") if v]
+    cells = [(v, b) for v in variants for b in budgets]  # (variant, budget) pairs to grow
+    cells += [(f"g{g}", P["sweep_budget"]) for g in P["sweep"].split(",") if g]
+    out, targets = [], set()
+    for fam in fams:
+        for seed in range(P["seeds"]):
+            for v, b in cells:
+                g = growths(P, v)
+                targets.add((g[-1][1], b))
+                out.append(
+                    dict(
+                        kind="grown",
+                        family=fam,
+                        variant=v,
+                        target=g[-1][1],
+                        budget=b,
+                        lr=P["grow_lr"],
+                        seed=seed,
+                        growths=g,
+                    )
+                )
+            for target, b in sorted(targets):
+                for lr in lrs:
+                    out.append(dict(kind="scratch", family=fam, target=target, budget=b, lr=lr, seed=seed))
+    return out
+
+
+def with_sizes(P, spec: dict) -> dict:
+    """What defines a run beyond its own fields: sizes, data, schedule (part of the cache key)."""
+    keys = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
+    return {**spec, **{k: P[k] for k in keys}, "data": P["data_id"]}
+
+
+# ---- aggregation -----------------------------------------------------------------------------------
+
+
+def _ms(xs):
+    return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (None, None)
+
+
+def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
+    scratch, grown = {}, {}
+    for spec, r in results:
+        if spec["kind"] == "scratch":
+            scratch.setdefault((spec["family"], spec["target"], spec["budget"]), {}).setdefault(spec["lr"], {})[
+                spec["seed"]
+            ] = r
+        else:
+            grown.setdefault((spec["family"], spec["variant"], spec["budget"]), {})[spec["seed"]] = (spec, r)
+    rows = []
+    for (fam, variant, B), per_seed in sorted(grown.items()):
+        target = next(iter(per_seed.values()))[0]["target"]
+        by_lr = scratch.get((fam, target, B), {})
+        if not by_lr:
+            continue
+        best = min(by_lr, key=lambda lr: statistics.mean(r["val"] for r in by_lr[lr].values()))
+        ref = by_lr[best]
+        saved, deltas, per = [], [], []
+        for seed, (_, r) in sorted(per_seed.items()):
+            if seed not in ref:
+                continue
+            f = flops_to_reach(r["curve"], ref[seed]["val"])
+            x = None if f is None else 1.0 - f / ref[seed]["flops"]
+            per.append("n.r." if x is None else f"{100 * x:.1f}%")
+            if x is not None:
+                saved.append(x)
+            deltas.append(r["val"] - ref[seed]["val"])
+        gv = _ms([r["val"] for _, r in per_seed.values()])
+        sv = _ms([r["val"] for r in ref.values()])
+        sm, ssd = _ms(saved) if len(saved) == len(per) else (None, None)
+        dm, dsd = _ms(deltas)
+        lrs = sorted(by_lr)
+        rows.append(
+            {
+                "family": fam,
+                "variant": variant,
+                "tokens_per_param": B,
+                "width": f"{P['width']}->{target}",
+                "params": _config(P, fam, target).n_params(),
+                "seeds": len(per),
+                "grown_val": gv[0],
+                "grown_val_std": gv[1],
+                "scratch_best_lr": best,
+                "best_lr_at_edge": best in (lrs[0], lrs[-1]) and len(lrs) > 1,
+                "scratch_val": sv[0],
+                "scratch_val_std": sv[1],
+                "d_val": dm,
+                "d_val_std": dsd,
+                "saved_per_seed": " / ".join(per),
+                "saved_mean": sm,
+                "saved_std": ssd,
+                "not_reached": per.count("n.r."),
+            }
+        )
+    return rows
+
+
+def plot(rows, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.5, 4.2))
+    for fam, v in sorted({(r["family"], r["variant"]) for r in rows if not r["variant"].startswith("g")}):
+        rs = sorted((r for r in rows if (r["family"], r["variant"]) == (fam, v)), key=lambda r: r["tokens_per_param"])
+        xs = [r["tokens_per_param"] for r in rs]
+        ys = [100 * r["saved_mean"] if r["saved_mean"] is not None else float("nan") for r in rs]
+        es = [100 * (r["saved_std"] or 0) for r in rs]
+        ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=f"{fam} {v}")
+    if any(r["saved_mean"] is not None for r in rows):
+        ax.set_xscale("log")
+    ax.axhline(0, color="grey", lw=0.8)
+    ax.axhline(50, color="tab:red", lw=0.8, ls=":", label="target 50%")
+    ax.set_xlabel("budget (tokens per parameter of the target model)")
+    ax.set_ylabel("compute saved vs LR-tuned scratch (%)")
+    ax.set_title(title, fontsize=8)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main():
+    args = parse_args("budget", __doc__.splitlines()[0], options)
+    P = dict(QUICK if args.quick else FULL)
+    for k in FULL:
+        if getattr(args, k) is not None:
+            P[k] = getattr(args, k)
+    if not Path(args.data).is_file():
+        raise SystemExit(f"bench/budget.py: {args.data}: no such file")
+    if P["schedule"] != "cosine":
+        from growtool.training.settings import Settings
+
+        if "schedule" not in {f.name for f in fields(Settings)}:
+            raise SystemExit(f"bench/budget.py: --schedule {P['schedule']}: this trainer has no --schedule yet")
+    for v in P["variants"].split(","):
+        if v and v not in VARIANTS:
+            raise SystemExit(f"bench/budget.py: unknown variant {v!r} (known: {', '.join(VARIANTS)}; depth: TODO)")
+    d = args.dir
+    cached = d / "cached"
+    cached.mkdir(exist_ok=True)
+    P["data"] = text_file(args.data, d / "cache", P["data_mb"])
+    P["data_id"] = f"{Path(args.data).name}:{Path(args.data).stat().st_size}:{P['data_mb']}mb"
+    specs = [with_sizes(P, s) for s in plan_runs(P)]
+    todo = [s for s in specs if not (cached / f"{spec_key(s)}.json").exists()]
+    print(f"budget: {len(specs)} runs, {len(specs) - len(todo)} cached, {len(todo)} to run", flush=True)
+    work = Path(tempfile.mkdtemp(prefix="growtool-budget-"))
+    t_start = time.time()
+    try:
+        for i, s in enumerate(todo):
+            r = run_one(P, s, work)
+            tmp = cached / f"{spec_key(s)}.tmp"
+            tmp.write_text(json.dumps({"spec": s, "result": r}) + "\n")
+            tmp.replace(cached / f"{spec_key(s)}.json")  # cached at once: an interrupted sweep keeps it
+            what = s.get("variant", "scratch") + f" lr {s['lr']:g}"
+            print(
+                f"  [{time.time() - t_start:6.0f} s] {i + 1}/{len(todo)} {s['family']} d{s['target']} {what} "
+                f"B {s['budget']:g} seed {s['seed']}: val {r['val']:.4f} ({r['seconds']:.0f} s)",
+                flush=True,
+            )
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+    results = [(s, json.loads((cached / f"{spec_key(s)}.json").read_text())["result"]) for s in specs]
+    rows = aggregate(P, results)
+    main_rows = [r for r in rows if not r["variant"].startswith("g")]
+    sweep_rows = [r for r in rows if r["variant"].startswith("g")]
+    write_csv(d / "results.csv", main_rows)
+    if sweep_rows:
+        write_csv(d / "sweep.csv", sweep_rows)
+    settings = {k: v for k, v in P.items() if k != "data"}
+    write_json(d / "results.json", {"settings": settings, "machine": machine(), "rows": rows})
+    plot(main_rows, d / "budget.png", f"{P['data_id']}, {P['layers']} layers, {P['seeds']} seed(s), {P['schedule']}")
+    show = (
+        "family",
+        "variant",
+        "tokens_per_param",
+        "width",
+        "scratch_best_lr",
+        "d_val",
+        "saved_per_seed",
+        "saved_mean",
+    )
+    print(table([{k: r[k] for k in show} for r in rows], "compute saved against budget"))
+    print(f"wrote {d}/results.csv, results.json, budget.png" + (", sweep.csv" if sweep_rows else ""))
+
+
+if __name__ == "__main__":
+    main()

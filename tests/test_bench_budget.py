@@ -1,0 +1,71 @@
+"""The budget benchmark's smoke run (``python bench/budget.py --quick``) on a small generated .jsonl:
+FLOPs matched to scratch with the base phase counted, the LR-tuned baseline, every run cached."""
+
+import csv
+import json
+import subprocess
+import sys
+from dataclasses import fields
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "bench"))
+from budget import QUICK, spec_key  # noqa: E402
+from growth_pays import _config  # noqa: E402
+
+from growtool.training.settings import Settings  # noqa: E402
+
+
+def bench(*args, timeout=300):
+    return subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "budget.py"), *map(str, args)],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def test_bench_budget_quick(tmp_path):
+    docs = tmp_path / "docs.jsonl"
+    lines = [f"line {i}: the quick brown fox {i % 7} jumps over the lazy dog {i % 11}." for i in range(900)]
+    docs.write_text("".join(json.dumps({"text": " ".join(lines[i : i + 30])}) + "\n" for i in range(0, 900, 30)))
+    p = bench(docs, "--quick", "--out", tmp_path)
+    assert p.returncode == 0, p.stderr[-2000:]
+    d = tmp_path / "budget"
+    for f in ("results.csv", "sweep.csv", "results.json", "budget.png"):
+        assert (d / f).is_file() and (d / f).stat().st_size > 0, f
+    rows = list(csv.DictReader(open(d / "results.csv")))
+    assert [(r["variant"], float(r["tokens_per_param"])) for r in rows] == [("width1.5", 0.02), ("width1.5", 0.04)]
+    sweep = list(csv.DictReader(open(d / "sweep.csv")))
+    assert [(r["variant"], r["width"]) for r in sweep] == [("g2", "32->64")]
+    cached = [json.loads(f.read_text()) for f in sorted((d / "cached").glob("*.json"))]
+    assert len(cached) == 9  # 2 budgets + the sweep's target at 1 budget, 2 LRs each = 6 scratch; 3 grown
+    P = dict(QUICK)
+    for c in cached:
+        s, r = c["spec"], c["result"]
+        assert (d / "cached" / f"{spec_key(s)}.json").exists()
+        n_t = _config(P, "llama", s["target"]).n_params()
+        want = 6 * n_t * s["budget"] * n_t  # every run, grown or not, at the scratch run's FLOPs
+        assert abs(r["flops"] - want) <= 6 * n_t * P["batch"] * P["seq"], (s, r["flops"], want)  # to a whole step
+        assert r["curve"][0][0] == 0.0 and r["curve"][-1][0] == r["flops"]
+    for row in rows + sweep:  # the baseline is scratch at its best LR, paired by seed
+        B = float(row["tokens_per_param"])
+        target = int(row["width"].split("->")[1])
+        by_lr = {
+            c["spec"]["lr"]: c["result"]["val"]
+            for c in cached
+            if c["spec"]["kind"] == "scratch" and c["spec"]["budget"] == B and c["spec"]["target"] == target
+        }
+        assert len(by_lr) == 2 and float(row["scratch_best_lr"]) == min(by_lr, key=by_lr.get)
+        assert float(row["scratch_val"]) == min(by_lr.values())
+        assert abs(float(row["d_val"]) - (float(row["grown_val"]) - float(row["scratch_val"]))) < 1e-9
+        assert row["saved_per_seed"] == "n.r." or float(row["saved_mean"]) < 1.0
+    # a second invocation runs nothing; a lost result is run again, alone
+    p = bench(docs, "--quick", "--out", tmp_path)
+    assert p.returncode == 0 and "9 cached, 0 to run" in p.stdout, p.stdout + p.stderr[-2000:]
+    sorted((d / "cached").glob("*.json"))[0].unlink()
+    p = bench(docs, "--quick", "--out", tmp_path)
+    assert p.returncode == 0 and "8 cached, 1 to run" in p.stdout, p.stdout + p.stderr[-2000:]
+    if "schedule" not in {f.name for f in fields(Settings)}:  # before the trainer has --schedule
+        p = bench(docs, "--quick", "--out", tmp_path, "--schedule", "wsd")
+        assert p.returncode != 0 and "no --schedule" in p.stderr
