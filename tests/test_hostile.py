@@ -458,7 +458,7 @@ def test_malformed_inputs_are_bad_input_not_bugs(tmp_path, src, sharded_run, mon
         "tokens": (lambda m: m.update(lineage='[{"op": "train", "tokens": "many"}]'), ["lineage entry 0", "tokens"]),
         "tokrec": (lambda m: m.update(tokenizer='{"from": "x", "files": ["a"]}'), ["tokenizer record"]),
         "overflow": (config_edit(hidden_size="INF"), ["malformed value"]),
-        "rope": (config_edit(rope_parameters=[1]), ["malformed value"]),
+        "rope": (config_edit(rope_parameters=[1]), ["rope_parameters must be a JSON object"]),
     }
     d = tmp_path / "bad"
     d.mkdir()
