@@ -223,8 +223,11 @@ def main() -> None:
     sizes = [0.0005] if args.quick else [float(s) for s in args.sizes.split(",")]
     vocab, train_mb = (1000, 0.5) if args.quick else (args.vocab, args.train_mb)
     source = Path(args.source)
-    if not source.is_file() and Path("/work/shared/data/docs.jsonl").is_file():
-        source = Path("/work/shared/data/docs.jsonl")
+    if (
+        not source.is_file()
+        and (Path(__file__).resolve().parents[1].parent / "shared" / "data" / "docs.jsonl").is_file()
+    ):
+        source = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "docs.jsonl"
     source = source if source.is_file() else None
     own = args.work is None
     work = Path(tempfile.mkdtemp(prefix="growtool-bench-data-") if own else args.work)

@@ -76,7 +76,7 @@ def main() -> None:
     torch.set_num_threads(1)  # a shared machine: one thread per run is steadier than two
     source = Path(args.source)
     if not source.is_file():
-        source = Path("/work/shared/data/docs.jsonl")
+        source = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "docs.jsonl"
     own = args.work is None
     work = Path(tempfile.mkdtemp(prefix="growtool-bench-sched-") if own else args.work)
     steps, vocab = (6, 300) if args.quick else (args.steps, args.vocab)

@@ -24,6 +24,7 @@ from test_train import make_text, tiny_cfg  # noqa: E402
 from growtool.grow import depth, growth, recipes  # noqa: E402
 from growtool.grow import moments as grow_state  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
@@ -75,7 +76,15 @@ def one_thread():
 
 
 def test_every_architecture_is_covered():
-    assert set(ARCH_CASES) == set(ARCHS)
+    assert set(ARCH_CASES) == depth.DEPTH_FAMILIES and depth.DEPTH_FAMILIES <= set(ARCHS)
+
+
+@pytest.mark.parametrize("family", sorted(set(ARCHS) - depth.DEPTH_FAMILIES))
+def test_families_without_depth_cases_are_refused(family):
+    from types import SimpleNamespace
+
+    with pytest.raises(GrowError, match=f"depth growth of {family} is not supported yet"):
+        depth.build_depth_plan(SimpleNamespace(layers=2, family=family), 4, "stack")
 
 
 @pytest.fixture(scope="module", params=sorted(ARCH_CASES))
