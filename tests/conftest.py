@@ -19,6 +19,15 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = {p.stem: p for p in sorted((ROOT / "fixtures").glob("*.safetensors"))}
 
 
+@pytest.fixture(scope="module")
+def one_thread():
+    """torch on one thread for a module's tests (a shared 2-core machine runs them steadier so)."""
+    n = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(n)
+
+
 def cli(*args, input=None):
     """Run the CLI in-process; returns click's Result (exit_code, stdout, stderr)."""
     return CliRunner().invoke(main, [str(a) for a in args], input=input)

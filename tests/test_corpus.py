@@ -16,7 +16,6 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-import torch
 
 from growtool.init import init_model
 from growtool.io import checkpoint
@@ -34,12 +33,7 @@ WORDS = "the a cat dog fox king bird sees likes finds helps über naïve café 4
 KW = dict(batch=4, seq=16, eval_batches=2, device="cpu", progress=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
 
 
 @pytest.fixture

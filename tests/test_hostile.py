@@ -26,12 +26,7 @@ from helpers_hardening import GROWTOOL, cli, make_config, raw_safetensors, read_
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
 
 
 def tree(folder) -> dict[str, str]:

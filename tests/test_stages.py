@@ -17,12 +17,7 @@ from conftest import cli
 KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
 
 
 @pytest.fixture(scope="module")
