@@ -19,6 +19,8 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from test_architectures import CASES, V, _llama_like, hf_logits, rel  # noqa: E402
+from test_families import CASES as FAMILY_CASES  # noqa: E402
+from test_families import QWEN2_MOE  # noqa: E402
 from test_train import make_text, tiny_cfg  # noqa: E402
 
 from growtool.grow import depth, growth, recipes  # noqa: E402
@@ -46,9 +48,28 @@ ARCH_CASES = {
     "gemma2": "gemma2-softcap-window",
     "gemma3_text": "gemma3",
     "olmo2": "olmo2-tied-bias",
+    # the families of issue 31 (test_families' rows): MoE blocks take their router and experts along,
+    # SmolLM3's RoPE / no-RoPE layers follow the copied block, OPT's learned positions stay global
+    "opt": "opt",
+    "olmo": "olmo-clip-bias",
+    "gpt_bigcode": "gpt_bigcode-mqa",
+    "granite": "granite-tied-biases",
+    "phi": "phi-gqa-tied-quarter-rotary",
+    "gptj": "gptj-rotary8",
+    "cohere": "cohere-untied-bias",
+    "falcon": "falcon-gqa",
+    "mixtral": "mixtral-tied-top1-window",
+    "qwen2_moe": "qwen2_moe-shared",
+    "qwen3_moe": "qwen3_moe",
+    "olmoe": "olmoe-tied-clip-bias-normtopk",
+    "smollm3": "smollm3-tied",
 }
+ALL_CASES = {**CASES, **FAMILY_CASES}
 QWEN2_WINDOW = _llama_like(
     "Qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=1
+)
+QWEN2_MOE_WINDOW = _llama_like(
+    "Qwen2Moe", num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=1, **QWEN2_MOE
 )
 # (method, layers, width, noise[, --insert-at])
 VARIANTS = [
@@ -71,20 +92,21 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thr
 
 
 def test_every_architecture_is_covered():
-    assert set(ARCH_CASES) == depth.DEPTH_FAMILIES and depth.DEPTH_FAMILIES <= set(ARCHS)
+    assert set(ARCH_CASES) == depth.DEPTH_FAMILIES == set(ARCHS)
 
 
-@pytest.mark.parametrize("family", sorted(set(ARCHS) - depth.DEPTH_FAMILIES))
-def test_families_without_depth_cases_are_refused(family):
+def test_a_family_without_depth_cases_is_refused(monkeypatch):
+    """An architecture added later is refused for depth until its cases here exist."""
     from types import SimpleNamespace
 
-    with pytest.raises(GrowError, match=f"depth growth of {family} is not supported yet"):
-        depth.build_depth_plan(SimpleNamespace(layers=2, family=family), 4, "stack")
+    monkeypatch.setattr(depth, "DEPTH_FAMILIES", depth.DEPTH_FAMILIES - {"opt"})
+    with pytest.raises(GrowError, match="depth growth of opt is not supported yet"):
+        depth.build_depth_plan(SimpleNamespace(layers=2, family="opt"), 4, "stack")
 
 
 @pytest.fixture(scope="module", params=sorted(ARCH_CASES))
 def source(request, tmp_path_factory):
-    make, kw = CASES[ARCH_CASES[request.param]]
+    make, kw = ALL_CASES[ARCH_CASES[request.param]]
     torch.manual_seed(0)
     model = perturbed(make(**kw)).eval()
     path = tmp_path_factory.mktemp(request.param) / "src"
@@ -119,6 +141,12 @@ def test_depth_growth_keeps_the_function_at_gate_0(source, variant):
     with torch.no_grad():
         assert rel(grown(X, alpha=0.0), ref) <= 1e-4
         open_rel = rel(grown(X, alpha=1.0), ref)
+    if width is None and not noise and method != "identity":  # a copy is its source block, all of it
+        block, sd = ARCHS[g.cfg.family].block, grown.state_dict()  # (MoE: router, experts, shared expert)
+        for j in g.depth.new:
+            mine = {n[len(block.format(i=j)) :]: v for n, v in sd.items() if n.startswith(block.format(i=j))}
+            src = block.format(i=g.depth.layout.index(depth.Layer(g.depth.layout[j].src, "old")))
+            assert len(mine) > 5 and all(torch.equal(v, sd[src + n]) for n, v in mine.items() if n != "growth_gate")
     if method != "identity":
         assert open_rel > 1e-3  # the gate really hides something
     elif width is None:
@@ -183,6 +211,8 @@ WINDOWED = {
     "gemma3": CASES["gemma3"],
     "mistral": CASES["mistral-window"],
     "qwen2": (QWEN2_WINDOW, {}),
+    "mixtral": FAMILY_CASES["mixtral-tied-top1-window"],
+    "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
 }
 
 
@@ -214,6 +244,34 @@ def test_windowed_layers_follow_the_copied_block(name, method, layers, tmp_path)
     (tmp_path / "f1" / "config.json").write_text(json.dumps(hf_full))
     full = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
     assert rel(hf_logits(full, X), ours1) > 1e-4
+
+
+@pytest.mark.parametrize("method,layers", [("interleave", 3), ("stack", 4), ("middle", 4)])
+def test_rope_layers_follow_the_copied_block(method, layers, tmp_path):
+    """SmolLM3: each block's RoPE / no-RoPE entry (``no_rope_layers``) goes with the copied block,
+    not by the interval rule; transformers reads the written list, and the entry matters."""
+    model = perturbed(FAMILY_CASES["smollm3-tied"][0](tie=True)).eval()
+    model.save_pretrained(tmp_path / "src")
+    src = list(model.config.no_rope_layers)
+    assert src == [1, 0]
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--layers", layers, "--depth-method", method, "-o", grown, "-q")
+    assert r.exit_code == 0, r.stderr
+    layout = checkpoint.load(grown).lineage[-1]["depth_layout"]
+    want = [src[s] for s, _ in layout]
+    assert checkpoint.load(grown).config.rope_layers == want
+    assert cli("fold", grown, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
+    hf = json.loads((tmp_path / "f1" / "config.json").read_text())
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
+    assert hf["no_rope_layers"] == want and list(back.config.no_rope_layers) == want
+    with torch.no_grad():
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+    assert rel(hf_logits(back, X), ours1) <= 1e-5
+    j = layout.index(next(x for x in layout if x[1] != "old"))  # a new block: its entry flipped differs
+    flipped = [1 - v if k == j else v for k, v in enumerate(want)]
+    (tmp_path / "f1" / "config.json").write_text(json.dumps({**hf, "no_rope_layers": flipped}))
+    other = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
+    assert rel(hf_logits(other, X), ours1) > 1e-4
 
 
 # ---- bad input ----------------------------------------------------------------------------------
