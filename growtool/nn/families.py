@@ -758,12 +758,59 @@ SMOLLM3 = Arch(
     defaults={"activation": "silu", "tie": True, "context": 32768, "norm_eps": 1e-6},
 )
 
+BLOOM = Arch(
+    name="bloom",
+    model_type="bloom",
+    hf_class="BloomForCausalLM",
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.word_embeddings",
+        "embed_norm": "transformer.word_embeddings_layernorm",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "input_layernorm",
+        "ln2": "post_attention_layernorm",
+        "qkv": "self_attention.query_key_value",
+        "o": "self_attention.dense",
+        "g": "self_attention.g_proj",
+        "up": "mlp.dense_h_to_4h",
+        "down": "mlp.dense_4h_to_h",
+    },
+    features=Features(
+        norm="layernorm",
+        qkv="interleaved",
+        mlp="plain",
+        positions="alibi",
+        gqa=False,
+        free_head_dim=False,
+        embed_norm=True,
+    ),
+    keys={  # no ffn key: the MLP is 4 x hidden_size in code; no context: ALiBi has no table
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "n_layer",
+        "heads": "n_head",
+        "norm_eps": "layer_norm_epsilon",
+        "tie": "tie_word_embeddings",
+    },
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True, "activation": "bloom_gelu", "parallel": False},
+    defaults={"tie": True, "context": 2048, "norm_eps": 1e-5},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    require={
+        "apply_residual_connection_post_layernorm": (
+            False,
+            "bloom with apply_residual_connection_post_layernorm=true (a LayerNorm output residual) is not supported",
+        ),
+    },
+    alt_keys={"hidden_size": "n_embed", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
-        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3),
+        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
