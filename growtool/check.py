@@ -98,7 +98,7 @@ class Streamed:
         a, cfg = self.arch, self.cfg
         if path == a.blocks_path:
             return self._blocks()
-        if path == a.modules["final_norm"]:
+        if path in (a.modules["final_norm"], a.modules.get("embed_norm")):
             return self._load(lambda: make_norm(cfg, cfg.width), path + ".")
         if path == a.modules["head"]:
             head = (a.modules["embed"] if cfg.tie else path) + "."

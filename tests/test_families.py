@@ -524,3 +524,139 @@ def test_smollm3_layers_without_rope(tmp_path):
     assert ModelConfig.from_hf({**hf, "num_hidden_layers": 8}).rope_layers == [1, 0] * 4
     assert cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g", "-q").exit_code == 0
     assert json.loads((tmp_path / "g" / "config.json").read_text())["no_rope_layers"] == [1, 0]
+
+
+# ---- BLOOM ----------------------------------------------------------------------------------
+
+
+def _bloom(tie=True, **over):
+    kw = dict(vocab_size=V, hidden_size=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    return transformers.BloomForCausalLM(transformers.BloomConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+# BLOOM grows only by whole factors (below), so it is not in CASES (64 -> 96): its own cases
+BLOOM_CASES = {"bloom": {}, "bloom-3heads-untied": {"tie": False, "hidden_size": 48, "n_head": 3}}
+
+
+def _bloom_source(name, path):
+    torch.manual_seed(0)
+    model = perturbed(_bloom(**BLOOM_CASES[name])).eval()  # the embedding norm's gain and bias too
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(BLOOM_CASES))
+def test_bloom_forward_equals_transformers(name, tmp_path):
+    """ALiBi (per-head slopes x key position added to the scores), the LayerNorm on the embeddings,
+    BLOOM's own tanh GELU, the MLP of 4 x width; tied and untied."""
+    model = _bloom_source(name, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.ffn == 4 * ck.config.width and ck.config.tie == (name == "bloom")
+    assert "transformer.word_embeddings_layernorm.weight" in ck.names()
+    with torch.no_grad():
+        ours = ck.model()(X)
+        assert rel(ours, hf_logits(model)) <= 1e-5
+        flat = LM.from_tensors(ck.config, {n: ck.get(n) for n in ck.names()})
+        flat.get_submodule("transformer.word_embeddings_layernorm").reset_parameters()
+        assert rel(flat(X), hf_logits(model)) > 1e-2  # the embedding norm's perturbed gain and bias matter
+
+
+def test_alibi_slopes_are_transformers_and_every_old_slope_has_a_place():
+    """The slopes of n heads are those of transformers for every n; for every growth n -> m (m >= n)
+    each old slope is one of the new ones (``alibi_order`` says where), as its docstring proves."""
+    from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
+
+    from growtool.nn.model import alibi_order, alibi_slopes
+
+    for n in range(1, 130):
+        assert torch.equal(alibi_slopes(n), _get_alibi_slopes(n, "cpu")), n
+    assert alibi_order(4, 8) == [1, 3, 5, 7, 0, 2, 4, 6]  # 2^-2, 2^-4, 2^-6, 2^-8 among 2^-1 .. 2^-8
+    assert alibi_order(3, 6) == [1, 3, 0, 2, 4, 5]  # [2^-4, 2^-8, 2^-2] among [2^-2, 2^-4, 2^-6, 2^-8, 2^-1, 2^-3]
+    for n in range(1, 65):
+        for m in range(n, 4 * n + 1):
+            order = alibi_order(n, m)
+            assert sorted(order) == list(range(m))
+            old, new = alibi_slopes(n), alibi_slopes(m)[order[:n]]
+            assert float(((new - old) / old).abs().max()) <= 2e-6, (n, m)  # float32 powers round
+
+
+@pytest.mark.parametrize(
+    "name, width, order",
+    [("bloom", 128, [1, 3, 5, 7]), ("bloom", 192, [1, 3, 5, 7]), ("bloom-3heads-untied", 96, [1, 3, 0])],
+)
+def test_bloom_grows_by_copying_the_residual(name, width, order, tmp_path):
+    """A whole factor k: the residual is copied, z = (h, .., h); the LayerNorm eps is kept; old heads
+    go to the positions of their ALiBi slopes when folded. Gate 0 verifies; fold --alpha 0 loads as
+    BloomForCausalLM with the source's logits; fold --alpha 1 is growtool's gate-1 forward."""
+    model = _bloom_source(name, tmp_path / "src")
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--width", width, "-o", grown)
+    k = width // model.config.hidden_size
+    assert r.exit_code == 0 and f"copied x{k}, z = (h, .., h)" in r.stderr, r.stderr
+    assert f"ALiBi slopes: old heads 0..{len(order) - 1} keep theirs at positions {order}" in r.stderr
+    g = checkpoint.load(grown)
+    assert g.config.norm_eps == 1e-5 and (g.config.heads, g.config.ffn) == (k * len(order), 4 * width)
+    code, rep = verify_json(tmp_path / "src", grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    f0, f1 = tmp_path / "f0", tmp_path / "f1"
+    assert cli("fold", grown, "--alpha", 0, "-o", f0).exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
+    assert type(back) is transformers.BloomForCausalLM and back.config.n_head == k * len(order)
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+    assert cli("fold", grown, "--alpha", 1, "-o", f1).exit_code == 0
+    back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
+    with torch.no_grad():
+        ours1 = g.model()(X, alpha=1.0)
+    assert rel(hf_logits(back1), ours1) <= 1e-5
+    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
+    from growtool.nn.model import alibi_order
+
+    H, hd = back.config.n_head, back.config.hidden_size // back.config.n_head
+    o = torch.tensor(alibi_order(len(order), H))
+    with torch.no_grad():  # the heads put back in growth order: the old heads get other slopes
+        for blk in back.transformer.h:
+            a = blk.self_attention
+            a.query_key_value.weight.copy_(a.query_key_value.weight.view(H, 3 * hd, -1)[o].reshape(3 * H * hd, -1))
+            a.query_key_value.bias.copy_(a.query_key_value.bias.view(H, 3 * hd)[o].reshape(-1))
+            a.dense.weight.copy_(a.dense.weight.view(-1, H, hd)[:, o].reshape(-1, H * hd))
+    assert rel(hf_logits(back), hf_logits(model)) > 1e-3
+
+
+def test_bloom_non_integer_width_is_refused_with_one_line(tmp_path):
+    _bloom_source("bloom", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "bloom grows only by a whole factor (64 -> 128, 192, ...), not 64 -> 96" in r.stderr
+    assert not (tmp_path / "g.safetensors").exists()
+
+
+def test_bloom_recipes_and_refusals(tmp_path):
+    """copy is refused (a copied head has another ALiBi slope than its source); nrio (no rotation) is
+    the copied residual itself, exact; an ungated growth with zero new heads puts the heads at their
+    ALiBi positions when it grows (a plain BLOOM). Refused with one line: a gated BLOOM growing again
+    (fold first), --ffn other than 4 x width, a rotation, the post-LN residual variant."""
+    model = _bloom_source("bloom", tmp_path / "src")
+    src = tmp_path / "src"
+    r = cli("expand", src, "--width", 128, "--recipe", "copy", "-o", tmp_path / "c.safetensors")
+    assert r.exit_code == 2 and "refused: ALiBi gives every head its own slope" in r.stderr, r.stderr
+    assert not (tmp_path / "c.safetensors").exists()
+    assert cli("expand", src, "--width", 128, "--recipe", "nrio", "-q", "-o", tmp_path / "n").exit_code == 0
+    assert verify_json(src, tmp_path / "n")[0] == 0
+    r = cli(
+        "expand", src, "--width", 128, "--recipe", "copy", "--set", "attention.new_heads=zero", "-o", tmp_path / "z"
+    )
+    assert r.exit_code == 0 and "positions [1, 3, 5, 7] of 8 (placed there)" in r.stderr, r.stderr
+    plain = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "z").eval()
+    assert not checkpoint.load(tmp_path / "z").config.gated and type(plain) is transformers.BloomForCausalLM
+    assert rel(hf_logits(plain), hf_logits(model)) <= 1e-4
+    assert cli("expand", src, "--width", 128, "-q", "-o", tmp_path / "g.safetensors").exit_code == 0
+    for args, match in [
+        ((tmp_path / "g.safetensors", "--width", 256), "must be folded before it grows again"),
+        ((src, "--width", 128, "--ffn", 300), "bloom has an MLP of 4 x width (512) neurons, not 300"),
+        ((src, "--width", 128, "--set", "rotation.eps=0.5"), "copied residual takes no rotation"),
+    ]:
+        r = cli("expand", *args, "-o", tmp_path / "x.safetensors")
+        assert r.exit_code == 2 and match in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+        assert not (tmp_path / "x.safetensors").exists()
+    post = {**model.config.to_dict(), "apply_residual_connection_post_layernorm": True}
+    _refused(post, "apply_residual_connection_post_layernorm=true")

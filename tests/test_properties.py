@@ -48,7 +48,7 @@ def growth_cases(draw):
         heads=heads,
         kv_heads=kv,
         head_dim=head_dim,
-        ffn=draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
+        ffn=4 * width if f.embed_norm else draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
         context=16,
         tie=draw(st.booleans()) and f.norm_affine,  # a tied head over a norm without gain: refused
         attn_gate=draw(st.booleans()),
@@ -58,8 +58,12 @@ def growth_cases(draw):
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
         **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
     )
-    recipe = draw(st.sampled_from(["srio", "copy"] + (["nrio"] if f.norm == "rmsnorm" else [])))
-    return cfg, new_kv * per_kv * head_dim, recipe, draw(st.integers(0, 2**16))
+    recipes_ = ["srio", "copy"] + (["nrio"] if f.norm == "rmsnorm" else [])
+    D = new_kv * per_kv * head_dim
+    if f.embed_norm:  # BLOOM: whole factors only, MLP 4 x width, no copied heads (ALiBi slopes differ)
+        D, recipes_ = (2 + (new_kv - kv) // 3) * width, ["srio"]
+    recipe = draw(st.sampled_from(recipes_))
+    return cfg, D, recipe, draw(st.integers(0, 2**16))
 
 
 @settings(max_examples=40, deadline=None, derandomize=True)

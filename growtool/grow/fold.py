@@ -7,8 +7,10 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from growtool.grow import ops
 from growtool.nn.config import ModelConfig
-from growtool.nn.families import expected_shapes, tensor_specs, unit_count
+from growtool.nn.families import arch_of, expected_shapes, tensor_specs, unit_count
+from growtool.nn.model import alibi_order
 
 if TYPE_CHECKING:
     from growtool.grow.engine import Workspace
@@ -46,6 +48,10 @@ def fold_tensor(
             return t
         cfg = width_only
     spec = tensor_specs(cfg)[name]
+    order = None  # ALiBi (BLOOM): heads go from growth order to the positions of their slopes
+    if arch_of(cfg).features.positions == "alibi" and cfg.base_heads < cfg.heads:
+        if spec.units and spec.units[0] in ("q", "qkv", "qgate"):
+            order = (alibi_order(cfg.base_heads, cfg.heads), unit_count(cfg, spec.units[0])[1])
     part = None  # (axis, start, length) of the gated units' weights
     if spec.role == "writer":
         kind = spec.units[0]
@@ -54,12 +60,15 @@ def fold_tensor(
         if base != n:
             block = unit_count(cfg, kind)[1]
             part = (spec.unit_axis, base * block, (n - base) * block)
-    if work is None:
+    if work is None or order is not None:
         t = get(name)
-        if part is None:
+        if part is None and order is None:
             return t.to(dtype)
         t = t.float().clone()
-        t.narrow(*part).mul_(alpha)
+        if part is not None:
+            t.narrow(*part).mul_(alpha)
+        if order is not None:
+            t = ops.permute_units(t, spec.unit_axis, *order)
         return t.to(dtype)
     key, size = (name, 0), math.prod(expected_shapes(cfg)[name]) * dtype.itemsize
     placed = []  # the output block the source was read into (never a checkpoint's own tensor)

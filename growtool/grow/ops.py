@@ -275,6 +275,14 @@ def same_view(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.data_ptr() == b.data_ptr() and a.shape == b.shape and a.stride() == b.stride() and a.dtype == b.dtype
 
 
+def permute_units(x: torch.Tensor, axis: int, order, block: int = 1) -> torch.Tensor:
+    """Units (blocks of ``block`` entries along ``axis``) moved: unit j to position order[j]."""
+    inv = torch.empty(len(order), dtype=torch.long)
+    inv[torch.tensor(list(order))] = torch.arange(len(order))
+    idx = (inv.unsqueeze(1) * block + torch.arange(block)).reshape(-1)
+    return x.index_select(axis, idx)
+
+
 def split_factors(e: Expansion) -> torch.Tensor:
     """Net2Net's split: a unit copied c times and its copies each write 1/(1+c) of its output.
 

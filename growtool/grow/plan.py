@@ -15,6 +15,8 @@ import torch
 
 from growtool.grow import engine, ops
 from growtool.grow.steps import (
+    CopyOldWrites,
+    Duplicate,
     ExpandResidual,
     ExpandUnits,
     FoldGain,
@@ -22,6 +24,7 @@ from growtool.grow.steps import (
     Keep,
     NormGain,
     PadZero,
+    PermuteHeads,
     Rotate,
     Scale,
     Step,
@@ -34,6 +37,7 @@ from growtool.grow.steps import (
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+from growtool.nn.model import alibi_order
 from growtool.nn.rope import describe as describe_rope
 
 if TYPE_CHECKING:
@@ -61,6 +65,7 @@ class Plan:
     steps: dict = field(default_factory=dict)  # output name -> [Step]
     shapes: dict = field(default_factory=dict)  # output name -> grown shape
     warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
+    head_order: list | None = None  # ALiBi: the position of each grown head in the plain model (model.alibi_order)
 
     @property
     def exact(self) -> bool:
@@ -72,8 +77,14 @@ class Plan:
 
     @property
     def carried(self) -> list[str]:
-        """Settings that pass through growth unchanged, said in the plan (RoPE scaling)."""
-        return describe_rope(self.cfg) if arch_of(self.cfg).features.positions == "rope" else []
+        """Settings that pass through growth unchanged, said in the plan (RoPE scaling, ALiBi slopes)."""
+        pos = arch_of(self.cfg).features.positions
+        if pos == "alibi" and self.head_order:
+            n, H = self.src.heads, self.cfg.heads
+            where = "fold puts them there" if self.recipe["gate"] else "placed there"
+            at = self.head_order[:n]
+            return [f"ALiBi slopes: old heads 0..{n - 1} keep theirs at positions {at} of {H} ({where})"]
+        return describe_rope(self.cfg) if pos == "rope" else []
 
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
@@ -176,7 +187,42 @@ def resid_scale(plan: Plan) -> float:
 
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     """The steps that make the grown tensor ``name`` from its source."""
-    return _fuse_pad_rotate(_steps(spec, name, plan), plan)
+    if arch_of(plan.src).features.embed_norm:
+        steps = _duplicate_steps(spec, name, plan)
+    else:
+        steps = _fuse_pad_rotate(_steps(spec, name, plan), plan)
+    if plan.head_order and not plan.recipe["gate"] and spec.units and spec.units[0] in ("q", "qkv", "qgate"):
+        steps.append(PermuteHeads(tuple(plan.head_order)))  # ungated: the plain model's ALiBi order now
+    return steps
+
+
+def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
+    """An embedding LayerNorm (BLOOM): the residual is copied k = D/d times, z = [h; ..; h]. A
+    LayerNorm over kd copies has the mean and variance of h over d (eps kept), so its output is
+    the copies of the old one with gains and biases copied; every reader takes [W, .., W] / k,
+    every writer (and the embedding) writes copies; the tied head reads k copies of the embedding,
+    so the final norm's gain and bias take 1/k."""
+    k = plan.cfg.width // plan.src.width
+    tied_final = plan.src.tie and spec.pattern.rsplit(".", 1)[0] == arch_of(plan.src).modules["final_norm"]
+    role = spec.role
+    if role == "growth_gate":
+        return [GateZero()]
+    if role in ("norm_gain", "norm_bias"):
+        return [Duplicate(1.0 / k, "tied head reads k copies")] if tied_final else [Duplicate()]
+    if role in ("embedding", "writer_bias"):
+        return [Duplicate()]
+    if role == "head_bias":
+        return [Keep("vocabulary-sized")]
+    if role == "unit_bias":
+        return [ExpandUnits(writer=False)]
+    if role == "head":
+        return [Duplicate(1.0 / k, "reads k copies")]
+    if role == "reader":
+        return [ExpandUnits(writer=False), Duplicate(1.0 / k, "reads k copies")] + _symmetry(plan, spec, writer=False)
+    if role == "writer":
+        steps = [ExpandUnits(writer=True), ExpandResidual(spec.group, tile=True), CopyOldWrites()]
+        return steps + _symmetry(plan, spec, writer=True)
+    raise GrowError(f"{plan.src.family}: no duplicated growth for a tensor of role {role!r}")
 
 
 def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
@@ -272,12 +318,17 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     if ffn < src.ffn:
         raise GrowError(f"target ffn {ffn} smaller than the source's {src.ffn}")
     f = arch_of(src).features
+    if f.embed_norm and D % d:
+        raise GrowError(
+            f"{src.family} grows only by a whole factor ({d} -> {2 * d}, {3 * d}, ...), not {d} -> {D}: its "
+            "embeddings pass a LayerNorm with learned gains, and growtool keeps it exact only by copying the residual"
+        )
     if src.tie and not f.norm_affine:
         raise GrowError(
             f"{src.family} with tied embeddings cannot grow exactly: its LayerNorm has no gain, so the tied "
             "head (the embedding) would have to take the norm's sqrt(D/d) that the embedding must not"
         )
-    eps = src.norm_eps if f.fixed_eps else ops.grow_norm_eps(src.norm_eps, d, D)
+    eps = src.norm_eps if (f.fixed_eps or f.embed_norm) else ops.grow_norm_eps(src.norm_eps, d, D)
     shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
     return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared)
 
@@ -292,6 +343,17 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
     exact = ops.exact_layernorm_eps(src.width, D)
     tied_rms = src.norm == "rmsnorm" and src.tie
     post = arch_of(src).features.post_norms
+    if arch_of(src).features.embed_norm:
+        k = D // src.width
+        why = (
+            f"copied x{k}, z = (h, .., h): the embeddings pass a LayerNorm, whose output only a copy keeps "
+            f"(mean and variance over {D} dims are those over {src.width}, eps kept); readers (W, .., W) / {k}"
+        )
+        if eps != "auto" and float(eps) != 1.0:
+            raise GrowError(
+                f"{src.family}'s copied residual takes no rotation: rotation.eps must be auto or 1, not {eps}"
+            )
+        return 1.0, why, []
     if eps == "auto":
         eps = 1.0 if (tied_rms or post) else exact
     eps, lossy = float(eps), []
@@ -348,6 +410,12 @@ def build_plan(
     cfg = target_config(src, width, ffn, heads)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     gated = recipe["gate"]
+    alibi = arch_of(src).features.positions == "alibi"
+    if src.gated and alibi:
+        raise GrowError(
+            f"a grown {src.family} with growth gates must be folded before it grows again (growtool fold --alpha "
+            "0|1): its heads take their ALiBi positions in the fold"
+        )
     if src.gated:
         if not gated:
             raise GrowError(
@@ -373,6 +441,11 @@ def build_plan(
             added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
             if added and not ops.KINDS[mode].exact_without_gate:
                 lossy.append(f"new {sec} units filled by {mode!r} write without a warm-up gate")
+        if alibi and cfg.heads > src.heads and ops.KINDS[recipe["attention"]["new_heads"]].splits_writers:
+            lossy.append(
+                "ALiBi gives every head its own slope, so a copied head attends otherwise than its source "
+                "and the split of their outputs no longer adds up"
+            )
     k = recipe["convex_k"]
     units, split = [], []
     r = src.heads // src.kv_heads
@@ -426,6 +499,7 @@ def build_plan(
         res,
         dtype,
         warnings=warnings,
+        head_order=alibi_order(src.heads, cfg.heads) if alibi and cfg.heads > src.heads else None,
     )
     for name, spec in tensor_specs(cfg).items():
         layer = None

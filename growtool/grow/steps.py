@@ -10,6 +10,7 @@ runs them). Each is a small frozen dataclass with ``apply(t, ctx)`` and ``descri
   PadRotate       ExpandResidual by zeros + Rotate in one pass that skips the zeros (same bytes)
   BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
+  Duplicate, CopyOldWrites, PermuteHeads   the duplicated residual of an embedding norm (BLOOM), ALiBi order
 """
 
 from __future__ import annotations
@@ -158,6 +159,66 @@ class Scale(Step):
 
     def describe(self, plan, spec):
         return f"x {self.factor:.6g} ({self.why})"
+
+
+@dataclass(frozen=True)
+class Duplicate(Step):
+    """The residual axis copied k = D/d times, [x; ..; x] (x ``factor``): an embedding-norm family's
+    residual map (``plan.residual_map``). A vector (norm gain or bias) along its only axis."""
+
+    factor: float = 1.0
+    why: str = ""
+    row_local = True
+
+    def apply(self, t, c):
+        axis = c.spec.res_axis if c.spec.res_axis is not None else 0
+        d, D = c.plan.src.width, c.plan.cfg.width
+        shape = list(t.shape)
+        shape[axis] = D
+        out = c.canvas(shape)
+        old = out.narrow(axis, 0, d)
+        if not ops.same_view(old, t):
+            if t.untyped_storage().data_ptr() == out.untyped_storage().data_ptr():
+                t = t.clone()  # t lives in out's memory elsewhere: read it before it is overwritten
+            old.copy_(t)
+        ops.tile_into(out.narrow(axis, d, D - d), old, axis)
+        return out.mul_(self.factor) if self.factor != 1.0 else out
+
+    def describe(self, plan, spec):
+        k = plan.cfg.width // plan.src.width
+        return f"copied x{k}" + (f", x {self.factor:.6g} ({self.why})" if self.factor != 1.0 else "")
+
+
+@dataclass(frozen=True)
+class CopyOldWrites(Step):
+    """Old (ungated) units write the same into every copy of the residual: their new dims are copies
+    of their old ones (``Duplicate``); gated new units keep what the recipe gave them."""
+
+    def apply(self, t, c):
+        plan, spec = c.plan, c.spec
+        kind = spec.units[0]
+        old = t.narrow(spec.unit_axis, 0, plan.cfg.base_units(kind) * unit_count(plan.src, kind)[1])
+        d, D = plan.src.width, plan.cfg.width
+        ops.tile_into(old.narrow(spec.res_axis, d, D - d), old.narrow(spec.res_axis, 0, d), spec.res_axis)
+        return t
+
+    def describe(self, plan, spec):
+        return "old units write copies"
+
+
+@dataclass(frozen=True)
+class PermuteHeads(Step):
+    """Heads put at their ALiBi positions (``model.alibi_order``): head j of the growth order goes to
+    position order[j], so every old head keeps its slope in the plain model."""
+
+    order: tuple
+
+    def apply(self, t, c):
+        kind = c.spec.units[0]
+        return ops.permute_units(t, c.spec.unit_axis, self.order, unit_count(c.plan.cfg, kind)[1])
+
+    def describe(self, plan, spec):
+        return f"heads to ALiBi positions {list(self.order[: plan.src.heads])}"
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "bloom_gelu")
 FEATURE_FALLBACK = {
     "qkv_bias": False,
     "o_bias": False,
@@ -171,6 +171,8 @@ class ModelConfig:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
+        if "ffn" not in self.arch.keys and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
+            raise GrowError(f"{self.family} has an MLP of 4 x width ({4 * self.width}) neurons, not {self.ffn}")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
         if f.moe and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):

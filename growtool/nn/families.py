@@ -47,7 +47,7 @@ class Features:
     qkv: str = "separate"  # "separate" q/k/v | "concat" [Q|K|V] | "interleaved" per head [q k v]
     #                        | "grouped" per KV group [q_1 .. q_r k v] (Falcon's new decoder architecture)
     mlp: str = "glu"  # "glu" act(gate) * up | "glu_fused" [gate|up] in one tensor | "plain" act(up)
-    positions: str = "rope"  # "rope" | "learned" (a position embedding)
+    positions: str = "rope"  # "rope" | "learned" (a position embedding) | "alibi" (a per-head linear score bias, BLOOM)
     qk_norm: str = ""  # "head": RMSNorm on q and k over head_dim, before RoPE (Qwen3, Gemma 3)
     #                    "full": over all heads' width at once, before the reshape (OLMo-2)
     gqa: bool = True  # key/value heads may be fewer than query heads
@@ -65,6 +65,8 @@ class Features:
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
+    embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
+    #                           so width grows by an integer factor, duplicating the residual (BLOOM)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
@@ -756,12 +758,59 @@ SMOLLM3 = Arch(
     defaults={"activation": "silu", "tie": True, "context": 32768, "norm_eps": 1e-6},
 )
 
+BLOOM = Arch(
+    name="bloom",
+    model_type="bloom",
+    hf_class="BloomForCausalLM",
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.word_embeddings",
+        "embed_norm": "transformer.word_embeddings_layernorm",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "input_layernorm",
+        "ln2": "post_attention_layernorm",
+        "qkv": "self_attention.query_key_value",
+        "o": "self_attention.dense",
+        "g": "self_attention.g_proj",
+        "up": "mlp.dense_h_to_4h",
+        "down": "mlp.dense_4h_to_h",
+    },
+    features=Features(
+        norm="layernorm",
+        qkv="interleaved",
+        mlp="plain",
+        positions="alibi",
+        gqa=False,
+        free_head_dim=False,
+        embed_norm=True,
+    ),
+    keys={  # no ffn key: the MLP is 4 x hidden_size in code; no context: ALiBi has no table
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "n_layer",
+        "heads": "n_head",
+        "norm_eps": "layer_norm_epsilon",
+        "tie": "tie_word_embeddings",
+    },
+    fixed={"qkv_bias": True, "o_bias": True, "mlp_bias": True, "activation": "bloom_gelu", "parallel": False},
+    defaults={"tie": True, "context": 2048, "norm_eps": 1e-5},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    require={
+        "apply_residual_connection_post_layernorm": (
+            False,
+            "bloom with apply_residual_connection_post_layernorm=true (a LayerNorm output residual) is not supported",
+        ),
+    },
+    alt_keys={"hidden_size": "n_embed", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"},
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
-        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3),
+        *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -801,7 +850,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
 
     def w(slot):
-        return (B if slot not in ("embed", "pos", "final_norm", "head") else "") + a.modules[slot] + ".weight"
+        top = slot in ("embed", "pos", "embed_norm", "final_norm", "head")  # outside the blocks
+        return ("" if top else B) + a.modules[slot] + ".weight"
 
     def b(slot):
         return w(slot)[: -len("weight")] + "bias"
@@ -829,6 +879,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s = [TensorSpec(w("embed"), "embedding", res_axis=1)]
     if f.positions == "learned":
         s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
+    if f.embed_norm:
+        s += norm("embed_norm")
     if f.pre_norms:
         s += norm("ln1")
     if f.qkv == "separate":

@@ -19,6 +19,8 @@ they are copied into remote-code folders (``hf_remote``) as the model transforme
 
 from __future__ import annotations
 
+import math
+
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
@@ -33,6 +35,7 @@ ACT = {
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
     "silu": F.silu,
+    "bloom_gelu": lambda x: x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))),  # BLOOM's constants
 }
 
 
@@ -105,6 +108,50 @@ def apply_rope_interleaved(x, cos, sin):
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
 
 
+def alibi_slopes(n: int) -> torch.Tensor:
+    """ALiBi's per-head slopes for ``n`` heads, float32, as transformers computes them (BLOOM's
+    ``_get_alibi_slopes``): the powers of 2^(-8/c) for c, the largest power of two <= n, then the odd
+    powers of 2^(-4/c) for the n - c others."""
+    c = 2 ** math.floor(math.log2(n))
+    base = torch.full((), 2 ** (-(2 ** -(math.log2(c) - 3))), dtype=torch.float32)
+    slopes = torch.pow(base, torch.arange(1, 1 + c, dtype=torch.int32))
+    if c != n:
+        extra = torch.full((), 2 ** (-(2 ** -(math.log2(2 * c) - 3))), dtype=torch.float32)
+        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * min(c, n - c), 2, dtype=torch.int32))])
+    return slopes
+
+
+def alibi_order(n_old: int, n_new: int) -> list[int]:
+    """Where each head of a model grown from ``n_old`` to ``n_new`` >= ``n_old`` ALiBi heads sits in
+    the plain (folded) model: old head i at the position whose slope (of ``n_new``) equals its slope
+    (of ``n_old``), the new heads at the other positions in order. A growth keeps old heads first
+    (units above ``base_heads`` are gated); fold puts each at its position.
+
+    There always is one: with c the largest power of two <= n, the slopes of n heads are 2^-x for
+    the first n of x = 8/c, 16/c, .., 8 (c of them) then 4/c, 12/c, .. (odd multiples of 4/c), so
+    n + 1 heads add one slope (or, at n + 1 = 2c, halve the step: the old x are all still there).
+    Slopes are matched in float64; transformers' float32 powers round them (1e-6 relative at 128
+    heads), which the grown model then has."""
+
+    def exact(n):  # the slopes of alibi_slopes, in float64
+        c = 2 ** math.floor(math.log2(n))
+        return [2.0 ** (-8.0 * p / c) for p in range(1, c + 1)] + [
+            2.0 ** (-4.0 * p / c) for p in range(1, 2 * (n - c), 2)
+        ]
+
+    new, order = exact(n_new), []
+    for s in exact(n_old):
+        order.append(next(p for p, t in enumerate(new) if p not in order and abs(t - s) <= 1e-12 * s))
+    return order + [p for p in range(n_new) if p not in order]
+
+
+def head_slopes(cfg: ModelConfig) -> torch.Tensor:
+    """The ALiBi slope of each head of ``cfg``: a grown, unfolded model's heads are in growth order
+    (``alibi_order``), each with the slope of the position fold gives it."""
+    s = alibi_slopes(cfg.heads)
+    return s[alibi_order(cfg.base_heads, cfg.heads)] if cfg.base_heads < cfg.heads else s
+
+
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
 
 
@@ -129,6 +176,10 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
         soft = torch.promote_types(q.dtype, torch.float32)  # float32, float64 kept (verify's reference)
         a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=soft).to(q.dtype)
         return a @ v
+    if arch_of(cfg).features.positions == "alibi":  # scores + slope_h x key position (BLOOM), in a float mask
+        bias = head_slopes(cfg).to(q.device).view(1, H, 1, 1) * i.to(torch.float32)
+        keep = mask if mask is not None else (i[None, :] <= i[:, None])
+        mask = bias.to(q.dtype).masked_fill(~keep, float("-inf"))
     kw = {"is_causal": True} if mask is None else {"attn_mask": mask}
     if scale is not None:
         kw["scale"] = scale
@@ -374,6 +425,8 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
     _put(model, a.modules["embed"], nn.Embedding(cfg.vocab_size, cfg.width))
     if a.features.positions == "learned":
         _put(model, a.modules["pos"], nn.Embedding(cfg.context + a.features.pos_offset, cfg.width))
+    if a.features.embed_norm:
+        _put(model, a.modules["embed_norm"], make_norm(cfg, cfg.width))
     _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
     _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
     _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=a.features.head_bias))
@@ -397,6 +450,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
         x = x * torch.tensor(cfg.width**0.5).to(x.dtype)
     if cfg.embedding_multiplier is not None:  # Granite
         x = x * cfg.embedding_multiplier
+    if a.features.embed_norm:  # BLOOM: the residual starts as the embeddings' LayerNorm output
+        x = model.get_submodule(a.modules["embed_norm"])(x)
     ropes = {}
     if a.features.positions == "learned":
         pos = torch.arange(T, device=idx.device) + a.features.pos_offset  # OPT reads row p + 2
