@@ -150,6 +150,8 @@ def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict,
     from growtool.training.loop import read_metrics, train
 
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
+    if P.get("schedule") and "schedule" not in kw:  # the bench's --schedule, unless the phase sets one
+        kw["schedule"] = P["schedule"]
     s = train(
         ckpt,
         [P["data"]],

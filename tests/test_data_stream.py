@@ -73,3 +73,14 @@ def test_cli_flag_and_resume_keep_the_position(grown):
     assert losses(d / "res") == losses(d / "default")
     r = cli("train", grown["grown"], "--data", grown["text"], "--out", d / "bad", "--data-start", -1, *opts)
     assert r.exit_code == 2 and "--data-start" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_plain_path_defaults(grown):
+    """The defaults that make expand + train GROWN save what train --grow-at saves (bench/README
+    section 9, docs.jsonl, 3 seeds): the wsd schedule (under cosine the plain path saved ~10 points
+    less) and the stream continued from the source's data_end."""
+    d = grown["dir"]
+    s = train(grown["grown"], [grown["text"]], d / "defaults", steps=10, seed=5, warmup=2, **KW)
+    assert s["settings"]["schedule"] == "wsd" and s["settings"]["data_start"] == 6
+    lrs = [r["lr"] for r in read_metrics(d / "defaults" / "metrics.jsonl") if "lr" in r]
+    assert lrs[2:9] == [KW["lr"]] * 7 and lrs[9] < KW["lr"]  # the peak held, then the decay (last 20%)

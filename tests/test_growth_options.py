@@ -123,7 +123,7 @@ def test_grow_lr_mup_scales_the_hidden_matrices_and_resumes_exactly(world):  # n
 
 def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F811
     d, text, base = world["dir"], world["text"], world["base"]
-    kw = dict(KW, steps=12, grow_at=("0.5:48",), gate_warmup_tokens=256, warmup=2)  # rewarm: the default
+    kw = dict(KW, steps=12, grow_at=("0.5:48",), gate_warmup_tokens=256, warmup=2, schedule="cosine")  # rewarm: default
     s = train(base, [text], d / "rewarm", **kw)
     lrs = [r["lr"] for r in read_metrics(d / "rewarm" / "metrics.jsonl")[1:]]
     assert lrs[:6] == [lr_at(i, s["settings"]) for i in range(6)]

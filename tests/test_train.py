@@ -118,11 +118,10 @@ def test_grown_model_keeps_learning_without_spikes(grown_run):
     vals = [x["val_loss"] for x in recs if "val_loss" in x]
     assert len(steps) == 240 and all(math.isfinite(x["loss"]) and math.isfinite(x["grad_norm"]) for x in steps)
     assert vals[-1] < vals[0] - 0.05, vals
-    # at most a small re-warm bump: on the continued data stream (stream.py) the first evaluation after
-    # the LR warm-up sat 1.3% above the start (0.3952 vs 0.3903); replaying the source's batches it was < 1%
-    assert max(vals) <= vals[0] * 1.02, f"validation loss rose above its start: {vals}"
-    # per-batch noise during the gate ramp: the highest batch loss was 1.23x the first three's on the
-    # continued data stream (0.465 at step 24), 1.09x replaying the source's batches (0.453 at step 14)
+    # at most a small re-warm bump (< 1% under the default wsd schedule; it was 1.3% under cosine)
+    assert max(vals) <= vals[0] * 1.01, f"validation loss rose above its start: {vals}"
+    # per-batch noise during the gate ramp on batches the source never saw (the continued stream):
+    # the highest batch loss is 1.21x the first three's (0.399 vs 0.331); 1.09x replaying its batches
     assert max(x["loss"] for x in steps) <= 1.3 * max(x["loss"] for x in steps[:3])
     # gates ramp linearly 0 -> 1 over 10% of the tokens; the learning rate re-warms
     total = 240 * BATCH * SEQ

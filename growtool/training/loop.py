@@ -4,10 +4,11 @@ What holds:
 
 * Optimiser: AdamW; weight decay on matrices (dim >= 2) only, never on norm gains, biases or the
   growth gates (the gates are not trained at all: the schedule sets them every step).
-* Learning rate: linear warm-up over ``warmup`` steps (every run warms up once), then cosine decay
-  to ``lr * min_lr_ratio`` at the last step. Gradients are clipped to norm ``clip``. Growths inside a
-  run (``grow_at``, or a run folder grown by ``stages.expand_run``) keep the schedule and carry the
-  AdamW moments (``grow.moments``): no reset, no re-warm.
+* Learning rate: linear warm-up over ``warmup`` steps, then ``schedule`` (schedule.py; default wsd:
+  the peak, then a linear decay to ``lr * min_lr_ratio`` over the last ``decay_fraction``).
+  Gradients are clipped to norm ``clip``. Growths inside a run (``grow_at``, or a run folder grown
+  by ``stages.expand_run``) carry the AdamW moments (``grow.moments``); ``grow_schedule`` says
+  whether the LR re-warms there.
 * Grown checkpoints (growth gates present, all at 0): before update ``s`` every gate is set to
   min(1, (s - s_g) * batch * seq / gate_warmup_tokens), a linear ramp 0 -> 1 from the step s_g of
   the run's last growth (0 for a grown checkpoint). Evaluation after ``s``

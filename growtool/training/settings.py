@@ -65,9 +65,9 @@ class Settings:
     lr: float = setting(3e-3, "peak learning rate", low=0, low_open=True)
     min_lr_ratio: float = setting(0.1, "final lr / peak lr", low=0, high=1)
     schedule: str = setting(
-        "cosine",
-        "lr after the warm-up: cosine (to --min-lr-ratio), wsd (warmup-stable-decay: the peak, then a "
-        "linear decay over the last --decay-fraction of the steps) or constant",
+        "wsd",
+        "lr after the warm-up: wsd (warmup-stable-decay: the peak, then a linear decay to --min-lr-ratio "
+        "over the last --decay-fraction of the steps; the default: bench/README section 9), cosine or constant",
         choices=("cosine", "wsd", "constant"),
     )
     decay_fraction: float = setting(0.2, "--schedule wsd: fraction of the steps in the final decay", low=0, high=1)
@@ -156,7 +156,7 @@ class Settings:
     grow_schedule: str = setting(
         "rewarm",
         "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left; "
-        "measured better, bench/README.md) or continue (one warm-up and cosine over the whole run)",
+        "measured better, bench/README.md) or continue (one warm-up and one schedule over the whole run)",
         choices=("continue", "rewarm"),
     )
     stop_at: int | None = setting(
