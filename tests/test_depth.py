@@ -2,11 +2,11 @@
 
 Each architecture: a tiny model that transformers creates and saves (norm gains and biases
 perturbed), 2 blocks at width 64. Depth 2 -> 4 by each method and 2 -> 3, alone and with width
-64 -> 96, computes the source's function at gate 0 (<= 1e-4 x logit scale, against transformers'
-logits); through the CLI, ``fold --alpha 0`` loads with ``AutoModelForCausalLM`` as the same class
-with the source's logits and ``fold --alpha 1`` equals growtool's own gate-1 forward. Windowed
-architectures keep each copied block's layer type, checked on inputs longer than the window.
-"""
+64 -> 96 (BLOOM: 64 -> 128, its widths grow by whole factors), computes the source's function at
+gate 0 (<= 1e-4 x logit scale, against transformers' logits); through the CLI, ``fold --alpha 0``
+loads with ``AutoModelForCausalLM`` as the same class with the source's logits and ``fold --alpha 1``
+equals growtool's own gate-1 forward. Windowed architectures keep each copied block's layer type,
+checked on inputs longer than the window."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ transformers = pytest.importorskip("transformers")
 
 from test_architectures import CASES, V, _llama_like, hf_logits, rel  # noqa: E402
 from test_families import CASES as FAMILY_CASES  # noqa: E402
-from test_families import QWEN2_MOE  # noqa: E402
+from test_families import QWEN2_MOE, _bloom  # noqa: E402
 from test_train import make_text, tiny_cfg  # noqa: E402
 
 from growtool.grow import depth, growth, recipes  # noqa: E402
@@ -63,8 +63,12 @@ ARCH_CASES = {
     "qwen3_moe": "qwen3_moe",
     "olmoe": "olmoe-tied-clip-bias-normtopk",
     "smollm3": "smollm3-tied",
+    # BLOOM (tied, embedding LayerNorm before the blocks, ALiBi slopes the same on every layer)
+    # grows its width only by whole factors: its width variants take 64 -> 128 (WIDER)
+    "bloom": "bloom",
 }
-ALL_CASES = {**CASES, **FAMILY_CASES}
+ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
+WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
 QWEN2_WINDOW = _llama_like(
     "Qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=1
 )
@@ -114,6 +118,11 @@ def source(request, tmp_path_factory):
     return path, model, hf_logits(model, X)
 
 
+def target_width(model, width):
+    """The variant's width for this source (BLOOM: a whole factor, ``WIDER``)."""
+    return width and WIDER.get(model.config.model_type, width)
+
+
 WIDTH_GROWN = {}  # (source, width, noise) -> (width plan, its tensors): made once, placed by each method
 
 
@@ -135,7 +144,8 @@ def grow(path, layers, method="stack", width=None, noise=0.0, insert_at=None, se
 @pytest.mark.parametrize("variant", VARIANTS, ids=lambda v: "-".join(map(str, v)))
 def test_depth_growth_keeps_the_function_at_gate_0(source, variant):
     method, layers, width, noise, *at = variant
-    path, _, ref = source
+    path, model, ref = source
+    width = target_width(model, width)
     g, grown = grow(path, layers, method, width, noise, insert_at=at[0] if at else None)
     assert grown.cfg.layers == layers and grown.cfg.width == (width or 64) and len(g.depth.new) == layers - 2
     with torch.no_grad():
@@ -178,6 +188,7 @@ def test_plan_layouts():
 def test_fold_loads_in_transformers_as_the_same_class(source, tmp_path, method, layers, width):
     path, model, ref = source
     grown = tmp_path / "g.safetensors"
+    width = target_width(model, width)
     extra = ["--width", width] if width else []
     r = cli("expand", path, "--layers", layers, "--depth-method", method, *extra, "--set", "noise=0.1", "-o", grown)
     assert r.exit_code == 0, r.stderr
@@ -272,6 +283,34 @@ def test_rope_layers_follow_the_copied_block(method, layers, tmp_path):
     (tmp_path / "f1" / "config.json").write_text(json.dumps({**hf, "no_rope_layers": flipped}))
     other = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
     assert rel(hf_logits(other, X), ours1) > 1e-4
+
+
+def test_bloom_grows_width_after_depth_and_depth_after_width(tmp_path):
+    """BLOOM: new blocks leave every head at its ALiBi slope, so a depth-grown, unfolded BLOOM grows
+    its width (gated heads go to their slopes' positions in the fold, in every block, old and new);
+    a width-grown one grows in depth. A BLOOM with gated heads growing in width again stays refused."""
+    torch.manual_seed(0)
+    model = perturbed(_bloom()).eval()
+    model.save_pretrained(tmp_path / "src")
+    ref = hf_logits(model, X)
+    a, b, c = (tmp_path / f"{n}.safetensors" for n in "abc")
+    assert cli("expand", tmp_path / "src", "--layers", 3, "--set", "noise=0.1", "-o", a, "-q").exit_code == 0
+    r = cli("expand", a, "--width", 128, "--set", "noise=0.1", "-o", b, "-q")
+    assert r.exit_code == 0, r.stderr
+    assert cli("expand", b, "--layers", 4, "--depth-method", "interleave", "-o", c, "-q").exit_code == 0
+    ck = checkpoint.load(c)
+    assert (ck.config.layers, ck.config.width, ck.config.base_heads, ck.config.heads) == (4, 128, 4, 8)
+    with torch.no_grad():
+        assert rel(ck.model()(X, alpha=0.0), ref) <= 1e-4
+        ours1 = ck.model()(X, alpha=1.0)
+    auto = transformers.AutoModelForCausalLM.from_pretrained
+    for alpha, want, tol in ((0, ref, 1e-4), (1, ours1, 1e-5)):
+        assert cli("fold", c, "--alpha", alpha, "-o", tmp_path / f"f{alpha}").exit_code == 0
+        assert rel(hf_logits(auto(tmp_path / f"f{alpha}").eval(), X), want) <= tol
+    assert rel(ours1, ref) > 1e-3
+    r = cli("expand", b, "--width", 256, "-o", tmp_path / "x.safetensors")
+    assert r.exit_code == 2 and "must be folded before it grows again" in r.stderr, r.stderr
+    assert not (tmp_path / "x.safetensors").exists()
 
 
 # ---- bad input ----------------------------------------------------------------------------------

@@ -633,8 +633,8 @@ def test_bloom_non_integer_width_is_refused_with_one_line(tmp_path):
 def test_bloom_recipes_and_refusals(tmp_path):
     """copy is refused (a copied head has another ALiBi slope than its source); nrio (no rotation) is
     the copied residual itself, exact; an ungated growth with zero new heads puts the heads at their
-    ALiBi positions when it grows (a plain BLOOM). Refused with one line: a gated BLOOM growing again
-    (fold first), --ffn other than 4 x width, a rotation, the post-LN residual variant."""
+    ALiBi positions when it grows (a plain BLOOM). Refused with one line: a BLOOM with gated heads
+    growing again (fold first), --ffn other than 4 x width, a rotation, the post-LN residual variant."""
     model = _bloom_source("bloom", tmp_path / "src")
     src = tmp_path / "src"
     r = cli("expand", src, "--width", 128, "--recipe", "copy", "-o", tmp_path / "c.safetensors")

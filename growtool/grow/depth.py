@@ -120,7 +120,7 @@ def method_inserts(method: str, L: int, n: int) -> list[tuple[int, int]]:
 DEPTH_FAMILIES = frozenset([
     "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "starcoder2", "gemma", "gemma2",
     "gemma3_text", "olmo2", "opt", "olmo", "gpt_bigcode", "granite", "phi", "gptj", "cohere", "falcon",
-    "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3",
+    "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "bloom",
 ])
 # fmt: on
 

@@ -411,7 +411,7 @@ def build_plan(
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     gated = recipe["gate"]
     alibi = arch_of(src).features.positions == "alibi"
-    if src.gated and alibi:
+    if alibi and src.base_heads < src.heads:  # gated heads (new blocks alone keep every head in place)
         raise GrowError(
             f"a grown {src.family} with growth gates must be folded before it grows again (growtool fold --alpha "
             "0|1): its heads take their ALiBi positions in the fold"
