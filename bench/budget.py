@@ -16,9 +16,9 @@ file), for each family, seed and budget B (tokens per parameter of the *target* 
               (``DEPTH``): width (0.75d, same layers), stack2x / interleave2x (L/2 layers: G_stack,
               interposition), middle (L/2 -> 3L/4 at 1/3 -> L at 2/3, each time copies of the middle
               block: MIDAS; one 2x step copies every block, the same as stack), stack4x (L/4 layers:
-              G_stack's 4x), width+depth (0.75d x 3L/4).
+              G_stack's 4x), width+depth (0.75d x 3L/4). Each result records the shape it ended at.
 
-FLOPs = 6 x parameters x tokens summed over steps (each step at its own width: metrics.jsonl's
+FLOPs = 6 x parameters x tokens summed over steps (each step at its own size: metrics.jsonl's
 ``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
 reaches the tuned scratch run's final loss, interpolated between evaluations) / (scratch's FLOPs);
 "n.r." when it never does (growth then saves nothing at that budget: < 0). Δ = grown final loss -
@@ -28,7 +28,7 @@ once the trainer has it, branch ``data``).
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
 defines the run), so a full run can span sessions: a second invocation runs only what is missing.
 Writes ``<out>/budget/``: results.csv (per family, variant, budget), sweep.csv, results.json,
-budget.png. ``--quick``: tiny models, one seed, two budgets (the tests run it).
+budget.png. ``--quick``: tiny models, one seed, two budgets, width1.5 and stack2x (the tests run it).
 """
 
 from __future__ import annotations
