@@ -10,10 +10,15 @@ file), for each family, seed and budget B (tokens per parameter of the *target* 
               many tokens as give the scratch run's FLOPs at B (the base phase counted):
               width1.5 (d -> 1.5d at 1/2), width2 (d -> 2d at 1/2), stages3 (d -> 1.5d at 1/3 -> 2d
               at 2/3); ``--sweep 1.25,1.5,2,3,4``: one growth d -> g d at 1/2 for each g, at the one
-              budget ``--sweep-budget`` (the growth-factor ceiling). Depth growth (depth2x,
-              width+depth) waits for the trainer's depth growth (issue 33, branch ``depth``): TODO.
+              budget ``--sweep-budget`` (the growth-factor ceiling).
+  depth       variants that end at the model of --width x --layers itself (so they share one scratch
+              baseline), from a smaller base grown at 1/2 by ``--grow-at 0.5:width=W,layers=L,method=M``
+              (``DEPTH``): width (0.75d, same layers), stack2x / interleave2x (L/2 layers: G_stack,
+              interposition), middle (L/2 -> 3L/4 at 1/3 -> L at 2/3, each time copies of the middle
+              block: MIDAS; one 2x step copies every block, the same as stack), stack4x (L/4 layers:
+              G_stack's 4x), width+depth (0.75d x 3L/4). Each result records the shape it ended at.
 
-FLOPs = 6 x parameters x tokens summed over steps (each step at its own width: metrics.jsonl's
+FLOPs = 6 x parameters x tokens summed over steps (each step at its own size: metrics.jsonl's
 ``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
 reaches the tuned scratch run's final loss, interpolated between evaluations) / (scratch's FLOPs);
 "n.r." when it never does (growth then saves nothing at that budget: < 0). Δ = grown final loss -
@@ -23,7 +28,7 @@ once the trainer has it, branch ``data``).
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
 defines the run), so a full run can span sessions: a second invocation runs only what is missing.
 Writes ``<out>/budget/``: results.csv (per family, variant, budget), sweep.csv, results.json,
-budget.png. ``--quick``: tiny models, one seed, two budgets (the tests run it).
+budget.png. ``--quick``: tiny models, one seed, two budgets, width1.5 and stack2x (the tests run it).
 """
 
 from __future__ import annotations
@@ -31,6 +36,7 @@ from __future__ import annotations
 import hashlib
 import json
 import statistics
+import sys
 import tempfile
 import time
 import warnings
@@ -66,12 +72,13 @@ FULL = dict(
 QUICK = dict(
     FULL,
     width=32,
-    layers=1,
+    layers=2,
     batch=4,
     seq=32,
     seeds=1,
     budgets="0.02,0.04",
     lrs="0.003,0.01",
+    variants="width1.5,stack2x",
     sweep="2",
     sweep_budget=0.02,
     evals=4,
@@ -82,6 +89,14 @@ VARIANTS = {  # name -> [(fraction of the run's tokens, width factor)], the grow
     "width1.5": [(0.5, 1.5)],
     "width2": [(0.5, 2.0)],
     "stages3": [(1 / 3, 1.5), (2 / 3, 2.0)],
+}
+DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, width f., layers f., method)])
+    "width": ((0.75, 1), [(0.5, 1, 1, None)]),
+    "stack2x": ((1, 0.5), [(0.5, 1, 1, "stack")]),
+    "interleave2x": ((1, 0.5), [(0.5, 1, 1, "interleave")]),
+    "middle": ((1, 0.5), [(1 / 3, 1, 0.75, "middle"), (2 / 3, 1, 1, "middle")]),
+    "stack4x": ((1, 0.25), [(0.5, 1, 1, "stack")]),
+    "width+depth": ((0.75, 0.75), [(0.5, 1, 1, "stack")]),
 }
 
 
@@ -101,6 +116,28 @@ def growths(P, variant: str) -> list[tuple[float, int]]:
     if variant.startswith("g"):  # the sweep: one growth to g x d at the middle
         return [(0.5, _width(P, float(variant[1:])))]
     return [(f, _width(P, g)) for f, g in VARIANTS[variant]]
+
+
+def _shape(P, fw: float, fl: float) -> list[int]:
+    """[width, layers]: fw x --width in whole KV groups (as ``_width``), fl x --layers (at least 1)."""
+    return [_width(P, fw), max(1, round(P["layers"] * fl))]
+
+
+def depth_spec(P, variant: str) -> dict:
+    """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
+    (bw, bl), gs = DEPTH[variant]
+    return {"base": _shape(P, bw, bl), "growths": [[f, *_shape(P, w, lf), m] for f, w, lf, m in gs]}
+
+
+def grow_item(prev: list[int], g: list) -> str:
+    """One ``--grow-at`` item from shape ``prev``: width= when it widens, layers= when it deepens."""
+    f, w, L, m = g
+    kv = ([f"width={w}"] if w != prev[0] else []) + ([f"layers={L}", f"method={m}"] if L != prev[1] else [])
+    return f"{f:.6f}:" + (str(w) if kv == [f"width={w}"] else ",".join(kv))
+
+
+def cfg(P, fam: str, width: int, layers: int | None = None):
+    return _config(P if layers is None else {**P, "layers": layers}, fam, width)
 
 
 def text_file(path: str, cache: Path, mb: int) -> str:
@@ -151,19 +188,29 @@ def run_one(P, spec: dict, work: Path) -> dict:
         init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
         s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), 3000 + seed, **kw)
     else:
-        widths = [P["width"]] + [w for _, w in spec["growths"]]
-        fracs = [f for f, _ in spec["growths"]]
-        shares = [b - a for a, b in zip([0.0] + fracs, fracs + [1.0])]  # each width's share of the tokens
-        per_token = sum(_config(P, fam, w).n_params() * sh for w, sh in zip(widths, shares))
+        deep = "base" in spec  # a depth variant: shapes [width, layers]
+        shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]] if deep else None
+        if not deep:
+            shapes = [[w, P["layers"]] for w in [P["width"]] + [g[1] for g in spec["growths"]]]
+        fracs = [g[0] for g in spec["growths"]]
+        shares = [b - a for a, b in zip([0.0] + fracs, fracs + [1.0])]  # each shape's share of the tokens
+        per_token = sum(cfg(P, fam, *sh).n_params() * x for sh, x in zip(shapes, shares))
         tokens = round(B * n_t * n_t / per_token)  # the scratch run's FLOPs: 6 n_t (B n_t)
-        base = _init(P, fam, P["width"], seed, run / "base.safetensors")
-        grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
+        base = _init({**P, "layers": shapes[0][1]}, fam, shapes[0][0], seed, run / "base.safetensors")
+        if deep:
+            grow_at = tuple(grow_item(a, g) for a, g in zip(shapes, spec["growths"]))
+        else:
+            grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
         s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **kw)
     curve = _curve(recs)
     import shutil
 
+    from growtool.io import checkpoint
+
+    final = checkpoint.load(run / "out" / "last.safetensors").config  # the shape the run ended at
     shutil.rmtree(run, ignore_errors=True)
     out = {"val": s["val_loss"], "curve": curve, "flops": curve[-1][0], "seconds": time.time() - t0}
+    out["final"], out["final_params"] = [final.width, final.layers, final.heads], final.n_params()
     return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
 
 
@@ -179,6 +226,22 @@ def plan_runs(P) -> list[dict]:
     for fam in fams:
         for seed in range(P["seeds"]):
             for v, b in cells:
+                if v in DEPTH:  # ends at --width x --layers: the scratch target of the width variants' base
+                    targets.add((P["width"], b))
+                    d = depth_spec(P, v)
+                    out.append(
+                        dict(
+                            kind="grown",
+                            family=fam,
+                            variant=v,
+                            target=P["width"],
+                            budget=b,
+                            lr=P["grow_lr"],
+                            seed=seed,
+                            **d,
+                        )
+                    )
+                    continue
                 g = growths(P, v)
                 targets.add((g[-1][1], b))
                 out.append(
@@ -223,7 +286,9 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
             grown.setdefault((spec["family"], spec["variant"], spec["budget"]), {})[spec["seed"]] = (spec, r)
     rows = []
     for (fam, variant, B), per_seed in sorted(grown.items()):
-        target = next(iter(per_seed.values()))[0]["target"]
+        spec0 = next(iter(per_seed.values()))[0]
+        target = spec0["target"]
+        bw, bl = spec0.get("base", [P["width"], P["layers"]])
         by_lr = scratch.get((fam, target, B), {})
         if not by_lr:
             continue
@@ -249,7 +314,9 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
                 "family": fam,
                 "variant": variant,
                 "tokens_per_param": B,
-                "width": f"{P['width']}->{target}",
+                "width": f"{bw}->{target}",
+                "layers": f"{bl}->{P['layers']}",
+                "params_base": cfg(P, fam, bw, bl).n_params(),
                 "params": _config(P, fam, target).n_params(),
                 "seeds": len(per),
                 "grown_val": gv[0],
@@ -295,6 +362,12 @@ def plot(rows, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def die(msg: str):
+    """Bad input: one line on stderr, exit 2, nothing written."""
+    print(f"bench/budget.py: {msg}", file=sys.stderr)
+    raise SystemExit(2)
+
+
 def main():
     args = parse_args("budget", __doc__.splitlines()[0], options)
     P = dict(QUICK if args.quick else FULL)
@@ -302,15 +375,20 @@ def main():
         if getattr(args, k) is not None:
             P[k] = getattr(args, k)
     if not Path(args.data).is_file():
-        raise SystemExit(f"bench/budget.py: {args.data}: no such file")
+        die(f"{args.data}: no such file")
     if P["schedule"] != "cosine":
         from growtool.training.settings import Settings
 
         if "schedule" not in {f.name for f in fields(Settings)}:
-            raise SystemExit(f"bench/budget.py: --schedule {P['schedule']}: this trainer has no --schedule yet")
+            die(f"--schedule {P['schedule']}: this trainer has no --schedule yet")
     for v in P["variants"].split(","):
-        if v and v not in VARIANTS:
-            raise SystemExit(f"bench/budget.py: unknown variant {v!r} (known: {', '.join(VARIANTS)}; depth: TODO)")
+        if v and v not in VARIANTS and v not in DEPTH:
+            die(f"unknown variant {v!r} (known: {', '.join([*VARIANTS, *DEPTH])})")
+        if v in DEPTH:  # every growth must change the shape: a base of the target's shape cannot grow
+            d = depth_spec(P, v)
+            shapes = [d["base"]] + [g[1:3] for g in d["growths"]]
+            if any(a[0] > b[0] or a[1] > b[1] or a == b for a, b in zip(shapes, shapes[1:])):
+                die(f"variant {v}: at --width {P['width']} --layers {P['layers']} its shapes {shapes} do not grow")
     d = args.dir
     cached = d / "cached"
     cached.mkdir(exist_ok=True)
@@ -352,6 +430,7 @@ def main():
         "variant",
         "tokens_per_param",
         "width",
+        "layers",
         "scratch_best_lr",
         "d_val",
         "saved_per_seed",

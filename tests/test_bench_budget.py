@@ -1,5 +1,6 @@
 """The budget benchmark's smoke run (``python bench/budget.py --quick``) on a small generated .jsonl:
-FLOPs matched to scratch with the base phase counted, the LR-tuned baseline, every run cached."""
+FLOPs matched to scratch with the base phase counted, the LR-tuned baseline, every run cached; a
+depth variant (stack2x: 1 -> 2 layers inside ``train``) ends at the width variants' scratch target."""
 
 import csv
 import json
@@ -10,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
-from budget import QUICK, spec_key  # noqa: E402
+from budget import DEPTH, QUICK, spec_key  # noqa: E402
 from growth_pays import _config  # noqa: E402
 
 from growtool.training.settings import Settings  # noqa: E402
@@ -35,11 +36,16 @@ def test_bench_budget_quick(tmp_path):
     for f in ("results.csv", "sweep.csv", "results.json", "budget.png"):
         assert (d / f).is_file() and (d / f).stat().st_size > 0, f
     rows = list(csv.DictReader(open(d / "results.csv")))
-    assert [(r["variant"], float(r["tokens_per_param"])) for r in rows] == [("width1.5", 0.02), ("width1.5", 0.04)]
+    got = [(r["variant"], float(r["tokens_per_param"]), r["width"], r["layers"]) for r in rows]
+    assert got == [
+        (v, b, w, "1->2" if v == "stack2x" else "2->2")
+        for v, w in (("stack2x", "32->32"), ("width1.5", "32->48"))
+        for b in (0.02, 0.04)
+    ]
     sweep = list(csv.DictReader(open(d / "sweep.csv")))
     assert [(r["variant"], r["width"]) for r in sweep] == [("g2", "32->64")]
     cached = [json.loads(f.read_text()) for f in sorted((d / "cached").glob("*.json"))]
-    assert len(cached) == 9  # 2 budgets + the sweep's target at 1 budget, 2 LRs each = 6 scratch; 3 grown
+    assert len(cached) == 15  # targets d48, d32 (stack2x) at 2 budgets, d64 (sweep) at 1, 2 LRs = 10 scratch; 5 grown
     P = dict(QUICK)
     for c in cached:
         s, r = c["spec"], c["result"]
@@ -48,6 +54,13 @@ def test_bench_budget_quick(tmp_path):
         want = 6 * n_t * s["budget"] * n_t  # every run, grown or not, at the scratch run's FLOPs
         assert abs(r["flops"] - want) <= 6 * n_t * P["batch"] * P["seq"], (s, r["flops"], want)  # to a whole step
         assert r["curve"][0][0] == 0.0 and r["curve"][-1][0] == r["flops"]
+        assert r["final"][:2] == [s["target"], P["layers"]] and abs(r["final_params"] - n_t) <= P["layers"], (s, r)
+    deep = [c for c in cached if c["spec"].get("variant") in DEPTH]
+    assert len(deep) == 2 and all(c["spec"]["base"] == [32, 1] for c in deep)  # grew 1 -> 2 layers: the FLOPs
+    for c in deep:  # of a run that stayed at 1 layer after the growth would miss the step bound above by half
+        n_b = _config({**P, "layers": 1}, "llama", 32).n_params()
+        first = next(f for f, _ in c["result"]["curve"] if f > 0)  # the base phase ran the 1-layer model
+        assert first % (6 * n_b * P["batch"] * P["seq"]) == 0, (first, n_b)
     for row in rows + sweep:  # the baseline is scratch at its best LR, paired by seed
         B = float(row["tokens_per_param"])
         target = int(row["width"].split("->")[1])
@@ -62,10 +75,12 @@ def test_bench_budget_quick(tmp_path):
         assert row["saved_per_seed"] == "n.r." or float(row["saved_mean"]) < 1.0
     # a second invocation runs nothing; a lost result is run again, alone
     p = bench(docs, "--quick", "--out", tmp_path)
-    assert p.returncode == 0 and "9 cached, 0 to run" in p.stdout, p.stdout + p.stderr[-2000:]
+    assert p.returncode == 0 and "15 cached, 0 to run" in p.stdout, p.stdout + p.stderr[-2000:]
     sorted((d / "cached").glob("*.json"))[0].unlink()
     p = bench(docs, "--quick", "--out", tmp_path)
-    assert p.returncode == 0 and "8 cached, 1 to run" in p.stdout, p.stdout + p.stderr[-2000:]
+    assert p.returncode == 0 and "14 cached, 1 to run" in p.stdout, p.stdout + p.stderr[-2000:]
+    p = bench(docs, "--quick", "--out", tmp_path / "bad", "--layers", "1")  # stack2x cannot grow a 1-layer target
+    assert p.returncode == 2 and "do not grow" in p.stderr and not (tmp_path / "bad" / "budget" / "cached").exists()
     if "schedule" not in {f.name for f in fields(Settings)}:  # before the trainer has --schedule
         p = bench(docs, "--quick", "--out", tmp_path, "--schedule", "wsd")
         assert p.returncode != 0 and "no --schedule" in p.stderr
