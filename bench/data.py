@@ -57,22 +57,21 @@ def source_docs(path: Path | None):
         yield "\n".join(" ".join(r.choice(WORDS) for _ in range(r.randint(5, 20))) for _ in range(r.randint(3, 30)))
 
 
-def generate(work: Path, size: int, source: Path | None) -> dict:
+def generate(work: Path, size: int, source: Path | None, kinds=("jsonl", "text")) -> dict:
     """``size`` bytes of JSONL (one file) and of plain text (files of up to 256 MB)."""
     jl, txt = work / f"corpus-{size}.jsonl", work / f"text-{size}"
     txt.mkdir()
     docs = source_docs(source)
     with open(jl, "w", encoding="utf-8") as f:
-        n = 0
+        n = 0 if "jsonl" in kinds else size
         while n < size:
             line = json.dumps({"text": next(docs)}) + "\n"
             f.write(line)
             n += len(line.encode())
-    part, n, fh = 0, 0, None
+    part, n, fh = 1, 0 if "text" in kinds else size, open(txt / "000.txt", "wb")
     while n < size:
-        if fh is None or fh.tell() >= 256 * MB:
-            if fh:
-                fh.close()
+        if fh.tell() >= 256 * MB:
+            fh.close()
             fh = open(txt / f"{part:03d}.txt", "wb")
             part += 1
         b = (next(docs) + "\n\n").encode()
@@ -212,6 +211,7 @@ def extra(p) -> None:
     p.add_argument("--vocab", type=int, default=50257)
     p.add_argument("--train-mb", type=float, default=12.0, help="MB of text the BPE is trained on")
     p.add_argument("--baseline-mb", type=float, default=None, help="MB of text the baselines encode (default: all)")
+    p.add_argument("--kinds", default="jsonl,text", help="corpora to generate and tokenise (jsonl, text)")
     p.add_argument("--fast-baseline", action="store_true", help="also time encode_batch_fast")
 
 
@@ -241,8 +241,11 @@ def main() -> None:
         print(f"BPE: {Tokenizer.from_file(str(tok)).get_vocab_size():,} ids in {time.perf_counter() - t0:.1f} s")
         for gb in sizes:
             size = int(gb * GB)
-            corpora = generate(work, size, source)
+            corpora = generate(work, size, source, args.kinds.split(","))
             for kind, path in corpora.items():
+                if kind not in args.kinds.split(","):
+                    shutil.rmtree(path) if path.is_dir() else path.unlink()
+                    continue
                 limit = int(args.baseline_mb * MB) if args.baseline_mb else size * 2
                 base = measured(["slow", str(tok), str(path), str(limit)])
                 fast = measured(["fast", str(tok), str(path), str(limit)]) if args.fast_baseline or args.quick else None
@@ -267,12 +270,12 @@ def main() -> None:
                 rows.append(row)
                 print(table([row]), flush=True)
                 shutil.rmtree(path) if path.is_dir() else path.unlink()  # keep the disk use at one corpus
-                if kind == "jsonl":
-                    tokens_file = Path(ours["file"])
+                if kind == "jsonl" or "jsonl" not in args.kinds:
+                    tokens_file, tokens_kind = Path(ours["file"]), kind
             small = train_rss(work, tokens_file, vocab, 1 if args.quick else 20, args.quick)
             big = train_rss(work, tokens_file, vocab, None, args.quick)
             training.append({"token_file": "first 1 MB" if args.quick else "first 20 MB", "GB": gb, **small})
-            training.append({"token_file": f"{gb} GB jsonl corpus", "GB": gb, **big})
+            training.append({"token_file": f"{gb} GB {tokens_kind} corpus", "GB": gb, **big})
             training[-1]["rss_vs_small"] = big["peak_rss_MB"] / small["peak_rss_MB"]
             print(table(training[-2:]), flush=True)
             write_json(args.dir / "data.json", {"rows": rows, "training": training, "machine": machine()})

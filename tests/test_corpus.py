@@ -137,6 +137,29 @@ def test_long_text_file_in_blocks_equals_the_whole_file(tmp_path, bpe, small_siz
     assert corpus.line_safe(bpe)
 
 
+@pytest.mark.parametrize("shape", ["lines", "one line", "paragraphs"])
+def test_a_text_file_is_read_and_encoded_in_bounded_pieces(tmp_path, bpe, small_sizes, shape):
+    """Whatever a text file's line lengths, no block is much over BLOCK bytes and no encoded piece
+    much over PIECE characters (a block once grew by half a block per read, and a file without
+    ``x\\nY`` lines was one piece), and the ids are still the whole file's."""
+    words = " ".join(make_docs(150, seed=4)).split()
+    text = {
+        "lines": "".join(make_docs(150, seed=4)),
+        "one line": " ".join(words),
+        "paragraphs": "\n\n".join(" ".join(words[i : i + 9]) for i in range(0, len(words), 9)),
+    }[shape]
+    (tmp_path / "t.txt").write_text(text)
+    size = len(text.encode())
+    assert size > 20 * corpus.BLOCK
+    blocks = [p for _, p, *_ in corpus.read_text(tmp_path / "t.txt", 0, corpus.BLOCK)]
+    assert b"".join(blocks) == text.encode() and len(blocks) > 15
+    assert max(map(len, blocks)) <= corpus.BLOCK + 200
+    pieces = [q for b in blocks for q in corpus._pieces(b.decode(), corpus.PIECE)]
+    assert max(map(len, pieces)) <= 2 * corpus.PIECE + 50
+    c = corpus.load([tmp_path / "t.txt"], bpe, tmp_path / "cache", bpe.vocab_size)
+    assert c.tokens.tolist() == bpe.hf.encode(text, add_special_tokens=False).ids + [0]
+
+
 def test_other_tokenizers_encode_documents_whole(tmp_path, small_sizes):
     """A tokenizer that is not line-safe (a prefix space) still gives each document's own ids."""
     from tokenizers import Tokenizer, models, pre_tokenizers, trainers

@@ -18,12 +18,15 @@ What holds:
   one-byte character (e.g. a newline) puts that byte between them. Token files (``.bin``,
   ``.npy``) are taken as they are, nothing added.
 * Ids: a document's ids equal ``tokenizer.encode(text, add_special_tokens=False)``. A text file is
-  read in blocks of about ``BLOCK`` bytes cut at line starts (after a newline between two
-  printable ASCII characters other than space, ``x\nY``); for a byte-level BPE with GPT-2's split
-  regex and no prefix space (``line_safe``: GPT-2, and the BPE the benchmark trains) such a cut is always a pre-token
-  boundary, so blocks (and pieces of ``PIECE`` characters inside a document, for the parallel
-  batches) give the whole file's ids. Other tokenizers encode each document whole up to ``BLOCK``
-  bytes and longer ones block by block (``data.encode_text``, exact within a block).
+  read in blocks of about ``BLOCK`` bytes, each ending before its last space or newline that is
+  followed by a printable ASCII character (``readers.last_cut``: ``x Y``, ``x\nY``); for a
+  byte-level BPE with GPT-2's split regex and no prefix space (``line_safe``: GPT-2, and the BPE
+  the benchmark trains) such a cut is always a pre-token boundary, so blocks (and pieces of about
+  ``PIECE`` characters inside a document, for the parallel batches) give the whole file's ids, and
+  no encode call sees more than a block, whatever the file's size or line lengths. Text with no
+  such cut for ``FORCE`` blocks (pieces) is cut there, at a character boundary: the one case where
+  ids may differ from the whole file's. Other tokenizers encode each document whole up to
+  ``BLOCK`` bytes and longer ones block by block (``data.encode_text``, exact within a block).
 * Streaming in bounded memory: documents are read, batched (about ``BATCH`` characters), encoded by
   the tokenizers library's ``encode_batch_fast`` on every core in a second thread while the next
   batch is read, and appended to ``.tokens-KEY.<dtype>.partial`` in the cache folder; the byte
@@ -60,12 +63,14 @@ from growtool.io.checkpoint import atomic_file
 from growtool.nn.errors import GrowError
 from growtool.training.readers import (  # noqa: F401 (the readers' names, as corpus.X)
     EOT_NAMES,
+    FORCE,
     TOKEN_KINDS,
     doc_separator,
     expand_inputs,
     file_sha256,
     kind_of,
     line_safe,
+    next_cut,
     precheck,
     read_jsonl,
     read_parquet,
@@ -77,9 +82,9 @@ from growtool.training.readers import (  # noqa: F401 (the readers' names, as co
 )
 
 VERSION = "corpus-v1"
-BLOCK = 8 << 20  # bytes of a text file read at a time
+BLOCK = 2 << 20  # bytes of a text file read at a time
 PIECE = 1 << 16  # characters per piece of a long document in a parallel batch (line-safe tokenizers)
-BATCH = 4 << 20  # characters per encode batch
+BATCH = 2 << 20  # characters per encode batch
 CHECKPOINT = 8 << 20  # tokens between resumable progress records
 SCAN = 1 << 22  # ids per chunk when scanning a token file
 
@@ -88,18 +93,20 @@ SCAN = 1 << 22  # ids per chunk when scanning a token file
 
 
 def _pieces(text: str, size: int) -> list[str]:
-    """``text`` cut into pieces of about ``size`` characters at line starts (see ``_line_cut``)."""
+    """``text`` cut into pieces of about ``size`` characters at ``next_cut`` positions; a stretch of
+    ``FORCE * size`` characters without one is cut there (ids may differ from the whole text's only
+    at such a cut)."""
     if len(text) <= 2 * size:
         return [text]
-    out, pos = [], 0
+    out, pos, most = [], 0, FORCE * size
     while len(text) - pos > 2 * size:
-        i = text.find("\n", pos + size)
-        while i >= 0 and i + 1 < len(text) and not ("!" <= text[i + 1] <= "~" and "!" <= text[i - 1] <= "~"):
-            i = text.find("\n", i + 1)
-        if i < 0 or i + 1 >= len(text):
+        i = next_cut(text, pos + size)
+        if i < 0 or i - pos > most:
+            i = pos + most if len(text) - pos > most else -1
+        if i < 0:
             break
-        out.append(text[pos : i + 1])
-        pos = i + 1
+        out.append(text[pos:i])
+        pos = i
     out.append(text[pos:])
     return out
 
@@ -241,6 +248,21 @@ def _remove(*paths) -> None:
             pass
 
 
+def _trimmer():
+    """glibc's ``malloc_trim`` (None elsewhere). The tokenizers library's parallel encoding frees its
+    working memory in a pattern glibc does not hand back on its own: without a trim after each batch
+    the RSS grew by about 1 MB per MB of text encoded, without bound."""
+    try:
+        import ctypes
+
+        fn = ctypes.CDLL("libc.so.6").malloc_trim
+    except (OSError, AttributeError):
+        return None
+    fn.argtypes, fn.restype = [ctypes.c_size_t], ctypes.c_int
+    return fn
+
+
+TRIM = _trimmer()
 HOOK = None  # tests: called as HOOK(tokens_written) after each written batch (to interrupt a run)
 
 
@@ -317,6 +339,8 @@ def build(
                 _fsync(dh)
                 st = {"file": fi, "marker": marker, "open": not last, "tokens": tokens, "docs": docs, "max": top}
                 atomic_file(prog, lambda f: f.write(json.dumps(st).encode()))
+            if TRIM is not None:
+                TRIM(0)
             if HOOK is not None:
                 HOOK(tokens)
 

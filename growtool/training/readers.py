@@ -14,6 +14,7 @@ import glob
 import gzip
 import hashlib
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -92,8 +93,9 @@ def doc_separator(tok, spec: str | None) -> int | None:
 
 
 def line_safe(tok) -> bool:
-    """Is a cut after a newline followed by a printable ASCII character always a pre-token boundary?
-    True for a byte-level BPE with GPT-2's split regex, no prefix space and a local normaliser."""
+    """Is a cut before a space or newline followed by a printable ASCII character always a
+    pre-token boundary (see ``last_cut``)? True for a byte-level BPE with GPT-2's split regex, no
+    prefix space and a local normaliser."""
     if tok.hf is None:
         return True
     try:
@@ -110,21 +112,43 @@ def line_safe(tok) -> bool:
     )
 
 
-def _line_cut(buf: bytes, lo: int) -> int:
-    """First position >= lo just after a single newline between two printable ASCII bytes (not
-    spaces): ``x\nY`` (-1: none). A whitespace run at the end of an input pre-tokenises as one; a
-    lone newline is one pre-token either way."""
-    i = buf.find(b"\n", max(lo, 1))
-    while i >= 0 and i + 1 < len(buf):
-        if 0x21 <= buf[i + 1] <= 0x7E and 0x21 <= buf[i - 1] <= 0x7E:
-            return i + 1
-        i = buf.find(b"\n", i + 1)
+# A piece may start at a space or newline followed by a printable ASCII character other than space
+# (``x Y``, ``x\nY``, ``x\n\nY``: the piece starts at the last whitespace character of the run). Under
+# GPT-2's split regex a whitespace run before a non-space pre-tokenises as the run less its last
+# character (``\s+(?!\S)``) then that character (alone, or with the word after it when a space), and
+# a run at the end of an input as one pre-token: both sides of such a cut give the whole text's
+# pre-tokens.
+CUT_BYTES = re.compile(rb"[ \n][!-~]")
+CUT_TEXT = re.compile(r"[ \n][!-~]")
+FORCE = 4  # a text file with no cut in FORCE blocks is cut there (at a character boundary)
+
+
+def last_cut(buf, lo: int = 1) -> int:
+    """The last position >= max(lo, 1) where a piece of ``buf`` (bytes or str) may start (-1: none)."""
+    rx = CUT_BYTES if isinstance(buf, bytes) else CUT_TEXT
+    lo, end, window = max(lo, 1), len(buf), 1 << 12
+    while end > lo:
+        start = max(lo, end - window)
+        found = -1
+        for m in rx.finditer(buf, start, min(len(buf), end + 1)):
+            found = m.start()
+        if found >= 0:
+            return found
+        end, window = start, window * 4
     return -1
 
 
+def next_cut(text: str, lo: int) -> int:
+    """The first position >= lo where a piece of ``text`` may start (-1: none)."""
+    m = CUT_TEXT.search(text, max(lo, 1))
+    return -1 if m is None else m.start()
+
+
 def read_text(path: Path, start: int, block: int):
-    """A text file in blocks cut at line starts: (byte offset after, bytes, last block?, bytes read,
-    (path, first line of the block)); blocks before byte ``start`` skipped."""
+    """A text file in blocks of about ``block`` bytes, each cut at its last ``last_cut``: (byte offset
+    after, bytes, last block?, bytes read, (path, first line of the block)); the bytes before
+    ``start`` skipped. At most ``FORCE`` blocks without a cut are cut at a UTF-8 character boundary
+    (the one place where ids may differ from the whole file's)."""
     with open(path, "rb") as fh:
         line = 1
         if start:  # the line number where a resumed read starts
@@ -134,16 +158,20 @@ def read_text(path: Path, start: int, block: int):
         pos, buf = start, b""
         while True:
             more = fh.read(block)
-            buf += more
             if not more:
                 yield pos + len(buf), buf, True, pos + len(buf), (path, line)
                 return
+            buf += more
             if len(buf) < block:
                 continue
-            cut = _line_cut(buf, block // 2)
-            if cut < 0 and len(buf) < 8 * block:
-                continue
-            cut = cut if cut > 0 else len(buf)
+            cut = last_cut(buf)
+            if cut < 0:
+                if len(buf) < FORCE * block:
+                    continue
+                cut = len(buf) - 1
+                while cut > 0 and 0x80 <= buf[cut] < 0xC0:  # not inside a UTF-8 character
+                    cut -= 1
+                cut = cut or len(buf)
             pos += cut
             piece, buf = buf[:cut], buf[cut:]
             yield pos, piece, False, pos, (path, line)
