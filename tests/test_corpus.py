@@ -419,3 +419,23 @@ def test_wsd_run_logs_its_schedule_with_a_growth_and_resume_checks_it(tmp_path):
     # growth at step 10 re-warms: the schedule restarts over the 10 steps left (decay over the last 2 or 3)
     assert [x["lr"] for x in recs] == pytest.approx([lr_at(i, s, 10 if i >= 10 else 0) for i in range(20)])
     assert recs[10]["width"] == 48 and recs[10]["lr"] < recs[9]["lr"] == pytest.approx(3e-3)
+
+
+def test_a_shared_cache_folder_is_built_by_one_process_at_a_time(tmp_path, bpe):
+    """Bench workers and several runs share cache folders: a load waits while another holds the
+    folder's lock (it would otherwise remove or rebuild a cache the other is building or reading)."""
+    import threading
+    import time
+
+    src = write_kind(tmp_path, "jsonl", make_docs(10))
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    out = {}
+    with corpus._locked(cache):
+        t = threading.Thread(target=lambda: out.setdefault("c", corpus.load([src], bpe, cache, bpe.vocab_size)))
+        t.start()
+        time.sleep(0.5)
+        assert t.is_alive() and not list(cache.iterdir())  # waiting: it has not started a build
+    t.join(timeout=60)
+    assert not t.is_alive() and len(out["c"].tokens) > 0
+    assert out["c"].tokens.tolist() == corpus.load([src], bpe, tmp_path / "other", bpe.vocab_size).tokens.tolist()

@@ -54,6 +54,7 @@ import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -413,6 +414,25 @@ def _fsync_dir(folder: Path) -> None:
         os.close(fd)
 
 
+@contextmanager
+def _locked(folder: Path):
+    """An exclusive lock on the cache folder itself (flock on the directory: no file is made; released
+    when the process ends, however it ends), so that processes sharing a cache folder (bench
+    workers, several runs) neither build one key twice nor remove a cache another one is reading.
+    Without fcntl (not POSIX): no lock."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def _whole(cache: Path, meta_path: Path, docs_path: Path, dtype) -> bool:
     """Is the cache there and of the sizes its record says (not cut short or replaced since)?"""
     try:
@@ -463,13 +483,14 @@ def load(
     cache = folder / f"tokens-{key}.{dtype.name}"
     meta_path, docs_path = folder / f"tokens-{key}.json", folder / f"tokens-{key}.docs"
     try:
-        if not _whole(cache, meta_path, docs_path, dtype):  # none yet, or damaged since: (re)built
-            _remove(cache, meta_path, docs_path)
-            folder.mkdir(parents=True, exist_ok=True)
-            build(files, shas, tok, cache, dtype, sep, text_key, vocab_size, bin_dtype, progress, label=label)
-        meta = json.loads(meta_path.read_text())
-        tokens = np.memmap(cache, dtype=dtype, mode="r", shape=(meta["tokens"],))
-        ends = np.fromfile(docs_path, dtype=np.int64)
+        folder.mkdir(parents=True, exist_ok=True)
+        with _locked(folder):  # one builder at a time; readers wait for it
+            if not _whole(cache, meta_path, docs_path, dtype):  # none yet, or damaged since: (re)built
+                _remove(cache, meta_path, docs_path)
+                build(files, shas, tok, cache, dtype, sep, text_key, vocab_size, bin_dtype, progress, label=label)
+            meta = json.loads(meta_path.read_text())
+            tokens = np.memmap(cache, dtype=dtype, mode="r", shape=(meta["tokens"],))
+            ends = np.fromfile(docs_path, dtype=np.int64)
     finally:
         if private:
             import shutil
