@@ -22,8 +22,8 @@ FLOPs = 6 x parameters x tokens summed over steps (each step at its own size: me
 ``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
 reaches the tuned scratch run's final loss, interpolated between evaluations) / (scratch's FLOPs);
 "n.r." when it never does (growth then saves nothing at that budget: < 0). Δ = grown final loss -
-tuned scratch final loss, paired by seed. ``--schedule`` is the trainer's LR schedule (cosine; wsd
-once the trainer has it, branch ``data``).
+tuned scratch final loss, paired by seed. ``--schedule`` is the trainer's LR schedule for every run
+(cosine here unless given; the trainer's own default is wsd).
 
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
 defines the run), so a full run can span sessions: a second invocation runs only what is missing.
@@ -40,7 +40,6 @@ import sys
 import tempfile
 import time
 import warnings
-from dataclasses import fields
 from pathlib import Path
 
 from common import machine, parse_args, table, train_phase, write_csv, write_json
@@ -182,11 +181,10 @@ def run_one(P, spec: dict, work: Path) -> dict:
     run = work / spec_key(spec)
     run.mkdir(parents=True, exist_ok=True)
     Q = {**P, "lr": spec["lr"], "work": str(work)}
-    kw = {} if P["schedule"] == "cosine" else {"schedule": P["schedule"]}
     t0 = time.time()
     if spec["kind"] == "scratch":
         init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
-        s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), 3000 + seed, **kw)
+        s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), 3000 + seed)
     else:
         deep = "base" in spec  # a depth variant: shapes [width, layers]
         shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]] if deep else None
@@ -201,7 +199,7 @@ def run_one(P, spec: dict, work: Path) -> dict:
             grow_at = tuple(grow_item(a, g) for a, g in zip(shapes, spec["growths"]))
         else:
             grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
-        s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **kw)
+        s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at)
     curve = _curve(recs)
     import shutil
 
@@ -376,11 +374,6 @@ def main():
             P[k] = getattr(args, k)
     if not Path(args.data).is_file():
         die(f"{args.data}: no such file")
-    if P["schedule"] != "cosine":
-        from growtool.training.settings import Settings
-
-        if "schedule" not in {f.name for f in fields(Settings)}:
-            die(f"--schedule {P['schedule']}: this trainer has no --schedule yet")
     for v in P["variants"].split(","):
         if v and v not in VARIANTS and v not in DEPTH:
             die(f"unknown variant {v!r} (known: {', '.join([*VARIANTS, *DEPTH])})")

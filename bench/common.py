@@ -146,12 +146,13 @@ MB = 1024 * 1024
 def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict, list[dict]]:
     """One ``growtool.train`` phase of a benchmark on ``P``'s data and sizes (batch, seq, lr, evals,
     eval_batches, work): enough steps for ``tokens``, one save at the end, no condensation metrics.
-    ``kw`` go to ``train`` as they are. Returns (train's summary, the run's metrics records)."""
+    ``kw`` go to ``train`` as they are; the LR schedule is ``P["schedule"]``, else cosine (the
+    trainer's default when most results in bench/results were recorded; its default is wsd now).
+    Returns (train's summary, the run's metrics records)."""
     from growtool.training.loop import read_metrics, train
 
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
-    if P.get("schedule") and "schedule" not in kw:  # the bench's --schedule, unless the phase sets one
-        kw["schedule"] = P["schedule"]
+    kw.setdefault("schedule", P.get("schedule") or "cosine")  # the bench's --schedule, unless the phase sets one
     s = train(
         ckpt,
         [P["data"]],

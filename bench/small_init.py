@@ -193,6 +193,7 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
         metrics_every=max(1, s // 10),
         save_every=s,
         seed=spec["seed"],
+        schedule="cosine",  # as its recorded results (the trainer's default is wsd now)
         device="cpu",
         progress=False,
         cache_dir=Path(root) / "cache",
