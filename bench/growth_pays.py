@@ -22,8 +22,7 @@ with ``growtool.train`` (the library behind ``growtool train``):
                     ``--data-start``); ``plain_<recipe>_replay``: with ``--data-start 0``, the grown run
                     replays the base run's batches (the default before); ``plain_<recipe>_mid``: the
                     source is the first half of a 2T run (``--stop-at``, LR not annealed), as
-                    ``--grow-at 0.5`` sees it; ``_continue``: ``--data-start`` = the source's
-                    ``data_end`` (the stream continued, whatever train's default)
+                    ``--grow-at 0.5`` sees it
     scratch         the 1.5d model from init, as many tokens as give the FLOPs of carry (2T tokens, half
                     at each width)
   2x width, d -> 2d (``--to-2x``), Llama only (``--multi-family``):
@@ -246,9 +245,8 @@ def job(P, family, variant, seed):
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]  # first grown update's loss minus the base's last
     elif variant.startswith("plain_"):
-        recipe, *opts = variant[len("plain_") :].split("_")
-        option = "_".join(opts)
-        if not set(opts) <= {"replay", "mid", "continue"}:
+        recipe, _, option = variant[len("plain_") :].partition("_")
+        if option not in ("", "replay", "mid"):
             raise ValueError(variant)
         if option == "mid":  # the source not annealed: the first half of a 2T run, as --grow-at 0.5 grows it
             steps = max(1, -(-2 * T // (P["batch"] * P["seq"])))
@@ -266,10 +264,7 @@ def job(P, family, variant, seed):
             lambda n: growth.grow_tensor(n, plan, src.get),
             force=True,
         )
-        start = {"data_start": 0} if "replay" in opts else {}
-        if "continue" in opts:  # the stream where the source's training stopped (its lineage's data_end)
-            start = {"data_start": src.lineage[-1]["data_end"]}
-        s, recs = train_phase(P, grown, out, T, seed, **start)
+        s, recs = train_phase(P, grown, out, T, seed, **({"data_start": 0} if option == "replay" else {}))
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
         extra["bump"] = recs[1]["loss"] - r1[-1]["loss"]
         extra["data_start"] = s["settings"]["data_start"]
