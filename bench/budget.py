@@ -21,8 +21,13 @@ file), for each family, seed and budget B (tokens per parameter of the *target* 
 FLOPs = 6 x parameters x tokens summed over steps (each step at its own size: metrics.jsonl's
 ``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
 reaches the tuned scratch run's final loss, interpolated between evaluations) / (scratch's FLOPs);
-"n.r." when it never does (growth then saves nothing at that budget: < 0). Δ = grown final loss -
-tuned scratch final loss, paired by seed. ``--schedule`` is the trainer's LR schedule for every run
+"n.r." when it never does (growth then saves nothing at that budget: < 0). Under wsd most of a
+run's loss falls in its final decay, so that first reach comes late and understates the saving; the
+second measure (``frontier_*``) compares whole runs instead: 1 - (the grown run's FLOPs) / (the FLOPs
+at which scratch, each budget a whole run at its best LR, would end at the grown run's final loss,
+log FLOPs interpolated between the two budgets that bracket it; "> x" / "< x" beyond the budgets
+run), negative when growth costs compute. Δ = grown final loss - tuned scratch final loss, paired by
+seed. ``--schedule`` is the trainer's LR schedule for every run
 (cosine here unless given; the trainer's own default is wsd).
 
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
@@ -35,6 +40,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -103,6 +109,8 @@ def options(p):
     p.add_argument("data", nargs="?", default=DATA, help=f"a .jsonl (its text fields) or text file (default {DATA})")
     for k, v in FULL.items():
         p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
+    p.add_argument("--part", default="0/1", help="K/N: this process runs the K-th of every N runs (N share --out)")
+    p.add_argument("--cached-only", action="store_true", help="run nothing: aggregate the cached runs")
 
 
 def _width(P, g: float) -> int:
@@ -273,6 +281,41 @@ def _ms(xs):
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (None, None)
 
 
+def scratch_compute_for(points: list[tuple[float, float]], val: float) -> tuple[float | None, str]:
+    """FLOPs scratch needs for final loss ``val``, from its (FLOPs, final loss) points at several
+    budgets (each a whole run with its own decay, at its best LR): log FLOPs interpolated linearly in
+    the loss between the two budgets that bracket ``val``. Outside them: (the end point, ">" or "<"),
+    a bound: ">" when ``val`` is below every scratch point (scratch needs more than the largest
+    budget), "<" when above them all."""
+    pts = sorted(points)
+    for (c0, v0), (c1, v1) in zip(pts, pts[1:]):
+        if min(v0, v1) <= val <= max(v0, v1) and v0 != v1:
+            t = (val - v0) / (v1 - v0)
+            return math.exp(math.log(c0) + t * (math.log(c1) - math.log(c0))), ""
+    if val < min(v for _, v in pts):
+        return pts[-1][0], ">"
+    return pts[0][0], "<"
+
+
+def frontier_saved(scratch: dict, fam: str, target: int, seed: int, r: dict) -> str | float | None:
+    """Compute saved against scratch's loss-against-compute frontier: 1 - (the grown run's FLOPs) /
+    (the FLOPs scratch needs to end at the grown run's final loss), through ``scratch_compute_for``
+    over every budget run for this target and seed at that budget's best LR. A float, a bound
+    ("> x" / "< x", x in %) outside the budgets run, or None with fewer than 2 budgets."""
+    pts = []
+    for (f, t, _b), by_lr in scratch.items():
+        if (f, t) != (fam, target):
+            continue
+        best = min(by_lr, key=lambda lr: statistics.mean(x["val"] for x in by_lr[lr].values()))
+        if seed in by_lr[best]:
+            pts.append((by_lr[best][seed]["flops"], by_lr[best][seed]["val"]))
+    if len(pts) < 2:
+        return None
+    c, bound = scratch_compute_for(pts, r["val"])
+    x = 1.0 - r["flops"] / c
+    return x if not bound else f"{bound} {100 * x:.1f}%"
+
+
 def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
     scratch, grown = {}, {}
     for spec, r in results:
@@ -292,7 +335,7 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
             continue
         best = min(by_lr, key=lambda lr: statistics.mean(r["val"] for r in by_lr[lr].values()))
         ref = by_lr[best]
-        saved, deltas, per = [], [], []
+        saved, deltas, per, front = [], [], [], []
         for seed, (_, r) in sorted(per_seed.items()):
             if seed not in ref:
                 continue
@@ -302,10 +345,14 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
             if x is not None:
                 saved.append(x)
             deltas.append(r["val"] - ref[seed]["val"])
+            fr = frontier_saved(scratch, fam, target, seed, r)
+            front.append(fr)
         gv = _ms([r["val"] for _, r in per_seed.values()])
         sv = _ms([r["val"] for r in ref.values()])
         sm, ssd = _ms(saved) if len(saved) == len(per) else (None, None)
         dm, dsd = _ms(deltas)
+        exact = [x for x in front if isinstance(x, float)]
+        fm, fsd = _ms(exact) if front and len(exact) == len(front) else (None, None)
         lrs = sorted(by_lr)
         rows.append(
             {
@@ -329,6 +376,11 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
                 "saved_mean": sm,
                 "saved_std": ssd,
                 "not_reached": per.count("n.r."),
+                "frontier_per_seed": " / ".join(
+                    "-" if x is None else x if isinstance(x, str) else f"{100 * x:.1f}%" for x in front
+                ),
+                "frontier_mean": fm,
+                "frontier_std": fsd,
             }
         )
     return rows
@@ -340,19 +392,22 @@ def plot(rows, path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    # scratch's frontier when there is one (right under wsd: each budget its own decay), else first reach
+    key = "frontier_mean" if any(r["frontier_mean"] is not None for r in rows) else "saved_mean"
     fig, ax = plt.subplots(figsize=(6.5, 4.2))
     for fam, v in sorted({(r["family"], r["variant"]) for r in rows if not r["variant"].startswith("g")}):
         rs = sorted((r for r in rows if (r["family"], r["variant"]) == (fam, v)), key=lambda r: r["tokens_per_param"])
         xs = [r["tokens_per_param"] for r in rs]
-        ys = [100 * r["saved_mean"] if r["saved_mean"] is not None else float("nan") for r in rs]
-        es = [100 * (r["saved_std"] or 0) for r in rs]
+        ys = [100 * r[key] if r[key] is not None else float("nan") for r in rs]
+        es = [100 * (r[key.replace("mean", "std")] or 0) for r in rs]
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=f"{fam} {v}")
-    if any(r["saved_mean"] is not None for r in rows):
+    if any(r[key] is not None for r in rows):
         ax.set_xscale("log")
     ax.axhline(0, color="grey", lw=0.8)
     ax.axhline(50, color="tab:red", lw=0.8, ls=":", label="target 50%")
     ax.set_xlabel("budget (tokens per parameter of the target model)")
-    ax.set_ylabel("compute saved vs LR-tuned scratch (%)")
+    what = "scratch's loss-compute frontier" if key == "frontier_mean" else "first reach of scratch's loss"
+    ax.set_ylabel(f"compute saved vs LR-tuned scratch (%)\n({what})", fontsize=8)
     ax.set_title(title, fontsize=8)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -389,7 +444,13 @@ def main():
     P["data_id"] = f"{Path(args.data).name}:{Path(args.data).stat().st_size}:{P['data_mb']}mb"
     specs = [with_sizes(P, s) for s in plan_runs(P)]
     todo = [s for s in specs if not (cached / f"{spec_key(s)}.json").exists()]
+    try:  # a part is fixed by each run's place among all runs, not among the missing ones (they change)
+        k, n = (int(x) for x in args.part.split("/"))
+        assert 0 <= k < n
+    except (ValueError, AssertionError):
+        die(f"--part {args.part!r}: expected K/N with 0 <= K < N")
     print(f"budget: {len(specs)} runs, {len(specs) - len(todo)} cached, {len(todo)} to run", flush=True)
+    todo = [] if args.cached_only else [s for s in todo if specs.index(s) % n == k]
     work = Path(tempfile.mkdtemp(prefix="growtool-budget-"))
     t_start = time.time()
     try:
@@ -408,7 +469,10 @@ def main():
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
-    results = [(s, json.loads((cached / f"{spec_key(s)}.json").read_text())["result"]) for s in specs]
+    done = [s for s in specs if (cached / f"{spec_key(s)}.json").exists()]
+    if len(done) < len(specs):  # another --part still running, or --cached-only
+        print(f"budget: aggregating {len(done)} of {len(specs)} runs ({len(specs) - len(done)} not cached)")
+    results = [(s, json.loads((cached / f"{spec_key(s)}.json").read_text())["result"]) for s in done]
     rows = aggregate(P, results)
     main_rows = [r for r in rows if not r["variant"].startswith("g")]
     sweep_rows = [r for r in rows if r["variant"].startswith("g")]
@@ -428,6 +492,7 @@ def main():
         "d_val",
         "saved_per_seed",
         "saved_mean",
+        "frontier_per_seed",
     )
     print(table([{k: r[k] for k in show} for r in rows], "compute saved against budget"))
     print(f"wrote {d}/results.csv, results.json, budget.png" + (", sweep.csv" if sweep_rows else ""))

@@ -1,9 +1,11 @@
 """The budget benchmark's smoke run (``python bench/budget.py --quick``) on a small generated .jsonl:
 FLOPs matched to scratch with the base phase counted, the LR-tuned baseline, every run cached; a
-depth variant (stack2x: 1 -> 2 layers inside ``train``) ends at the width variants' scratch target."""
+depth variant (stack2x: 1 -> 2 layers inside ``train``) ends at the width variants' scratch target;
+the frontier measure; --part and --cached-only."""
 
 import csv
 import json
+import math
 import subprocess
 import sys
 from dataclasses import fields
@@ -79,8 +81,53 @@ def test_bench_budget_quick(tmp_path):
     sorted((d / "cached").glob("*.json"))[0].unlink()
     p = bench(docs, "--quick", "--out", tmp_path)
     assert p.returncode == 0 and "14 cached, 1 to run" in p.stdout, p.stdout + p.stderr[-2000:]
+    # the frontier measure: scratch's (FLOPs, final loss) at its budgets, interpolated in log FLOPs
+    for row in rows:
+        target = int(row["width"].split("->")[1])
+        pts = {}
+        for c in cached:
+            s = c["spec"]
+            if s["kind"] == "scratch" and s["target"] == target:
+                pts.setdefault(s["budget"], {})[s["lr"]] = (c["result"]["flops"], c["result"]["val"])
+        best = [min(v.values(), key=lambda fv: fv[1]) for _, v in sorted(pts.items())]  # one seed: best LR
+        g = next(
+            c["result"]
+            for c in cached
+            if c["spec"].get("variant") == row["variant"] and c["spec"]["budget"] == float(row["tokens_per_param"])
+        )
+        (c0, v0), (c1, v1) = best
+        if min(v0, v1) <= g["val"] <= max(v0, v1):
+            need = math.exp(math.log(c0) + (g["val"] - v0) / (v1 - v0) * (math.log(c1) - math.log(c0)))
+            assert abs(float(row["frontier_mean"]) - (1 - g["flops"] / need)) < 1e-9, row
+        else:
+            assert row["frontier_per_seed"][0] in "<>" and row["frontier_mean"] == "", row
+    # --part K/N: N processes share the missing runs by their place among all runs; --cached-only runs none
+    for f in sorted((d / "cached").glob("*.json"))[:3]:
+        f.unlink()
+    p = bench(docs, "--quick", "--out", tmp_path, "--cached-only")
+    assert p.returncode == 0 and "aggregating 12 of 15" in p.stdout and len(list((d / "cached").glob("*.json"))) == 12
+    ran = []
+    for part in ("0/2", "1/2"):
+        p = bench(docs, "--quick", "--out", tmp_path, "--part", part)
+        assert p.returncode == 0, p.stderr[-2000:]
+        ran.append(p.stdout.count(" val "))
+    assert sum(ran) == 3 and len(list((d / "cached").glob("*.json"))) == 15, (ran, p.stdout)
+    p = bench(docs, "--quick", "--out", tmp_path, "--part", "2/2")
+    assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--part" in p.stderr
     p = bench(docs, "--quick", "--out", tmp_path / "bad", "--layers", "1")  # stack2x cannot grow a 1-layer target
     assert p.returncode == 2 and "do not grow" in p.stderr and not (tmp_path / "bad" / "budget" / "cached").exists()
     if "schedule" not in {f.name for f in fields(Settings)}:  # before the trainer has --schedule
         p = bench(docs, "--quick", "--out", tmp_path, "--schedule", "wsd")
         assert p.returncode != 0 and "no --schedule" in p.stderr
+
+
+def test_scratch_compute_for_interpolates_log_flops_between_budgets():
+    from budget import scratch_compute_for
+
+    pts = [(4e6, 2.2), (1e6, 3.0), (2e6, 2.5)]
+    c, b = scratch_compute_for(pts, 2.5)
+    assert b == "" and abs(c - 2e6) < 1e-3
+    c, b = scratch_compute_for(pts, 2.35)  # half-way in loss between 2e6 and 4e6: their geometric mean
+    assert b == "" and abs(c - math.sqrt(2e6 * 4e6)) < 1e-3
+    assert scratch_compute_for(pts, 2.0) == (4e6, ">")  # better than scratch's largest budget: a bound
+    assert scratch_compute_for(pts, 3.2) == (1e6, "<")
