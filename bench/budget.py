@@ -313,7 +313,7 @@ def frontier_saved(scratch: dict, fam: str, target: int, seed: int, r: dict) -> 
         return None
     c, bound = scratch_compute_for(pts, r["val"])
     x = 1.0 - r["flops"] / c
-    return x if not bound else f"{bound} {100 * x:.1f}%"
+    return x if not bound else f"{bound} {100 * x if abs(x) >= 5e-4 else 0.0:.1f}%"
 
 
 def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
