@@ -281,6 +281,11 @@ def _ms(xs):
     return (statistics.mean(xs), statistics.stdev(xs) if len(xs) > 1 else 0.0) if xs else (None, None)
 
 
+def best_lr(by_lr: dict) -> float:
+    """The peak LR whose scratch runs end lowest, mean over seeds: the tuned baseline."""
+    return min(by_lr, key=lambda lr: statistics.mean(r["val"] for r in by_lr[lr].values()))
+
+
 def scratch_compute_for(points: list[tuple[float, float]], val: float) -> tuple[float | None, str]:
     """FLOPs scratch needs for final loss ``val``, from its (FLOPs, final loss) points at several
     budgets (each a whole run with its own decay, at its best LR): log FLOPs interpolated linearly in
@@ -306,7 +311,7 @@ def frontier_saved(scratch: dict, fam: str, target: int, seed: int, r: dict) -> 
     for (f, t, _b), by_lr in scratch.items():
         if (f, t) != (fam, target):
             continue
-        best = min(by_lr, key=lambda lr: statistics.mean(x["val"] for x in by_lr[lr].values()))
+        best = best_lr(by_lr)
         if seed in by_lr[best]:
             pts.append((by_lr[best][seed]["flops"], by_lr[best][seed]["val"]))
     if len(pts) < 2:
@@ -333,7 +338,7 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
         by_lr = scratch.get((fam, target, B), {})
         if not by_lr:
             continue
-        best = min(by_lr, key=lambda lr: statistics.mean(r["val"] for r in by_lr[lr].values()))
+        best = best_lr(by_lr)
         ref = by_lr[best]
         saved, deltas, per, front = [], [], [], []
         for seed, (_, r) in sorted(per_seed.items()):
@@ -345,8 +350,7 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
             if x is not None:
                 saved.append(x)
             deltas.append(r["val"] - ref[seed]["val"])
-            fr = frontier_saved(scratch, fam, target, seed, r)
-            front.append(fr)
+            front.append(frontier_saved(scratch, fam, target, seed, r))
         gv = _ms([r["val"] for _, r in per_seed.values()])
         sv = _ms([r["val"] for r in ref.values()])
         sm, ssd = _ms(saved) if len(saved) == len(per) else (None, None)
@@ -446,8 +450,9 @@ def main():
     todo = [s for s in specs if not (cached / f"{spec_key(s)}.json").exists()]
     try:  # a part is fixed by each run's place among all runs, not among the missing ones (they change)
         k, n = (int(x) for x in args.part.split("/"))
-        assert 0 <= k < n
-    except (ValueError, AssertionError):
+    except ValueError:
+        k, n = -1, 0
+    if not 0 <= k < n:
         die(f"--part {args.part!r}: expected K/N with 0 <= K < N")
     print(f"budget: {len(specs)} runs, {len(specs) - len(todo)} cached, {len(todo)} to run", flush=True)
     todo = [] if args.cached_only else [s for s in todo if specs.index(s) % n == k]
