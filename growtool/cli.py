@@ -255,6 +255,7 @@ def show_expanded(job) -> None:
 @click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
+@click.option("--untie", is_flag=True, help="a tied head becomes a tensor of its own (+vocab x width parameters)")
 @click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
 @SHARD_SIZE
 @click.option("--force", is_flag=True, help="replace an existing output")
@@ -275,6 +276,7 @@ def expand(
     seed,
     out,
     allow_lossy,
+    untie,
     dtype,
     shard_size,
     force,
@@ -291,10 +293,10 @@ def expand(
     r = recipes.load(recipe, recipes.parse_set(sets))
     depth_args = surgery.depth_args(width, layers, depth_method, insert_at)  # None: the width alone
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
-        if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path:
+        if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path or untie:
             raise GrowError(
-                f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype "
-                "and --tokenizer do not apply"
+                f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype, "
+                "--untie and --tokenizer do not apply"
             )
         return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args)
     if plan_json_ and out == "-" and not dry_run:
@@ -315,6 +317,7 @@ def expand(
         shard_size=shard_size,
         force=force,
         tokenizer_path=tokenizer_path,
+        untie=untie,
     )
     plan, out = job.plan, job.out
     show_plan(plan, quiet)

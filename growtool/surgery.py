@@ -77,6 +77,7 @@ class Expansion:
     carry: tokenizer.Carry
     force: bool = False
     shard_size: int | None = None
+    untied: bool = False  # a tied source grown with a head of its own (``untie``)
     path: str | None = None
     loss: object = None  # a check.Comparison at gate 0 when the plan is lossy
 
@@ -103,9 +104,13 @@ def prepare_expand(
     shard_size=None,
     force: bool = False,
     tokenizer_path: str | None = None,
+    untie: bool = False,
 ) -> Expansion:
     """Check the destination, read ``src``'s header and build the plan; reads no tensor.
     ``recipe``: a shipped name, a YAML path or a loaded recipe dict; ``sets``: "KEY=VALUE" overrides.
+    ``untie``: a tied source grows into an untied model, its head a tensor of its own made from the
+    embedding (``checkpoint.untied``: the same function); needed where a tied head has no exact map
+    (an embedding-norm family at a non-whole factor, a LayerNorm without gain). No-op when untied.
     ``layers`` / ``insert_at`` grow the depth too (``grow/depth.py``; ``width`` None: depth alone):
     the plan is then a ``depth.Grown``, the width plan's tensors placed by the depth plan."""
     src, out = str(src), None if out is None else str(out)
@@ -116,6 +121,9 @@ def prepare_expand(
     out = out or default_out(src, width, folder=shard_size is not None, layers=n_new)
     checkpoint.check_destination(out, [src], force)  # fail before any work
     ck = checkpoint.load(src)  # the header and config; tensors are read on demand
+    untie = untie and ck.config.tie
+    if untie:
+        ck = checkpoint.untied(ck)  # the head read from the embedding
     carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
     dt = _dtype(dtype) or ck.main_dtype()
     if width is not None:
@@ -140,7 +148,10 @@ def prepare_expand(
             plan = depth.build(ck.config, plan, layers, depth_method, insert_at, r, seed, dt, growth.gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
-    return Expansion(src, ck, plan, out, carry, force, shard_size)
+    width_plan = plan.width if isinstance(plan, depth.Grown) else plan
+    if width_plan is not None:
+        width_plan.untied = untie
+    return Expansion(src, ck, plan, out, carry, force, shard_size, untie)
 
 
 def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) -> Expansion:
@@ -154,7 +165,7 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
     limits.check_space(checkpoint.specs_nbytes(plan.outputs()), out)  # before any work
     t_all = time.perf_counter()
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
-    lineage = ck.lineage + [lineage_entry(plan, source_hash.token)]
+    lineage = ck.lineage + [lineage_entry(plan, source_hash.token, job.untied)]
     work = growth.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
     read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
     produce = producer(plan, ck, work, read)
@@ -212,11 +223,14 @@ def producer(plan, ck, work=None, read=None):
     return grow
 
 
-def lineage_entry(plan, token: str) -> dict:
-    """The one lineage entry of an expand (width, depth or both)."""
+def lineage_entry(plan, token: str, untied: bool = False) -> dict:
+    """The one lineage entry of an expand (width, depth or both); ``untie`` true when the tied head
+    was made a tensor of its own."""
     if isinstance(plan, depth.Grown):
-        return depth.lineage_entry(plan, token, plan.width and growth.lineage_entry(plan.width, token))
-    return growth.lineage_entry(plan, token)
+        entry = depth.lineage_entry(plan, token, plan.width and growth.lineage_entry(plan.width, token))
+    else:
+        entry = growth.lineage_entry(plan, token)
+    return {**entry, "untie": True} if untied else entry
 
 
 def _timed_producer(job: Expansion, work, timings: dict):
@@ -281,7 +295,7 @@ def expand(
     ``heads``, ``seed``, ``allow_lossy`` (else a plan that does not keep the function is refused),
     ``dtype`` ("float32" / "bfloat16" / "float16" or a torch dtype; default the input's),
     ``shard_size`` (bytes or "2GB": shards in a folder ``out``), ``force`` (replace ``out``),
-    ``tokenizer_path``; depth: ``layers``, ``depth_method`` ("stack", "interleave", "middle",
+    ``tokenizer_path``, ``untie`` (a tied head becomes a tensor of its own); depth: ``layers``, ``depth_method`` ("stack", "interleave", "middle",
     "identity"), ``insert_at`` ("P[:S],..."). ``progress``: see the module docstring."""
     job = run_expand(prepare_expand(src, width=width, out=out, recipe=recipe, **options), progress=progress)
     return Path(job.path)

@@ -286,8 +286,24 @@ def test_olmo_tied_is_refused_with_one_line(tmp_path):
     make_source_tied(tie=True).save_pretrained(tmp_path / "src")
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "olmo with tied embeddings cannot grow exactly" in r.stderr
+    assert "olmo with tied embeddings cannot grow exactly" in r.stderr and "pass --untie" in r.stderr
     assert not (tmp_path / "g.safetensors").exists()
+
+
+def test_olmo_tied_grows_untied_with_untie(tmp_path):
+    """--untie: the tied head becomes a tensor of its own (the untied map then applies): gate 0
+    verifies, and fold --alpha 0 loads as an untied OlmoForCausalLM with the source's logits."""
+    torch.manual_seed(0)
+    model = perturbed(CASES["olmo"][0](tie=True)).eval()
+    model.save_pretrained(tmp_path / "src")
+    grown = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--width", 96, "--untie", "-q", "-o", grown).exit_code == 0
+    code, rep = verify_json(tmp_path / "src", grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    assert cli("fold", grown, "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert type(back) is type(model) and back.config.tie_word_embeddings is False
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
 
 
 # ---- GPT-BigCode ----------------------------------------------------------------------------
@@ -534,8 +550,13 @@ def _bloom(tie=True, **over):
     return transformers.BloomForCausalLM(transformers.BloomConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
-# BLOOM grows only by whole factors (below), so it is not in CASES (64 -> 96): its own cases
-BLOOM_CASES = {"bloom": {}, "bloom-3heads-untied": {"tie": False, "hidden_size": 48, "n_head": 3}}
+# BLOOM grows by copying at whole factors and by a refit of its embedding norm otherwise (untied, or
+# tied with --untie), so it has its own cases rather than CASES' round trip
+BLOOM_CASES = {
+    "bloom": {},
+    "bloom-untied": {"tie": False},
+    "bloom-3heads-untied": {"tie": False, "hidden_size": 48, "n_head": 3},
+}
 
 
 def _bloom_source(name, path):
@@ -622,12 +643,66 @@ def test_bloom_grows_by_copying_the_residual(name, width, order, tmp_path):
     assert rel(hf_logits(back), hf_logits(model)) > 1e-3
 
 
-def test_bloom_non_integer_width_is_refused_with_one_line(tmp_path):
+def test_bloom_tied_non_integer_width_is_refused_with_one_line(tmp_path):
+    """Tied, 64 -> 96 has no closed-form exact map (docs/architectures.md): refused, naming --untie."""
     _bloom_source("bloom", tmp_path / "src")
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "bloom grows only by a whole factor (64 -> 128, 192, ...), not 64 -> 96" in r.stderr
+    assert "a tied bloom grows exactly only by a whole factor (64 -> 128, 192, ...), not 64 -> 96" in r.stderr
+    assert "pass --untie to grow it to 96 with a head of its own (+24,576 parameters)" in r.stderr
     assert not (tmp_path / "g.safetensors").exists()
+
+
+@pytest.mark.parametrize(
+    "name, width, untie, dtype",
+    [
+        ("bloom-untied", 96, False, "float32"),
+        ("bloom", 96, True, "float32"),
+        ("bloom", 80, True, "bfloat16"),
+        ("bloom-3heads-untied", 80, False, "float32"),
+    ],
+)
+def test_bloom_grows_any_width_untied_by_refitting_the_embedding_norm(name, width, untie, dtype, tmp_path):
+    """Untied (or tied with --untie), any width: the residual takes the LayerNorm map R(sqrt(d/D)) and
+    the embedding table is refit row by row under a new embedding norm (gain gamma on old dims, 0 on
+    new, bias 0): every row has one norm B and the grown norm gives [C h0; 0] for each token. Gate 0
+    verifies; fold --alpha 0 loads as an untied BloomForCausalLM with the source's logits; fold
+    --alpha 1 is growtool's gate-1 forward."""
+    model = _bloom_source(name, tmp_path / "src")
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--width", width, "--dtype", dtype, "-o", grown, *(["--untie"] * untie))
+    assert r.exit_code == 0, r.stderr
+    assert "the embeddings' LayerNorm is refit" in r.stderr and ("--untie" in r.stderr) == untie
+    g = checkpoint.load(grown)
+    d = model.config.hidden_size
+    assert not g.config.tie and g.config.norm_eps == pytest.approx(1e-5 * d / width)
+    assert g.lineage[-1].get("untie") is (True if untie else None)
+    if dtype == "float32":  # the refit itself, on every row of the table
+        rows = g.get("transformer.word_embeddings.weight").double()
+        norms = rows.norm(dim=1)
+        assert float((norms - norms[0]).abs().max() / norms[0]) <= 1e-6  # one norm B for every row
+        assert float(rows.mean(1).abs().max() / norms[0]) <= 1e-7  # mean 0
+        ln = model.transformer.word_embeddings_layernorm
+        with torch.no_grad():
+            h0 = ln(model.transformer.word_embeddings.weight).double()
+            gain, bias = (g.get(f"transformer.word_embeddings_layernorm.{k}").double() for k in ("weight", "bias"))
+            out = torch.nn.functional.layer_norm(rows, (width,), gain, bias, g.config.norm_eps)
+        assert float((out[:, :d] - (h0 - h0.mean(1, keepdim=True))).abs().max()) <= 1e-5
+        assert float(out[:, d:].abs().max()) == 0.0 and float(gain[d:].abs().max()) == 0.0
+    code, rep = verify_json(tmp_path / "src", grown)
+    assert code == 0 and rep["results"][0]["rel"] <= (1e-4 if dtype == "float32" else rep["limit"]), rep
+    f0, f1 = tmp_path / "f0", tmp_path / "f1"
+    assert cli("fold", grown, "--alpha", 0, "--dtype", "float32", "-o", f0).exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
+    assert type(back) is transformers.BloomForCausalLM and back.config.tie_word_embeddings is False
+    if dtype == "float32":
+        assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+    assert cli("fold", grown, "--alpha", 1, "--dtype", "float32", "-o", f1).exit_code == 0
+    back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
+    with torch.no_grad():
+        ours1 = g.model()(X, alpha=1.0)
+    assert rel(hf_logits(back1), ours1) <= 1e-5
+    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
 
 
 def test_bloom_recipes_and_refusals(tmp_path):

@@ -366,3 +366,54 @@ def fold_gain(w: torch.Tensor, gain: torch.Tensor, axis: int, out: torch.Tensor 
     if w.dtype != out.dtype:  # convert first: a mixed-dtype multiply takes torch's slow element-wise path
         return out.copy_(w).mul_(g)
     return torch.mul(w, g, out=out)
+
+
+# ---- an embedding LayerNorm refit (BLOOM, untied, any width) -------------------------------
+
+
+def embed_norm_bound(gain: torch.Tensor, bias: torch.Tensor) -> float:
+    """B = max|g| sqrt(d) + |b - mean(b)|: every centered output of the LayerNorm x -> g core(x) + b
+    over d dims has norm below B, since |core(x)|^2 = d var / (var + eps) < d."""
+    g, b = gain.double(), bias.double()
+    return float(g.abs().max()) * math.sqrt(g.shape[0]) + float((b - b.mean()).norm())
+
+
+def refit_embed_norm_gain(gain: torch.Tensor, bias: torch.Tensor, D: int, eps_new: float) -> torch.Tensor:
+    """The grown embedding LayerNorm's gain: gamma = sqrt(eps' + B^2 / D) on the d old dims, 0 on the
+    new ones (its bias is 0). With the rows of ``refit_embedding_rows`` (each of norm B, mean 0) the
+    norm divides every row by sqrt(B^2 / D + eps') = gamma, so it outputs [C h0; 0]."""
+    d = gain.shape[0]
+    gamma = math.sqrt(eps_new + embed_norm_bound(gain, bias) ** 2 / D)
+    return torch.cat([torch.full((d,), gamma, dtype=torch.float64), torch.zeros(D - d, dtype=torch.float64)])
+
+
+def filler_direction(r: int) -> torch.Tensor:
+    """A fixed unit vector of mean 0 over r >= 2 dims, spread evenly: alternating signs, centered."""
+    v = torch.tensor([(-1.0) ** j for j in range(r)], dtype=torch.float64)
+    v -= v.mean()
+    return v / v.norm()
+
+
+def refit_embedding_rows(
+    e: torch.Tensor, gain: torch.Tensor, bias: torch.Tensor, eps: float, D: int, out: torch.Tensor
+) -> torch.Tensor:
+    """Rows x = [C h0; rho u] of width D (into ``out``) whose LayerNorm with the gain of
+    ``refit_embed_norm_gain`` (bias 0) outputs [C h0; 0], for each table row e:
+
+        h0 = gain * core(e) + bias   (the old embedding LayerNorm's output, eps ``eps``),
+        C h0 = h0 - mean(h0),  rho = sqrt(B^2 - |C h0|^2),  u = ``filler_direction(D - d)``.
+
+    Each x has mean 0 and norm B (``embed_norm_bound``), so its variance over D is B^2 / D for
+    every row, and [C h0; 0] is the old output up to a multiple of 1_D, which every later LayerNorm
+    removes: the residual R[h0; 0] of the LayerNorm width map. The new dims carry only the filler
+    that gives every row the same variance; their gain 0 keeps it out of the residual."""
+    d = e.shape[1]
+    x = e.double()
+    x = x - x.mean(-1, keepdim=True)
+    h = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * gain.double() + bias.double()
+    h -= h.mean(-1, keepdim=True)
+    B = embed_norm_bound(gain, bias)
+    rho = (B * B - h.pow(2).sum(-1, keepdim=True)).clamp_min(0.0).sqrt()
+    out[:, :d].copy_(h)
+    out[:, d:].copy_(rho * filler_direction(D - d))
+    return out

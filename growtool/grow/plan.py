@@ -25,6 +25,8 @@ from growtool.grow.steps import (
     NormGain,
     PadZero,
     PermuteHeads,
+    RefitEmbedding,
+    RefitEmbedNorm,
     Rotate,
     Scale,
     Step,
@@ -66,6 +68,7 @@ class Plan:
     shapes: dict = field(default_factory=dict)  # output name -> grown shape
     warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
     head_order: list | None = None  # ALiBi: the position of each grown head in the plain model (model.alibi_order)
+    untied: bool = False  # the source's tied head grows as a tensor of its own (expand --untie)
 
     @property
     def exact(self) -> bool:
@@ -144,6 +147,8 @@ class Plan:
             seen.add(spec.pattern)
             o = "x".join(map(str, old[name])) if name in old else "-"
             op = ", ".join(s.describe(self, spec) for s in self.steps[name])
+            if self.untied and spec.role == "head":
+                op = f"the tied embedding as a head of its own (--untie): {op}"
             out.append((spec.pattern, o, "x".join(map(str, new[name])), op))
         return out
 
@@ -185,9 +190,15 @@ def resid_scale(plan: Plan) -> float:
     return (plan.cfg.width / plan.src.width) ** 0.5 if arch_of(plan.src).features.fixed_eps else 1.0
 
 
+def copies(src: ModelConfig, D: int) -> bool:
+    """Width D grows ``src`` by copying its residual (an embedding LayerNorm and a whole factor D / d);
+    an embedding norm at any other width is refit (``RefitEmbedding``: untied models only)."""
+    return arch_of(src).features.embed_norm and D % src.width == 0
+
+
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     """The steps that make the grown tensor ``name`` from its source."""
-    if arch_of(plan.src).features.embed_norm:
+    if copies(plan.src, plan.cfg.width):
         steps = _duplicate_steps(spec, name, plan)
     else:
         steps = _fuse_pad_rotate(_steps(spec, name, plan), plan)
@@ -230,6 +241,10 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     a, f, c = arch_of(plan.src), embed_factor(plan), resid_scale(plan)
     up = [Scale(c, "residual x sqrt(D/d): fixed norm eps")] if c != 1.0 else []
     tied_final = plan.src.tie and spec.pattern.rsplit(".", 1)[0] == a.modules["final_norm"]
+    if a.features.embed_norm and name == a.embed:
+        return [RefitEmbedding()]
+    if a.features.embed_norm and spec.pattern.rsplit(".", 1)[0] == a.modules["embed_norm"]:
+        return [RefitEmbedNorm()]
     if role == "growth_gate":
         return [GateZero()]
     if role == "norm_gain":
@@ -318,17 +333,22 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     if ffn < src.ffn:
         raise GrowError(f"target ffn {ffn} smaller than the source's {src.ffn}")
     f = arch_of(src).features
-    if f.embed_norm and D % d:
+    if f.embed_norm and D % d and src.tie:
         raise GrowError(
-            f"{src.family} grows only by a whole factor ({d} -> {2 * d}, {3 * d}, ...), not {d} -> {D}: its "
-            "embeddings pass a LayerNorm with learned gains, and growtool keeps it exact only by copying the residual"
+            f"a tied {src.family} grows exactly only by a whole factor ({d} -> {2 * d}, {3 * d}, ...), not {d} -> {D}: "
+            f"its embeddings pass a LayerNorm and are also its head; pass --untie to grow it to {D} with a head "
+            f"of its own (+{src.vocab_size * D:,} parameters)"
         )
+    if f.embed_norm and D % d and D - d < 2:
+        raise GrowError(f"{src.family} {d} -> {D}: an embedding LayerNorm refit needs at least 2 new dims")
     if src.tie and not f.norm_affine:
         raise GrowError(
             f"{src.family} with tied embeddings cannot grow exactly: its LayerNorm has no gain, so the tied "
-            "head (the embedding) would have to take the norm's sqrt(D/d) that the embedding must not"
+            "head (the embedding) would have to take the norm's sqrt(D/d) that the embedding must not; pass "
+            "--untie to grow it with a head of its own"
         )
-    eps = src.norm_eps if (f.fixed_eps or f.embed_norm) else ops.grow_norm_eps(src.norm_eps, d, D)
+    kept = f.fixed_eps or copies(src, D)
+    eps = src.norm_eps if kept else ops.grow_norm_eps(src.norm_eps, d, D)
     shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
     return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared)
 
@@ -343,7 +363,7 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
     exact = ops.exact_layernorm_eps(src.width, D)
     tied_rms = src.norm == "rmsnorm" and src.tie
     post = arch_of(src).features.post_norms
-    if arch_of(src).features.embed_norm:
+    if copies(src, D):
         k = D // src.width
         why = (
             f"copied x{k}, z = (h, .., h): the embeddings pass a LayerNorm, whose output only a copy keeps "
@@ -369,6 +389,11 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
             )
     elif src.norm == "layernorm":
         exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+        if arch_of(src).features.embed_norm:
+            exact_map += (
+                "; the embeddings' LayerNorm is refit: each table row is its old output, centered, plus a filler on "
+                "the new dims (every row of one norm), under a uniform gain on the old dims and 0 on the new"
+            )
         if arch_of(src).features.fixed_eps:
             exact_map = f"sqrt(D/d) x {exact_map}; the norm eps is fixed: the residual is scaled to keep its variance"
         if abs(eps - exact) > 1e-9:

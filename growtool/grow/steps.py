@@ -11,6 +11,7 @@ runs them). Each is a small frozen dataclass with ``apply(t, ctx)`` and ``descri
   BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
   Duplicate, CopyOldWrites, PermuteHeads   the duplicated residual of an embedding norm (BLOOM), ALiBi order
+  RefitEmbedding, RefitEmbedNorm   an untied embedding norm's table and norm, refit for any width (BLOOM)
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from growtool.grow import ops
-from growtool.nn.families import TensorSpec, unit_count
+from growtool.nn.families import TensorSpec, arch_of, unit_count
 
 if TYPE_CHECKING:
     from growtool.grow.engine import Workspace
@@ -219,6 +220,44 @@ class PermuteHeads(Step):
 
     def describe(self, plan, spec):
         return f"heads to ALiBi positions {list(self.order[: plan.src.heads])}"
+
+
+@dataclass(frozen=True)
+class RefitEmbedding(Step):
+    """The table read by an embedding LayerNorm (untied, any width): each row refit so that the grown
+    norm outputs the old row's output, centered and zero-padded (``ops.refit_embedding_rows``)."""
+
+    row_local = True
+
+    def apply(self, t, c):
+        gain, bias = _embed_norm(c)
+        out = c.canvas((t.shape[0], c.plan.cfg.width))
+        return ops.refit_embedding_rows(t, gain, bias, c.plan.src.norm_eps, c.plan.cfg.width, out)
+
+    def describe(self, plan, spec):
+        return "refit: each row its old embedding-norm output, centered, + a filler on new dims (one norm)"
+
+
+@dataclass(frozen=True)
+class RefitEmbedNorm(Step):
+    """The embedding LayerNorm over the refit rows: gain gamma on old dims, 0 on new; bias 0."""
+
+    def apply(self, t, c):
+        if c.spec.role == "norm_bias":
+            return torch.zeros(c.plan.cfg.width)
+        gain, bias = _embed_norm(c)
+        return ops.refit_embed_norm_gain(gain, bias, c.plan.cfg.width, c.plan.cfg.norm_eps).float()
+
+    def describe(self, plan, spec):
+        return "0" if spec.role == "norm_bias" else "gamma = sqrt(eps' + B^2/D) on old dims, 0 on new"
+
+
+def _embed_norm(c: Ctx) -> tuple[torch.Tensor, torch.Tensor]:
+    """The source's embedding LayerNorm gain and bias (a norm without bias: 0)."""
+    name = arch_of(c.plan.src).modules["embed_norm"]
+    gain = c.get(name + ".weight")
+    bias = c.get(name + ".bias") if arch_of(c.plan.src).features.norm_bias else torch.zeros_like(gain)
+    return gain, bias
 
 
 @dataclass(frozen=True)

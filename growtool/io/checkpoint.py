@@ -20,6 +20,7 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -309,6 +310,32 @@ def _open_files(files: list[Path], src: str) -> tuple[dict, dict, Callable]:
         return read_tensor(f, start, e, name, into, rows)
 
     return entries, meta0 or {}, get
+
+
+def untied(ck: Checkpoint) -> Checkpoint:
+    """``ck`` seen as an untied model (``expand --untie``): the same function, with the head its own
+    tensor, read from the embedding (a tied head *is* the embedding). Nothing is copied; an untied
+    checkpoint is returned as it is."""
+    cfg = ck.config
+    if not cfg.tie:
+        return ck
+    a, u = arch_of(cfg), cfg.replace(tie=False)
+    head = a.modules["head"] + ".weight"
+
+    def src(name: str) -> str:
+        return a.embed if name == head else name
+
+    entries = {n: ck.entries[src(n)] for n in expected_shapes(u)}
+    if tuple(entries[head][1]) != expected_shapes(u)[head]:  # pragma: no cover - every family stores [V, d]
+        raise GrowError(f"{ck.source}: the embedding's shape is not the head's; it cannot be untied")
+    read = ck._read_into
+    return dataclasses.replace(
+        ck,
+        config=u,
+        entries=entries,
+        _get=lambda n: ck._get(src(n)),
+        _read_into=None if read is None else (lambda n, into, rows: read(src(n), into, rows)),
+    )
 
 
 def load(src: str | os.PathLike) -> Checkpoint:
