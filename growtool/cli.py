@@ -43,7 +43,7 @@ from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.machine import surgery_threading  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
-from growtool.nn.families import ARCHS  # noqa: E402
+from growtool.nn.families import ARCHS, arch_of  # noqa: E402
 
 gc.freeze()
 if _GC_WAS_ON:
@@ -321,6 +321,9 @@ def expand(
     )
     plan, out = job.plan, job.out
     show_plan(plan, quiet)
+    if job.untied and not quiet:
+        head = arch_of(job.ck.config).modules["head"] + ".weight"
+        err.print(f"untied (--untie): the tied embedding is also written as {head}, a head of its own", soft_wrap=True)
     if plan_json_:
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
     if dry_run:

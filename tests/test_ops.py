@@ -103,3 +103,29 @@ def test_rms_norm_growth_identity():
     assert torch.allclose(lhs, rhs, atol=1e-12)
     gain = ops.grow_norm_gain(torch.rand(d), D, uniform=True)
     assert torch.allclose(gain, torch.full((D,), math.sqrt(d / D)))
+
+
+def test_an_embedding_norm_refit_gives_the_old_outputs_centered_and_padded():
+    """ops.refit_embedding_rows / refit_embed_norm_gain: for every row (random, tiny, huge, and one
+    aligned with the largest gain, near the bound B), the grown LayerNorm (eps' = eps d/D) outputs
+    the old LayerNorm's output, centered, on the old dims and 0 on the new; every row has norm B."""
+    g = torch.Generator().manual_seed(0)
+    d, D, eps = 8, 13, 1e-5
+    gain = 1 + 0.5 * torch.randn(d, generator=g, dtype=torch.float64)
+    bias = 0.3 * torch.randn(d, generator=g, dtype=torch.float64)
+    top = torch.zeros(d, dtype=torch.float64)
+    top[int(gain.abs().argmax())] = 1.0  # a row whose core lies along the largest gain
+    e = torch.cat([torch.randn(20, d, generator=g, dtype=torch.float64), 1e-4 * torch.randn(2, d, generator=g, dtype=torch.float64), 1e3 * top[None]])
+    rows = ops.refit_embedding_rows(e, gain, bias, eps, D, torch.empty(len(e), D, dtype=torch.float64))
+    eps_new = ops.grow_norm_eps(eps, d, D)
+    g_new = ops.refit_embed_norm_gain(gain, bias, D, eps_new)
+    out = torch.nn.functional.layer_norm(rows, (D,), g_new, torch.zeros(D, dtype=torch.float64), eps_new)
+    old = torch.nn.functional.layer_norm(e, (d,), gain, bias, eps)
+    assert torch.allclose(out[:, :d], old - old.mean(1, keepdim=True), atol=1e-12)
+    assert float(out[:, d:].abs().max()) == 0.0
+    B = ops.embed_norm_bound(gain, bias)
+    assert torch.allclose(rows.norm(dim=1), torch.full((len(e),), B, dtype=torch.float64))
+    assert float(rows.mean(1).abs().max()) <= 1e-12
+    assert float((old - old.mean(1, keepdim=True)).norm(dim=1).max()) > 0.5 * B  # the bound is not loose
+    u = ops.filler_direction(D - d)
+    assert abs(float(u.sum())) <= 1e-12 and abs(float(u.norm()) - 1) <= 1e-12 and float(u.abs().min()) > 0
