@@ -295,8 +295,9 @@ def expand(
     ``heads``, ``seed``, ``allow_lossy`` (else a plan that does not keep the function is refused),
     ``dtype`` ("float32" / "bfloat16" / "float16" or a torch dtype; default the input's),
     ``shard_size`` (bytes or "2GB": shards in a folder ``out``), ``force`` (replace ``out``),
-    ``tokenizer_path``, ``untie`` (a tied head becomes a tensor of its own); depth: ``layers``, ``depth_method`` ("stack", "interleave", "middle",
-    "identity"), ``insert_at`` ("P[:S],..."). ``progress``: see the module docstring."""
+    ``tokenizer_path``, ``untie`` (a tied head becomes a tensor of its own); depth: ``layers``,
+    ``depth_method`` ("stack", "interleave", "middle", "identity"), ``insert_at`` ("P[:S],...").
+    ``progress``: see the module docstring."""
     job = run_expand(prepare_expand(src, width=width, out=out, recipe=recipe, **options), progress=progress)
     return Path(job.path)
 

@@ -115,7 +115,9 @@ def test_an_embedding_norm_refit_gives_the_old_outputs_centered_and_padded():
     bias = 0.3 * torch.randn(d, generator=g, dtype=torch.float64)
     top = torch.zeros(d, dtype=torch.float64)
     top[int(gain.abs().argmax())] = 1.0  # a row whose core lies along the largest gain
-    e = torch.cat([torch.randn(20, d, generator=g, dtype=torch.float64), 1e-4 * torch.randn(2, d, generator=g, dtype=torch.float64), 1e3 * top[None]])
+    e = torch.randn(23, d, generator=g, dtype=torch.float64)
+    e[20:22] *= 1e-4
+    e[22] = 1e3 * top
     rows = ops.refit_embedding_rows(e, gain, bias, eps, D, torch.empty(len(e), D, dtype=torch.float64))
     eps_new = ops.grow_norm_eps(eps, d, D)
     g_new = ops.refit_embed_norm_gain(gain, bias, D, eps_new)

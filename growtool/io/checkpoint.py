@@ -10,6 +10,7 @@ the safetensors ``__metadata__``.
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import math
@@ -20,7 +21,6 @@ import sys
 import tempfile
 import threading
 from collections.abc import Callable, Iterable
-import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 
