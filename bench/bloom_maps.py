@@ -15,7 +15,9 @@ Unknowns M, E', g0', b0', gf', bf' (every new row free); the residual of all equ
 by Levenberg-Marquardt from several random starts. Controls: a whole factor (4 -> 8, where the copy
 map is exact) and a model without the embedding norm (GPT-2, which `expand` grows 1.5x exactly).
 A start that reaches |residual| ~ 1e-13 has found an exact map; one that stops at 1e-3 is a local
-minimum. Writes results/bloom_maps/results.json.
+minimum. A case "d:D:1:pad" fixes M to the zero padding of the centered residual (GPT-2's and
+OPT's map, h -> sqrt(D/d) [C h; 0] + mean(h) 1_D) and searches only the rest: it finds no exact
+tied map (docs/architectures.md derives why). Writes results/bloom_maps/results.json.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ import time
 import torch
 from common import machine, parse_args, table, write_json
 
-FULL = dict(cases="4:8:1,4:6:0,4:6:1,6:9:1,8:12:1", vocab=40, starts=6, iters=300)
+FULL = dict(cases="4:8:1,4:6:0,4:6:1,6:9:1,8:12:1,4:6:1:pad,6:9:1:pad", vocab=40, starts=6, iters=300)
 QUICK = dict(cases="4:8:1,4:6:1", vocab=24, starts=3, iters=200)
 
 
@@ -60,15 +62,27 @@ def residual(x, d: int, D: int, V: int, src, embed_norm: bool):
     )
 
 
-def solve(d: int, D: int, V: int, embed_norm: bool, start: int, iters: int) -> float:
-    """|residual| after Levenberg-Marquardt from random start ``start`` (source seed 0)."""
+def pad_map(d: int, D: int) -> torch.Tensor:
+    """M (d x D) of h -> sqrt(D/d) [C h; 0] + mean(h) 1_D: the centered residual zero-padded."""
+    M = torch.full((d, D), 1 / d, dtype=torch.float64)
+    M[:, :d] += (D / d) ** 0.5 * (torch.eye(d, dtype=torch.float64) - 1 / d)
+    return M
+
+
+def solve(d: int, D: int, V: int, embed_norm: bool, start: int, iters: int, pad: bool = False) -> float:
+    """|residual| after Levenberg-Marquardt from random start ``start`` (source seed 0); ``pad``: M
+    fixed to ``pad_map``, the other unknowns searched."""
     src = source(d, V, 0)
     g = torch.Generator().manual_seed(1000 + start)
     x = 0.5 * torch.randn(d * D + V * D + 4 * D, generator=g, dtype=torch.float64)
     o = d * D + V * D
     x[o : o + D] += 1  # gains near 1
     x[o + 2 * D : o + 3 * D] += 1
-    f = lambda x: residual(x, d, D, V, src, embed_norm)  # noqa: E731
+    if pad:
+        M, x = pad_map(d, D).flatten(), x[d * D :]
+        f = lambda y: residual(torch.cat([M, y]), d, D, V, src, embed_norm)  # noqa: E731
+    else:
+        f = lambda x: residual(x, d, D, V, src, embed_norm)  # noqa: E731
     lam, r = 1e-3, f(x)
     for _ in range(iters):
         J = torch.func.jacfwd(f)(x)
@@ -98,14 +112,17 @@ def main():
     torch.set_num_threads(1)
     rows = []
     for case in P["cases"].split(","):
-        d, D, en = (int(v) for v in case.split(":"))
+        parts = case.split(":")
+        d, D, en = (int(v) for v in parts[:3])
+        pad = parts[3:] == ["pad"]
         t0 = time.time()
-        res = [solve(d, D, P["vocab"], bool(en), s, P["iters"]) for s in range(P["starts"])]
+        res = [solve(d, D, P["vocab"], bool(en), s, P["iters"], pad) for s in range(P["starts"])]
         rows.append(
             {
                 "d": d,
                 "D": D,
                 "embedding_norm": bool(en),
+                "map": "pad" if pad else "free",
                 "vocab": P["vocab"],
                 "best_residual": min(res),
                 "exact_starts": f"{sum(x < 1e-10 for x in res)}/{len(res)}",

@@ -24,20 +24,13 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 
 from growtool import check, info, surgery, views  # noqa: E402
-from growtool.console import (  # noqa: E402, F401 (the frame of the command line; kept importable here)
+from growtool.console import (  # noqa: E402 (the frame of the command line)
     DEPTH_OPTIONS,
-    PROGRESS_DELAY,
     Bar,
     Growtool,
-    Interrupted,
     bounded,
-    clean_errors,
-    internal_error,
-    interrupts_as_exceptions,
-    one_line,
     set_debug,
     settings_options,
-    stderr_is_terminal,
 )
 from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402

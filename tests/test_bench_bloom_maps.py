@@ -39,3 +39,16 @@ def test_the_residual_is_zero_at_the_copy_map_and_not_elsewhere():
     x2 = x.clone()
     x2[-1] += 0.1  # one head bias changed: the logits move
     assert residual(x2, d, D, V, src, True).abs().max() > 1e-3
+
+
+def test_the_zero_padded_map_keeps_every_later_norm_but_no_tied_embedding_norm():
+    """pad_map is a valid residual map (the mean and isometry equations hold exactly), yet with it
+    fixed the search stays far from an exact tied map at 4 -> 6, where the free search finds one."""
+    from bloom_maps import pad_map, solve
+
+    d, D, V = 4, 6, 24
+    M = pad_map(d, D)
+    x = torch.cat([M.flatten(), torch.zeros(V * D + 4 * D, dtype=torch.float64)])
+    r = residual(x, d, D, V, source(d, V, 0), True)
+    assert r[: D + d * d].abs().max() < 1e-12  # 1_d M || 1_D; C M C M^T C = (D/d) C
+    assert min(solve(d, D, V, True, s, 150, pad=True) for s in range(2)) > 1e-4

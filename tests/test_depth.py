@@ -313,6 +313,30 @@ def test_bloom_grows_width_after_depth_and_depth_after_width(tmp_path):
     assert not (tmp_path / "x.safetensors").exists()
 
 
+def test_bloom_grows_depth_with_a_non_whole_width_untied(tmp_path):
+    """A tied BLOOM, --untie, 64 -> 96 (embedding table refit) and 2 -> 4 blocks in one plan, every
+    depth method: gate 0 is the source; fold --alpha 0 / 1 load as untied BloomForCausalLM."""
+    torch.manual_seed(0)
+    model = perturbed(_bloom()).eval()
+    model.save_pretrained(tmp_path / "src")
+    ref = hf_logits(model, X)
+    auto = transformers.AutoModelForCausalLM.from_pretrained
+    for method in ("stack", "interleave", "middle", "identity"):
+        g = tmp_path / f"{method}.safetensors"
+        args = ("--width", 96, "--layers", 4, "--depth-method", method, "--untie", "-q", "-o", g)
+        assert cli("expand", tmp_path / "src", *args).exit_code == 0
+        ck = checkpoint.load(g)
+        assert (ck.config.layers, ck.config.width, ck.config.tie) == (4, 96, False)
+        with torch.no_grad():
+            assert rel(ck.model()(X, alpha=0.0), ref) <= 1e-4, method
+            ours1 = ck.model()(X, alpha=1.0)
+        for alpha, want, tol in ((0, ref, 1e-4), (1, ours1, 1e-5)):
+            f = tmp_path / f"{method}-f{alpha}"
+            assert cli("fold", g, "--alpha", alpha, "-o", f).exit_code == 0
+            back = auto(f).eval()
+            assert back.config.tie_word_embeddings is False and rel(hf_logits(back, X), want) <= tol, method
+
+
 # ---- bad input ----------------------------------------------------------------------------------
 
 

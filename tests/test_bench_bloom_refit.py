@@ -1,0 +1,34 @@
+"""bench/bloom_refit.py --quick: a BLOOM grown by the refit (1.5x, --untie) and by the copy (2x) starts
+training at its source's validation loss (growth kept the function), the runs are the four the
+bench names, and a second invocation reuses every run."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run(out, data):
+    cmd = [sys.executable, str(ROOT / "bench" / "bloom_refit.py"), "--quick", "--out", str(out), "--data", str(data)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    return json.loads((out / "bloom_refit" / "results.json").read_text())
+
+
+def test_bloom_refit_quick(tmp_path):
+    data = tmp_path / "t.txt"
+    data.write_text("".join(f"line {i} of a small text, with words to learn.\n" for i in range(3000)))
+    res = run(tmp_path, data)
+    rows = {r["run"]: r for r in res["rows"]}
+    assert set(rows) == {"refit", "copy", "base", "scratch"}
+    assert not rows["refit"]["tied"] and rows["copy"]["tied"]
+    for name in ("refit", "copy", "base"):  # the first evaluation of a grown run is its source's function
+        assert abs(rows[name]["start_val_loss"] - res["base"]) <= 1e-4, (name, rows[name], res["base"])
+    assert abs(rows["scratch"]["start_val_loss"] - res["base"]) > 1e-2
+    assert rows["refit"]["params"] == rows["scratch"]["params"]
+    folders = sorted(p.name for p in (tmp_path / "tmp" / "bloom_refit").iterdir() if p.is_dir())
+    stamps = {f: (tmp_path / "tmp" / "bloom_refit" / f / "summary.json").stat().st_mtime_ns for f in folders}
+    assert run(tmp_path, data)["rows"] == res["rows"]  # every run reused
+    assert stamps == {f: (tmp_path / "tmp" / "bloom_refit" / f / "summary.json").stat().st_mtime_ns for f in folders}
