@@ -2,25 +2,31 @@
 
 A tied BLOOM (width 48, 2 layers, 4 heads, byte level, ``growtool init``) is trained on real text
 (default ../shared/data/docs.jsonl) for ``base`` steps; its final checkpoint is then trained on for
-``grown`` steps four ways, each through the plain path a user takes (``expand``, then ``train``
+``grown`` steps several ways, each through the plain path a user takes (``expand``, then ``train``
 with its defaults: wsd, the gate warm-up, the continued data stream):
 
 * refit: ``expand --width 72 --untie`` (1.5x: untied, the embedding table refit);
 * copy: ``expand --width 96`` (2x: the residual copied, tied: the map BLOOM had before);
 * base: the source itself, continued at width 48;
-* scratch: an untied width-72 BLOOM from ``growtool init``, trained for base + grown steps.
+* scratch: an untied width-72 BLOOM from ``growtool init``, trained for base + grown steps;
+* scratch-flops: the same, trained (its own whole wsd run) for the FLOPs of the refit path;
+* the control, GPT-2 (the same LayerNorm width map, no embedding norm, tied) at the same sizes:
+  gpt2-grown (``expand --width 72``, base phase counted) and gpt2-scratch-flops at its FLOPs. If the
+  refit hurt training, BLOOM's gap to scratch would be wider than GPT-2's.
 
 It records each run's validation loss where it starts (a grown run's first evaluation: the source's
 function, so the source's loss if growth is exact) and where it ends, its parameters and its
 training FLOPs (6 x params x tokens, the base phase counted for the grown runs). Writes
-``<out>/bloom_refit/results.json``; each run's trainer folder goes to ``<out>/tmp/bloom_refit/``
-(git-ignored) and a run whose ``summary.json`` is there is reused. ``--quick``: widths 24 -> 36 / 48,
-8 steps a phase (the CI smoke run).
+``<out>/bloom_refit/results.json`` (every run of every seed, and the mean per run); each run's
+trainer folder goes to ``<out>/tmp/bloom_refit/seed<N>/`` (git-ignored), and a run whose
+``summary.json`` is there is reused. Seeds 0, 1, 2 (``--seeds``); each seed has its own init and
+data order. ``--quick``: widths 24 -> 36 / 48, 8 steps a phase, seed 0 (the CI smoke run).
 """
 
 from __future__ import annotations
 
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -36,7 +42,7 @@ QUICK = dict(width=24, heads=2, layers=1, base=8, grown=8, batch=4, seq=32, lr=3
 
 def options(p):
     p.add_argument("--data", default=DATA, help="training text (default ../shared/data/docs.jsonl)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seeds", default=None, help="comma-separated (default 0,1,2; quick 0)")
 
 
 def cached(work: Path, name: str, make) -> dict:
@@ -52,7 +58,28 @@ def cached(work: Path, name: str, make) -> dict:
 def main():
     args = parse_args("bloom_refit", __doc__.splitlines()[0], options)
     S = QUICK if args.quick else FULL
-    work = Path(args.out) / "tmp" / "bloom_refit"
+    seeds = [int(x) for x in (args.seeds or ("0" if args.quick else "0,1,2")).split(",")]
+    rows, bases = [], {}
+    for seed in seeds:
+        seed_rows, bases[seed] = one_seed(args, S, seed)
+        rows += seed_rows
+    means = []
+    for name in dict.fromkeys(r["run"] for r in rows):
+        vals = [r["val_loss"] for r in rows if r["run"] == name]
+        means.append({"run": name, "seeds": len(vals), "val_loss_mean": statistics.mean(vals)})
+        if len(vals) > 1:
+            means[-1]["val_loss_sd"] = statistics.stdev(vals)
+    print(table(means, f"mean over seeds {seeds}"))
+    write_json(
+        args.dir / "results.json",
+        {"settings": {**S, "data": args.data, "seeds": seeds}, "bases": bases, "means": means, "rows": rows}
+        | {"machine": machine()},
+    )
+
+
+def one_seed(args, S: dict, seed: int) -> tuple[list[dict], dict]:
+    """The runs of one seed: (rows, {"bloom": base val loss, "gpt2": ...})."""
+    work = Path(args.out) / "tmp" / "bloom_refit" / f"seed{seed}"
     work.mkdir(parents=True, exist_ok=True)
     P = dict(S, data=args.data, work=str(work), schedule="wsd")
     tok = S["batch"] * S["seq"]
@@ -61,17 +88,17 @@ def main():
     import growtool
     from growtool.io import checkpoint
 
-    def init(width, heads, tie, name):  # ``growtool init``, as a user makes one (no gated attention: BLOOM's own)
+    def init(width, heads, tie, name, family="bloom"):  # ``growtool init``, as a user makes one (no gated attention)
         path = work / f"{name}.safetensors"
         if not path.exists():
-            opts = ["--width", width, "--layers", S["layers"], "--heads", heads, "--seed", args.seed]
+            opts = ["--width", width, "--layers", S["layers"], "--heads", heads, "--seed", seed]
             opts += ["--tie" if tie else "--no-tie", "--no-attn-gate", "--force", "-o", path]
-            cmd = [str(Path(sys.executable).parent / "growtool"), "init", "--family", "bloom", *map(str, opts)]
+            cmd = [str(Path(sys.executable).parent / "growtool"), "init", "--family", family, *map(str, opts)]
             subprocess.run(cmd, check=True, capture_output=True)
         return str(path)
 
     def phase(ckpt, steps):
-        return lambda out: train_phase(P, ckpt, out, steps * tok, args.seed, schedule="wsd")[0]
+        return lambda out: train_phase(P, ckpt, out, steps * tok, seed, schedule="wsd")[0]
 
     base = cached(work, "base-phase", phase(init(d, h, True, "init"), S["base"]))
     src = base["final"]
@@ -86,13 +113,26 @@ def main():
     runs["base"] = cached(work, "base", phase(src, S["grown"]))
     scratch = init(d * 3 // 2, h * 3 // 2, False, "scratch-init")
     runs["scratch"] = cached(work, "scratch", phase(scratch, S["base"] + S["grown"]))
-    p0 = checkpoint.load(src).config.n_params()
+    p0, p1 = checkpoint.load(src).config.n_params(), checkpoint.load(scratch).config.n_params()
+    runs["scratch-flops"] = cached(work, "scratch-flops", phase(scratch, round(S["base"] * p0 / p1) + S["grown"]))
+    # the control: GPT-2 (the same LayerNorm map, no embedding norm, tied) grown 1.5x, against scratch
+    g_base = cached(work, "gpt2-base-phase", phase(init(d, h, True, "gpt2-init", "gpt2"), S["base"]))
+    g_src, g_out = g_base["final"], str(work / "gpt2-grown.safetensors")
+    if not Path(g_out).exists():
+        growtool.expand(g_src, out=g_out, force=True, width=d * 3 // 2)
+    runs["gpt2-grown"] = cached(work, "gpt2-grown", phase(g_out, S["grown"]))
+    g_scratch = init(d * 3 // 2, h * 3 // 2, True, "gpt2-scratch-init", "gpt2")
+    g0, g1 = checkpoint.load(g_src).config.n_params(), checkpoint.load(g_scratch).config.n_params()
+    runs["gpt2-scratch-flops"] = cached(
+        work, "gpt2-scratch-flops", phase(g_scratch, round(S["base"] * g0 / g1) + S["grown"])
+    )
     rows = []
     for name, s in runs.items():
-        before = 0 if name == "scratch" else 6 * p0 * S["base"] * tok
+        before = 0 if "scratch" in name else 6 * (g0 if name.startswith("gpt2") else p0) * S["base"] * tok
         rows.append(
             {
                 "run": name,
+                "seed": seed,
                 "params": s["params"],
                 "tied": checkpoint.load(s["final"]).config.tie,
                 "start_val_loss": s["first_val_loss"],
@@ -100,12 +140,8 @@ def main():
                 "flops": before + 6 * s["params"] * s["tokens"],
             }
         )
-    print(table(rows, f"BLOOM d{d}: base val loss {base['val_loss']:.4f} after {S['base']} steps"))
-    write_json(
-        args.dir / "results.json",
-        {"settings": {**S, "data": args.data, "seed": args.seed}, "base": base["val_loss"], "rows": rows}
-        | {"machine": machine()},
-    )
+    print(table(rows, f"seed {seed}: BLOOM base val loss {base['val_loss']:.4f}, GPT-2 {g_base['val_loss']:.4f}"))
+    return rows, {"bloom": base["val_loss"], "gpt2": g_base["val_loss"]}
 
 
 if __name__ == "__main__":

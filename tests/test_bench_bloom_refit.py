@@ -1,5 +1,5 @@
 """bench/bloom_refit.py --quick: a BLOOM grown by the refit (1.5x, --untie) and by the copy (2x) starts
-training at its source's validation loss (growth kept the function), the runs are the four the
+training at its source's validation loss (growth kept the function), the runs are the seven the
 bench names, and a second invocation reuses every run."""
 
 import json
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+GPT2 = ["gpt2-base-phase", "gpt2-grown", "gpt2-scratch-flops"]
 
 
 def run(out, data):
@@ -21,14 +22,18 @@ def test_bloom_refit_quick(tmp_path):
     data = tmp_path / "t.txt"
     data.write_text("".join(f"line {i} of a small text, with words to learn.\n" for i in range(3000)))
     res = run(tmp_path, data)
-    rows = {r["run"]: r for r in res["rows"]}
-    assert set(rows) == {"refit", "copy", "base", "scratch"}
+    rows, base, gpt2 = {r["run"]: r for r in res["rows"]}, res["bases"]["0"]["bloom"], res["bases"]["0"]["gpt2"]
+    runs = tmp_path / "tmp" / "bloom_refit" / "seed0"
+    assert set(rows) == {"refit", "copy", "base", "scratch", "scratch-flops", "gpt2-grown", "gpt2-scratch-flops"}
+    assert abs(rows["gpt2-grown"]["start_val_loss"] - gpt2) <= 1e-4
+    assert abs(rows["scratch-flops"]["flops"] / rows["refit"]["flops"] - 1) <= 0.05
     assert not rows["refit"]["tied"] and rows["copy"]["tied"]
     for name in ("refit", "copy", "base"):  # the first evaluation of a grown run is its source's function
-        assert abs(rows[name]["start_val_loss"] - res["base"]) <= 1e-4, (name, rows[name], res["base"])
-    assert abs(rows["scratch"]["start_val_loss"] - res["base"]) > 1e-2
+        assert abs(rows[name]["start_val_loss"] - base) <= 1e-4
+    assert abs(rows["scratch"]["start_val_loss"] - base) > 1e-2
     assert rows["refit"]["params"] == rows["scratch"]["params"]
-    folders = sorted(p.name for p in (tmp_path / "tmp" / "bloom_refit").iterdir() if p.is_dir())
-    stamps = {f: (tmp_path / "tmp" / "bloom_refit" / f / "summary.json").stat().st_mtime_ns for f in folders}
+    folders = sorted(p.parent.name for p in runs.glob("*/summary.json"))
+    assert folders == sorted(["base", "base-phase", "copy", "refit", "scratch", "scratch-flops"] + GPT2)
+    stamps = {f: (runs / f / "summary.json").stat().st_mtime_ns for f in folders}
     assert run(tmp_path, data)["rows"] == res["rows"]  # every run reused
-    assert stamps == {f: (tmp_path / "tmp" / "bloom_refit" / f / "summary.json").stat().st_mtime_ns for f in folders}
+    assert stamps == {f: (runs / f / "summary.json").stat().st_mtime_ns for f in folders}
