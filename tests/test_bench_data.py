@@ -35,7 +35,11 @@ def test_data_bench_quick(tmp_path):
 
 
 def test_schedules_bench_quick(tmp_path):
-    res = run("schedules", tmp_path, "--seeds", "0")
+    src = tmp_path / "docs.jsonl"  # its own documents: the tests never read ../shared
+    words = "the growth of a model keeps its function while the width and depth change".split()
+    docs = [" ".join(words[(i + j) % len(words)] for j in range(400)) for i in range(40)]
+    src.write_text("".join(json.dumps({"source": f"d{i}", "text": t}) + "\n" for i, t in enumerate(docs)))
+    res = run("schedules", tmp_path, "--seeds", "0", "--source", src)
     (row,) = res["rows"]
     assert row["wsd_minus_cosine"] == row["wsd_val"] - row["cosine_val"]
     assert all(math.isfinite(row[k]) and row[k] > 0 for k in ("wsd_val", "cosine_val"))

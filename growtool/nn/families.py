@@ -66,7 +66,8 @@ class Features:
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
-    #                           so width grows by an integer factor, duplicating the residual (BLOOM)
+    #                           so width grows by duplicating the residual (whole factors) or, untied, by a
+    #                           refit of the embedding table (any width; grow/plan.py ``copies``) (BLOOM)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
