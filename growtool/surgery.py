@@ -148,9 +148,6 @@ def prepare_expand(
             plan = depth.build(ck.config, plan, layers, depth_method, insert_at, r, seed, dt, growth.gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
-    width_plan = plan.width if isinstance(plan, depth.Grown) else plan
-    if width_plan is not None:
-        width_plan.untied = untie
     return Expansion(src, ck, plan, out, carry, force, shard_size, untie)
 
 

@@ -408,9 +408,7 @@ def refit_embedding_rows(
     removes: the residual R[h0; 0] of the LayerNorm width map. The new dims carry only the filler
     that gives every row the same variance; their gain 0 keeps it out of the residual."""
     d = e.shape[1]
-    x = e.double()
-    x = x - x.mean(-1, keepdim=True)
-    h = x / (x.pow(2).mean(-1, keepdim=True) + eps).sqrt() * gain.double() + bias.double()
+    h = torch.nn.functional.layer_norm(e.double(), (d,), gain.double(), bias.double(), eps)
     h -= h.mean(-1, keepdim=True)
     B = embed_norm_bound(gain, bias)
     rho = (B * B - h.pow(2).sum(-1, keepdim=True)).clamp_min(0.0).sqrt()

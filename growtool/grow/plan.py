@@ -68,7 +68,6 @@ class Plan:
     shapes: dict = field(default_factory=dict)  # output name -> grown shape
     warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
     head_order: list | None = None  # ALiBi: the position of each grown head in the plain model (model.alibi_order)
-    untied: bool = False  # the source's tied head grows as a tensor of its own (expand --untie)
 
     @property
     def exact(self) -> bool:
@@ -147,8 +146,6 @@ class Plan:
             seen.add(spec.pattern)
             o = "x".join(map(str, old[name])) if name in old else "-"
             op = ", ".join(s.describe(self, spec) for s in self.steps[name])
-            if self.untied and spec.role == "head":
-                op = f"the tied embedding as a head of its own (--untie): {op}"
             out.append((spec.pattern, o, "x".join(map(str, new[name])), op))
         return out
 
