@@ -180,3 +180,67 @@ def place(dest: Path, inputs: Iterable[str], force: bool, replace: Callable[[Pat
             raise GrowError(f"{dest}: output appeared while this one was written (--force replaces it)") from None
 
     return rename
+
+
+# ---- run folders and caches: files made and read without following links -------------------
+
+
+def open_regular(path: Path, what: str = "file", mode: str = "rb"):
+    """``path`` opened for reading (``"rb"``) or updating in place (``"r+b"``) only if it is a regular
+    file and not a link: opened with ``O_NOFOLLOW | O_NONBLOCK`` (a link, or a FIFO with no writer,
+    cannot redirect or block the open) and checked on the open descriptor (no window between check
+    and use). GrowError for anything else; FileNotFoundError passes through."""
+    flags = (os.O_RDWR if mode == "r+b" else os.O_RDONLY) | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    try:
+        fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
+    except FileNotFoundError:
+        raise
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise GrowError(f"{path}: is a link, not a regular file of the {what} (refused)") from None
+        raise GrowError(f"{path}: cannot read ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise GrowError(f"{path}: not a regular file of the {what} (refused)")
+    if hasattr(os, "set_blocking"):
+        os.set_blocking(fd, True)
+    return os.fdopen(fd, mode)
+
+
+def read_regular(path: Path, what: str = "file", limit: int = SMALL) -> bytes:
+    """The bytes of a small regular, unlinked file of a run folder or cache (``open_regular``)."""
+    with open_regular(path, what) as fh:
+        data = fh.read(limit + 1)
+    if len(data) > limit:
+        raise GrowError(f"{path}: larger than {limit:,} bytes, too large for a {what} record")
+    return data
+
+
+def create_new(path: Path):
+    """A new file at ``path`` for writing: whatever is there (a file, a link planted to redirect the
+    write) is first unlinked, then the file is made with ``O_CREAT | O_EXCL | O_NOFOLLOW``, so the
+    bytes land in a fresh file of this folder and never through a link."""
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except IsADirectoryError:
+        raise GrowError(f"{path}: is a folder, not a file this tool writes (refused)") from None
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    return os.fdopen(os.open(path, flags, 0o666), "wb")
+
+
+def same_file(fh, path: Path) -> bool:
+    """Is ``path`` (not followed) still the file open as ``fh``? (checked before it is renamed into place)"""
+    try:
+        a, b = os.fstat(fh.fileno()), os.lstat(path)
+    except OSError:
+        return False
+    return stat.S_ISREG(b.st_mode) and (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
+
+
+def real_dir(path: Path, what: str) -> None:
+    """GrowError if ``path`` exists as anything but a folder (a link to a folder elsewhere included)."""
+    if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
+        raise GrowError(f"{path}: is a link or not a folder ({what}; refused)")

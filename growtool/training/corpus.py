@@ -61,11 +61,13 @@ from pathlib import Path
 import numpy as np
 
 from growtool.io.checkpoint import atomic_file
+from growtool.io.confine import create_new, open_regular, read_regular, same_file
 from growtool.nn.errors import GrowError
 from growtool.training.readers import (  # noqa: F401 (the readers' names, as corpus.X)
     EOT_NAMES,
     FORCE,
     TOKEN_KINDS,
+    Stale,
     doc_separator,
     expand_inputs,
     file_sha256,
@@ -281,30 +283,97 @@ def build(
     label: str = "tokenise",
 ) -> None:
     """Tokenise ``files`` into the token file ``cache`` (and its .json / .docs), resuming a partial
-    build of the same key; see the module docstring (sizes: the module's BLOCK, BATCH, CHECKPOINT)."""
+    build of the same key when its record fits the inputs and the partial files (``_resumable``), else
+    from the start; see the module docstring (sizes: the module's BLOCK, BATCH, CHECKPOINT)."""
+    args = (files, tok, cache, dtype, sep, text_key, vocab, bin_dtype, progress, label)
+    try:
+        _build(*args, _resumable(cache, files, dtype, sep, vocab, bin_dtype))
+    except Stale:  # the record points past the end of an input: start over
+        _build(*args, None)
+
+
+def _partials(cache: Path) -> tuple[Path, Path, Path]:
+    folder, key = cache.parent, cache.with_suffix("").name
+    return folder / f".{cache.name}.partial", folder / f".{key}.docs.partial", folder / f".{key}.progress.json"
+
+
+def _int(v, lo: int, hi: int) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
+
+
+def _position_bound(path: Path, dtype) -> int:
+    """The largest position a progress record may hold for ``path`` (bytes, lines, rows or ids)."""
+    kind = kind_of(path)
+    if kind == "parquet":
+        return _rows(path)
+    if kind in TOKEN_KINDS:
+        return len(token_file(path, kind, dtype))
+    return path.stat().st_size + 1  # text: a byte offset; JSONL: lines (checked again as read: Stale)
+
+
+def _rows(path: Path) -> int:
+    import pyarrow.parquet as pq
+
+    try:
+        return pq.ParquetFile(path).metadata.num_rows
+    except Exception:  # pyarrow's own types; the build refuses the file with its message
+        return 0
+
+
+def _resumable(cache: Path, files, dtype, sep, vocab, bin_dtype) -> dict | None:
+    """The progress record of an interrupted build of this key, if it fits: every field of its type,
+    its file and position inside the inputs, its token and document counts held by the partial files,
+    the partial tokens' largest id the recorded one (and inside the vocabulary), the document ends
+    increasing. None (start over) otherwise."""
+    part, docs_part, prog = _partials(cache)
+    try:
+        rec = json.loads(read_regular(prog, "token cache"))
+        with open_regular(part, "token cache") as fh, open_regular(docs_part, "token cache") as dh:
+            ok = (
+                isinstance(rec, dict)
+                and _int(rec.get("file"), 0, len(files) - 1)
+                and _int(rec.get("tokens"), 0, os.fstat(fh.fileno()).st_size // dtype.itemsize)
+                and _int(rec.get("docs"), 0, min(rec["tokens"], os.fstat(dh.fileno()).st_size // 8))
+                and _int(rec.get("max"), -1, (vocab or 1 << 32) - 1)
+                and isinstance(rec.get("open", False), bool)
+                and _int(rec.get("marker"), 0, _position_bound(files[rec["file"]], bin_dtype))
+            )
+            if not ok:
+                return None
+            ids = np.memmap(fh, dtype=dtype, mode="r", shape=(rec["tokens"],)) if rec["tokens"] else np.zeros(0, dtype)
+            ends = np.fromfile(dh, dtype=np.int64, count=rec["docs"])
+            return rec if _fits(ids, ends, rec["max"], sep) else None
+    except (OSError, ValueError, GrowError, KeyError):
+        return None
+
+
+def _fits(ids: np.ndarray, ends: np.ndarray, top: int, sep) -> bool:
+    """Do token ids and document ends agree with a record's largest id and count (chunked reads)?"""
+    seen = -1
+    for lo in range(0, len(ids), SCAN):
+        chunk = np.asarray(ids[lo : lo + SCAN])
+        seen = max(seen, int(chunk.max()))
+    if seen != top:
+        return False
+    if len(ends) and (ends[0] <= 0 or ends[-1] > len(ids) or np.any(np.diff(ends) <= 0)):
+        return False
+    return sep is None or all(int(ids[e - 1]) == sep for e in ends[-8:])
+
+
+def _build(files, tok, cache, dtype, sep, text_key, vocab, bin_dtype, progress, label, state) -> None:
     block, batch_chars, checkpoint = BLOCK, BATCH, CHECKPOINT
     key_path = cache.with_suffix("")
-    part = cache.parent / f".{cache.name}.partial"
-    docs_part = cache.parent / f".{key_path.name}.docs.partial"
-    prog = cache.parent / f".{key_path.name}.progress.json"
-    state = {"file": 0, "marker": 0, "tokens": 0, "docs": 0, "max": -1}
-    if prog.is_file() and part.is_file() and docs_part.is_file():
-        try:
-            saved = json.loads(prog.read_text())
-            ok = (
-                part.stat().st_size >= saved["tokens"] * dtype.itemsize
-                and docs_part.stat().st_size >= saved["docs"] * 8
-            )
-            if ok:
-                state = saved
-        except (ValueError, KeyError, OSError):
-            pass
+    part, docs_part, prog = _partials(cache)
+    if state is None:  # fresh partial files (never written through a link planted in their place)
+        _remove(prog)
+        state = {"file": 0, "marker": 0, "tokens": 0, "docs": 0, "max": -1}
+        fh, dh = create_new(part), create_new(docs_part)
+    else:
+        fh, dh = open_regular(part, "token cache", "r+b"), open_regular(docs_part, "token cache", "r+b")
     enc = Encoder(tok, dtype)
     sizes = [p.stat().st_size for p in files]
     bar = Bar(progress and sys.stderr.isatty(), sum(sizes), label)
     tokens, docs, top = state["tokens"], state["docs"], state["max"]
-    fh = open(part, "r+b" if state["tokens"] or state["file"] else "wb")
-    dh = open(docs_part, "r+b" if state["docs"] or state["file"] else "wb")
     fh.truncate(tokens * dtype.itemsize)
     dh.truncate(docs * 8)
     fh.seek(0, 2)
@@ -316,7 +385,7 @@ def build(
         def flush(job):
             nonlocal tokens, docs, top, since
             fut, metas = job
-            arrays = fut.result()
+            arrays = _native(fut.result)
             ends = []
             for (_, _, last), ids in zip(metas, arrays):
                 if len(ids):
@@ -381,6 +450,8 @@ def build(
             raise GrowError(f"{', '.join(map(str, files))}: no tokens (the data is empty)")
         _fsync(fh)
         _fsync(dh)
+        if not (same_file(fh, part) and same_file(dh, docs_part)):
+            raise GrowError(f"{cache.parent}: a partial token file was replaced while it was written (refused)")
         fh.close()
         dh.close()
         meta = {"tokens": tokens, "max": top, "docs": docs, "sep": sep, "dtype": dtype.name}
@@ -389,7 +460,7 @@ def build(
         os.replace(part, cache)
         _fsync_dir(cache.parent)
         _remove(prog)
-    except GrowError:
+    except (GrowError, Stale):
         fh.close()
         dh.close()
         _remove(part, docs_part, prog)
@@ -401,6 +472,17 @@ def build(
             fh.close()
         if not dh.closed:
             dh.close()
+
+
+def _native(call):
+    """``call()``, with a panic of the tokenizers library (pyo3's ``PanicException``, a
+    ``BaseException``: a pre-tokenizer regex past its engine's retry limit, say) made one GrowError."""
+    try:
+        return call()
+    except BaseException as e:
+        if type(e).__name__ != "PanicException":
+            raise
+        raise GrowError(f"the tokenizer failed on this data ({' '.join(str(e).split())[:120]})") from None
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -433,13 +515,34 @@ def _locked(folder: Path):
         os.close(fd)  # releases the lock
 
 
-def _whole(cache: Path, meta_path: Path, docs_path: Path, dtype) -> bool:
-    """Is the cache there and of the sizes its record says (not cut short or replaced since)?"""
+def _checked(cache: Path, meta_path: Path, docs_path: Path, dtype, sep) -> tuple | None:
+    """(record, tokens memmap, document ends) of a finished cache, if it holds what its record says:
+    regular files of the folder (no links), every field of its type, the sizes, document ends
+    increasing up to the token count, and the largest id (a chunked scan) the recorded one. None
+    otherwise: the cache is rebuilt, never trusted as found."""
     try:
-        meta = json.loads(meta_path.read_text())
-        return cache.stat().st_size == meta["tokens"] * dtype.itemsize and docs_path.stat().st_size == meta["docs"] * 8
-    except (OSError, ValueError, KeyError, TypeError):
-        return False
+        meta = json.loads(read_regular(meta_path, "token cache"))
+        with open_regular(cache, "token cache") as fh, open_regular(docs_path, "token cache") as dh:
+            n = os.fstat(fh.fileno()).st_size // dtype.itemsize
+            ok = (
+                isinstance(meta, dict)
+                and meta.get("tokens") == n > 0
+                and n * dtype.itemsize == os.fstat(fh.fileno()).st_size
+                and _int(meta.get("docs"), 0, n)
+                and meta["docs"] * 8 == os.fstat(dh.fileno()).st_size
+                and _int(meta.get("max"), 0, (1 << 32) - 1)
+                and meta.get("sep") == sep
+                and meta.get("dtype") == dtype.name
+            )
+            if not ok:
+                return None
+            tokens = np.memmap(fh, dtype=dtype, mode="r", shape=(n,))
+            ends = np.fromfile(dh, dtype=np.int64)
+    except (OSError, ValueError, GrowError):
+        return None
+    if not _fits(tokens, ends, meta["max"], sep):
+        return None
+    return meta, tokens, ends
 
 
 def load(
@@ -485,12 +588,14 @@ def load(
     try:
         folder.mkdir(parents=True, exist_ok=True)
         with _locked(folder):  # one builder at a time; readers wait for it
-            if not _whole(cache, meta_path, docs_path, dtype):  # none yet, or damaged since: (re)built
+            found = _checked(cache, meta_path, docs_path, dtype, sep)
+            if found is None:  # none yet, or not what its record says: (re)built
                 _remove(cache, meta_path, docs_path)
                 build(files, shas, tok, cache, dtype, sep, text_key, vocab_size, bin_dtype, progress, label=label)
-            meta = json.loads(meta_path.read_text())
-            tokens = np.memmap(cache, dtype=dtype, mode="r", shape=(meta["tokens"],))
-            ends = np.fromfile(docs_path, dtype=np.int64)
+                found = _checked(cache, meta_path, docs_path, dtype, sep)
+                if found is None:
+                    raise GrowError(f"{folder}: the token cache just written does not read back (a changing folder?)")
+            meta, tokens, ends = found
     finally:
         if private:
             import shutil

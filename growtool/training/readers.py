@@ -14,12 +14,36 @@ import glob
 import gzip
 import hashlib
 import json
+import os
 import re
+import zlib
 from pathlib import Path
 
 import numpy as np
 
 from growtool.nn.errors import GrowError
+
+MAX_LINE = 64 << 20  # bytes of one JSONL line, unless GROWTOOL_MAX_LINE says otherwise
+SURROGATE = re.compile("[\ud800-\udfff]")  # a lone \\uXXXX surrogate escape decodes to one of these
+
+
+class Stale(Exception):
+    """A resumed read starts past the end of its file: the progress record does not fit the input."""
+
+
+def max_line() -> int:
+    """The longest JSONL line read (bytes, newline excluded): ``GROWTOOL_MAX_LINE`` (bytes or a size
+    such as 256MB) or ``MAX_LINE``. A record is parsed whole, so this bounds the reader's memory."""
+    text = os.environ.get("GROWTOOL_MAX_LINE")
+    if not text:
+        return MAX_LINE
+    from growtool.io.files import parse_size
+
+    try:
+        return parse_size(text)
+    except GrowError:
+        raise GrowError(f"GROWTOOL_MAX_LINE={text!r}: not a positive size (e.g. 64MB, 1GiB, or bytes)") from None
+
 
 EOT_NAMES = ("<|endoftext|>", "</s>", "<|end_of_text|>", "<eos>", "<|eos|>")
 TOKEN_KINDS = ("bin", "npy")
@@ -186,30 +210,46 @@ def _doc(obj, key: str, where: str) -> str:
     v = obj[key]
     if not isinstance(v, str):
         raise GrowError(f"{where}: {key!r} is not a string ({type(v).__name__})")
+    bad = SURROGATE.search(v)
+    if bad:
+        raise GrowError(f"{where}: {key!r} holds a lone surrogate \\u{ord(bad.group()):04x}, not text")
     return v
 
 
 def read_jsonl(path: Path, start: int, key: str):
-    """(line number after, text, True) per record; lines before ``start`` skipped."""
-    gz = path.name.lower().endswith(".gz")
+    """(line number after, text, True) per record; lines before ``start`` skipped (``Stale`` when the
+    file has fewer). A line is read up to ``max_line()`` bytes: a longer one is refused, so neither a
+    long line nor a gzip file inflating to one is ever held whole."""
+    gz, limit = path.name.lower().endswith(".gz"), max_line()
     try:
         with open(path, "rb") as raw, gzip.open(raw, "rb") if gz else raw as fh:
-            done = 0
-            for n, line in enumerate(fh, 1):
+            done, n = 0, 0
+            while line := fh.readline(limit + 1):
+                n += 1
                 done = raw.tell() if gz else done + len(line)
+                if len(line) > limit and not line.endswith(b"\n"):
+                    raise GrowError(
+                        f"{path}: line {n}: longer than {limit:,} bytes (a record is read whole; "
+                        "GROWTOOL_MAX_LINE raises the bound)"
+                    )
                 if n <= start or not line.strip():
                     continue
-                try:
-                    obj = json.loads(line)
-                except UnicodeDecodeError as e:
-                    raise GrowError(f"{path}: line {n}: not UTF-8 text (byte {e.start})") from None
-                except ValueError as e:
-                    raise GrowError(f"{path}: line {n}: not JSON ({str(e).split(':')[0]})") from None
-                yield n, _doc(obj, key, f"{path}: line {n}"), True, done, (path, n)
-    except (OSError, EOFError, gzip.BadGzipFile) as e:
-        if isinstance(e, GrowError):
-            raise
+                yield n, _doc(_json(line, f"{path}: line {n}"), key, f"{path}: line {n}"), True, done, (path, n)
+            if n < start:
+                raise Stale(f"{path}: {n} lines, the record says {start}")
+    except (OSError, EOFError, gzip.BadGzipFile, zlib.error) as e:
         raise GrowError(f"{path}: cannot read ({getattr(e, 'strerror', None) or e})") from None
+
+
+def _json(line: bytes, where: str):
+    try:
+        return json.loads(line)
+    except UnicodeDecodeError as e:
+        raise GrowError(f"{where}: not UTF-8 text (byte {e.start})") from None
+    except ValueError as e:
+        raise GrowError(f"{where}: not JSON ({str(e).split(':')[0]})") from None
+    except RecursionError:
+        raise GrowError(f"{where}: nested too deeply to be a record") from None
 
 
 def parquet_file(path: Path, key: str):
@@ -224,6 +264,8 @@ def parquet_file(path: Path, key: str):
     if key not in schema.names:
         raise GrowError(f"{path}: no column {key!r} (columns: {', '.join(schema.names)}; --text-key names it)")
     t = schema.field(key).type
+    if pa.types.is_dictionary(t):  # a dictionary-encoded column (pandas' categorical): its values count
+        t = t.value_type
     if not (pa.types.is_string(t) or pa.types.is_large_string(t)):
         raise GrowError(f"{path}: column {key!r} is {t}, not text")
     return pf
