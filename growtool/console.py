@@ -156,6 +156,11 @@ class Growtool(click.Group):
         except Exception as e:
             code = 3
             click.echo(internal_error(e, Growtool.debug), err=True)
+        except (KeyboardInterrupt, GeneratorExit):
+            raise
+        except BaseException as e:  # a native library's own BaseException (pyo3's PanicException): a bug
+            code = 3
+            click.echo(internal_error(e, Growtool.debug), err=True)
         sys.exit(code)
 
 

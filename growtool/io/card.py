@@ -10,8 +10,10 @@ MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<|~"})  # links, code, em
 
 def md(value) -> str:
     """Text from a checkpoint (lineage, recorded paths) as inert Markdown: one line, every character
-    that Markdown or HTML would act on escaped (no links, images, tags or table cells of its own)."""
-    return " ".join(str(value).split()).translate(MARKDOWN)
+    that Markdown or HTML would act on escaped (no links, images, tags or table cells of its own). A
+    file name that is not UTF-8 (its bytes decoded as lone surrogates) shows them as ``\\udcXX``."""
+    text = str(value).encode("utf-8", "backslashreplace").decode("utf-8")
+    return " ".join(text.split()).translate(MARKDOWN)
 
 
 def _stage(st: dict) -> str:

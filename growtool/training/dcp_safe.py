@@ -109,9 +109,25 @@ def read_metadata(folder: Path, want_sha256: str | None):
             raise GrowError(f"{path}: bad offsets for {rel}")
         if getattr(info, "transform_descriptors", None):
             raise GrowError(f"{path}: uses storage transforms, which growtool does not write")
+    for rel in sorted({info.relative_path for info in md.storage_data.values()}):
+        data_file(folder / rel)
     if getattr(md, "storage_meta", None) is None:
         md.storage_meta = StorageMeta()
     return md
+
+
+def data_file(path: Path) -> None:
+    """GrowError unless ``path`` is a regular file of the state folder: not a link (to a file outside
+    the run folder), not a FIFO (a read that never ends) nor anything else."""
+    import os
+    import stat
+
+    try:
+        st = os.lstat(path)
+    except OSError:
+        raise GrowError(f"{path}: a data file of the sharded state is missing") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GrowError(f"{path}: not a regular file of the sharded state (a link or special file; refused)")
 
 
 def load(state: dict, folder: Path, want_sha256: str | None, no_dist: bool) -> None:
@@ -143,7 +159,23 @@ def load(state: dict, folder: Path, want_sha256: str | None, no_dist: bool) -> N
     try:
         dcp.load(state, storage_reader=Reader(folder), planner=SafePlanner(), no_dist=no_dist)
     except (Exception, CheckpointException) as e:
+        signal = _interrupt(e)
+        if signal is not None:  # SIGINT / SIGTERM arrived while loading: an interrupt, not bad input
+            raise signal from None
         raise GrowError(f"{folder}: cannot load the sharded training state ({_first_line(e)})") from None
+
+
+def _interrupt(e: BaseException) -> BaseException | None:
+    """The interrupt (``console.Interrupted``, ``KeyboardInterrupt``) that DCP wrapped into its
+    ``CheckpointException`` (it collects every failure of a step, BaseExceptions included), if any."""
+    from growtool.console import Interrupted
+
+    failures = getattr(e, "failures", None)
+    for inner in (failures or {}).values() if isinstance(failures, dict) else ():
+        inner = inner[0] if isinstance(inner, tuple) else inner
+        if isinstance(inner, (Interrupted, KeyboardInterrupt)):
+            return inner
+    return None
 
 
 def _first_line(e: BaseException) -> str:

@@ -39,7 +39,6 @@ from __future__ import annotations
 import json
 import math
 import os
-import shutil
 import time
 from contextlib import nullcontext
 from dataclasses import dataclass, field
@@ -55,9 +54,18 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, runfiles, stages, stream
+from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, run_folder, runfiles, stages, stream
 from growtool.training.optim import make_optimizer
-from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
+from growtool.training.run_folder import (
+    FINAL,
+    MODEL,
+    STATE,
+    append_metrics,
+    plot,
+    read_metrics,
+    save_bytes,
+    write_metrics,
+)
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
 from growtool.training.settings import Settings, resume_keys, saved_setting
 
@@ -193,6 +201,13 @@ class Run:
         return self.tok.files.record() if self.tok is not None and self.tok.files else self.ck.tokenizer
 
 
+def run_inputs(ckpt, data_specs, files, val_specs, val_files, tokenizer) -> list[str]:
+    """Everything a run reads: the checkpoint, the data and validation data (as given, so a whole
+    folder counts, and as expanded), and a tokenizer path (the run folder's overlap check)."""
+    out = [str(ckpt), *map(str, data_specs or []), *map(str, files), *map(str, val_specs or []), *map(str, val_files)]
+    return out + ([str(tokenizer)] if tokenizer not in (None, "byte") else [])
+
+
 def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir, val_data=None, progress=False) -> Run:
     """Check everything before writing anything; load the data; resolve the settings."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -201,7 +216,9 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     val_files = corpus.expand_inputs(val_data, "--val-data") if val_data else []
     dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
-    confine.check_run_folder(out, [str(ckpt), *map(str, files)])  # the run's files never replace an input
+    confine.check_run_folder(out, run_inputs(ckpt, data_files, files, val_data, val_files, opts.tokenizer))
+    if cache_dir is None:
+        confine.real_dir(out / "cache", "the run's token cache")  # not a link out of the run folder
     cfg = ck.config
     tok = tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
     seq = opts.seq or min(cfg.context, 128)
@@ -230,14 +247,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
     stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width, opts.fsdp, cfg.layers)
-    existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
-    try:  # bad data leaves no cache and no run folder behind
-        ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
-    except GrowError:
-        if not existed and rank == 0:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
     identity["source_sha256"] = ck.sha256()
     gated = (
         cfg.gated
@@ -246,12 +257,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     )
     s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
     s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
-    try:
-        stages.check_schedule(s, cfg.width)
-    except GrowError:
-        if not existed and rank == 0:  # only the token cache was written: leave nothing behind
-            shutil.rmtree(out, ignore_errors=True)
-        raise
+    stages.check_schedule(s, cfg.width)
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
 
@@ -410,7 +416,7 @@ def loop(run: Run, module, progress: bool) -> int:
             run.records = [r for r in read_metrics(metrics_path) if r["step"] <= run.start]
         write_metrics(metrics_path, run.records)  # a fresh start: none (what a failed first run logged goes)
     run.val = run.ds.val_batches(s["eval_batches"])
-    fh = open(metrics_path, "a") if run.lead else None
+    fh = append_metrics(metrics_path) if run.lead else None
 
     def log(rec):
         run.records.append(rec)
@@ -522,19 +528,20 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
         data_files = [data_files]
     if isinstance(val_data, (str, os.PathLike)):
         val_data = [val_data]
-    run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
-    own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
-    restore(run, resume)
-    was_deterministic = torch.are_deterministic_algorithms_enabled()
-    if opts.deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
-        torch.use_deterministic_algorithms(True)
-    try:
-        module, _ = parallel(run)
-        step = loop(run, module, progress)
-    finally:
-        torch.use_deterministic_algorithms(was_deterministic)
-    summary = finish(run, step, time.time() - t_start)
+    with run_folder.held(Path(out), int(os.environ.get("RANK", "0")) == 0, STATE):  # locked; a failed new one removed
+        run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
+        own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
+        restore(run, resume)
+        was_deterministic = torch.are_deterministic_algorithms_enabled()
+        if opts.deterministic:
+            os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read when cuBLAS starts
+            torch.use_deterministic_algorithms(True)
+        try:
+            module, _ = parallel(run)
+            step = loop(run, module, progress)
+        finally:
+            torch.use_deterministic_algorithms(was_deterministic)
+        summary = finish(run, step, time.time() - t_start)
     if own_group:
         dist.barrier()
         dist.destroy_process_group()

@@ -1,15 +1,20 @@
 """The run-folder format: the file names of a training run's resumable state (``MODEL`` +
 ``STATE``) and final checkpoint, ``metrics.jsonl`` (read / written whole, atomically), the state's
-bytes and the loss plot."""
+bytes and the loss plot; and the folder's life (``held``): locked while a run uses it, removed when
+a run that made it fails before its first saved state."""
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
+import os
+import shutil
 from pathlib import Path
 
 import torch
 
+from growtool.io import confine
 from growtool.io.checkpoint import atomic_file
 from growtool.nn.errors import GrowError
 
@@ -26,11 +31,22 @@ def write_metrics(path: Path, records: list[dict]) -> None:
     atomic_file(path, lambda fh: fh.write("".join(json.dumps(r) + "\n" for r in records).encode()))
 
 
+def append_metrics(path: Path):
+    """metrics.jsonl opened to append a line per step: a regular file of the run folder (a link or a
+    FIFO planted there is refused, never written through)."""
+    fh = confine.open_regular(path, "run folder", "r+b")
+    fh.seek(0, 2)
+    return io.TextIOWrapper(fh, encoding="utf-8")
+
+
 def read_metrics(path: Path) -> list[dict]:
     """The records of metrics.jsonl; a last line cut short (a full disk, a kill) is dropped."""
-    if not path.exists():
+    try:
+        with confine.open_regular(path, "run folder") as fh:
+            text = fh.read().decode(errors="replace")
+    except FileNotFoundError:
         return []
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+    lines = [line for line in text.splitlines() if line.strip()]
     out = []
     for i, line in enumerate(lines):
         try:
@@ -76,3 +92,49 @@ def plot(records: list[dict], path: Path, title: str) -> None:
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     atomic_file(path, lambda fh: fh.write(buf.getvalue()))
+
+
+@contextlib.contextmanager
+def held(out: Path, lead: bool, state: str):
+    """The life of run folder ``out`` for one ``train``: made if missing, locked (``flock`` on the
+    folder itself, held until the run ends: a second ``train`` on it is refused at once) and, when this
+    run made it and then fails (anything but an interrupt, which leaves a resumable token cache)
+    before a first state was saved, removed whole. Only the lead rank (rank 0) makes, locks or removes."""
+    if not lead:
+        yield
+        return
+    if out.exists() and not out.is_dir():
+        raise GrowError(f"{out}: exists and is not a folder")
+    if not out.parent.is_dir():
+        raise GrowError(f"{out}: parent folder {out.parent} does not exist")
+    made = False
+    try:
+        out.mkdir()
+        made = True
+    except FileExistsError:
+        confine.real_dir(out, "run folder")
+    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        _lock(fd, out)
+        yield
+    except BaseException as e:
+        from growtool.console import Interrupted
+
+        if made and not isinstance(e, (Interrupted, KeyboardInterrupt)) and not (out / state).exists():
+            shutil.rmtree(out, ignore_errors=True)
+        raise
+    finally:
+        os.close(fd)  # releases the lock
+
+
+def _lock(fd: int, out: Path) -> None:
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lock
+        return
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        raise GrowError(
+            f"{out}: another train is using this run folder (refused; wait for it, or another --out)"
+        ) from None

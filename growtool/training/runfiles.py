@@ -52,10 +52,14 @@ def load_state(path: Path) -> dict:
     corrupt or incomplete one is one GrowError line, not a traceback."""
     import torch
 
+    from growtool.io.confine import open_regular
     from growtool.nn.errors import GrowError
 
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_regular(path, "run folder") as fh:  # not a link out of the run folder, nor a FIFO
+            state = torch.load(fh, map_location="cpu", weights_only=True)
+    except GrowError:
+        raise
     except Exception as e:  # a truncated zip, a refused global, garbage
         raise GrowError(f"{path}: not a readable training state ({' '.join(str(e).split())[:100]})") from None
     rng = state.get("rng") if isinstance(state, dict) else None
