@@ -131,12 +131,17 @@ def check_output(out: str, inputs: Iterable[str]) -> None:
 
 
 def check_run_folder(out: Path, inputs: Iterable[str]) -> None:
-    """``train --out``: the run folder must not hold (or be) anything a training input is read from."""
+    """``train --out``: the run folder must not hold (or be) anything a training input is read from,
+    nor lie inside an input folder (whose files are all read: the run's own among them)."""
     d = _real(out)
     for src in inputs:
-        for r, _ in read_set(str(src)):
+        for r, whole in read_set(str(src)):
             if d == r or d in r.parents:
                 raise GrowError(f"{out}: the run folder holds the input {src}, which its files could replace")
+            if whole and r in d.parents:
+                raise GrowError(
+                    f"{out}: the run folder lies inside the input folder {src}, which would read it as input"
+                )
 
 
 _renameat2 = None

@@ -152,12 +152,12 @@ class Encoder:
 
                 text = self.text(payload, where)
                 if len(text) > 2 * self.piece:
-                    out[k] = encode_text(hf, text).astype(self.dtype)
+                    out[k] = _native(lambda t=text: encode_text(hf, t)).astype(self.dtype)
                 else:
                     batch.append(text)
                     owner.append(k)
         if batch:
-            encs = hf.encode_batch_fast(batch, add_special_tokens=False)
+            encs = _native(lambda: hf.encode_batch_fast(batch, add_special_tokens=False))
             parts: dict[int, list] = {}
             for k, e in zip(owner, encs):
                 parts.setdefault(k, []).append(np.array(e.ids, dtype=self.dtype))
@@ -385,7 +385,7 @@ def _build(files, tok, cache, dtype, sep, text_key, vocab, bin_dtype, progress, 
         def flush(job):
             nonlocal tokens, docs, top, since
             fut, metas = job
-            arrays = _native(fut.result)
+            arrays = fut.result()
             ends = []
             for (_, _, last), ids in zip(metas, arrays):
                 if len(ids):
@@ -475,14 +475,30 @@ def _build(files, tok, cache, dtype, sep, text_key, vocab, bin_dtype, progress, 
 
 
 def _native(call):
-    """``call()``, with a panic of the tokenizers library (pyo3's ``PanicException``, a
-    ``BaseException``: a pre-tokenizer regex past its engine's retry limit, say) made one GrowError."""
-    try:
-        return call()
-    except BaseException as e:
-        if type(e).__name__ != "PanicException":
-            raise
-        raise GrowError(f"the tokenizer failed on this data ({' '.join(str(e).split())[:120]})") from None
+    """``call()`` (the tokenizers library encoding), with a panic of the library (pyo3's
+    ``PanicException``, a ``BaseException``: a pre-tokenizer regex past its engine's retry limit, say)
+    made one GrowError line. The library prints a panic to file descriptor 2 itself, so descriptor 2
+    is held in a temporary file during the call and copied back unless the call panicked."""
+    import tempfile
+
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as cap:
+        saved, panicked = os.dup(2), False
+        os.dup2(cap.fileno(), 2)
+        try:
+            return call()
+        except BaseException as e:
+            if type(e).__name__ != "PanicException":
+                raise
+            panicked = True
+            raise GrowError(f"the tokenizer failed on this data ({' '.join(str(e).split())[:120]})") from None
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            cap.seek(0)
+            held = cap.read()
+            if held and not panicked:
+                os.write(2, held)
 
 
 def _fsync_dir(folder: Path) -> None:
