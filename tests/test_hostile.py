@@ -355,7 +355,8 @@ def test_a_folders_config_json_is_the_config(tmp_path):
 def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path, monkeypatch):
     """6. The disk fills while the state of step 4 is written: one line, exit 2, the step-2 pair
     untouched and nothing pending left; ``--resume`` then finishes the run. A disk full at the very
-    first save of a new run folder removes the folder (issue 41); the run then starts over. A metrics line cut short is dropped on resume."""
+    first save of a new run folder removes the folder (issue 41); the run then starts over. A metrics
+    line cut short is dropped on resume."""
     import errno
 
     from growtool.training import loop as train_mod

@@ -275,7 +275,7 @@ def read_parquet(path: Path, start: int, key: str):
     """(row after, text, True) per row."""
     pf = parquet_file(path, key)
     row, rows, size = 0, max(1, pf.metadata.num_rows), path.stat().st_size
-    for batch in pf.iter_batches(batch_size=4096, columns=[key]):
+    for batch in _batches(pf, path, key):
         vals = batch.column(0).to_pylist()
         if row + len(vals) <= start:
             row += len(vals)
@@ -287,6 +287,21 @@ def read_parquet(path: Path, start: int, key: str):
             if v is None:
                 raise GrowError(f"{path}: row {row}: {key!r} is null")
             yield row, v, True, size * row // rows, (path, row)
+
+
+def _batches(pf, path: Path, key: str):
+    """``pf``'s batches of column ``key``; a file damaged past its footer is one GrowError line."""
+    import pyarrow as pa
+
+    batches = pf.iter_batches(batch_size=4096, columns=[key])
+    while True:
+        try:
+            batch = next(batches)
+        except StopIteration:
+            return
+        except (pa.ArrowException, OSError) as e:
+            raise GrowError(f"{path}: cannot read its rows ({' '.join(str(e).split())[:120]})") from None
+        yield batch
 
 
 def token_file(path: Path, kind: str, dtype) -> np.ndarray:
