@@ -251,14 +251,23 @@ def test_a_tokenizer_panic_is_one_line(w):
 
 
 def test_fifos_in_a_run_folder_never_hang(w):
-    """8. A FIFO as ``last.pt`` makes ``--resume`` one line, exit 2 (it hung); a FIFO as the cache's
-    progress record or a partial file is not read: the cache is built afresh, exit 0."""
+    """8, 9. A FIFO as ``last.pt`` makes ``--resume`` one line, exit 2 (it hung), and so does a
+    ``last.safetensors`` linked out of the run folder; a FIFO as the cache's progress record or a
+    partial file is not read: the cache is built afresh, exit 0."""
     r = train(w, "--data", w / "t.txt", "--stop-at", 2)
     assert r.returncode == 0, r.stderr
     (w / "run" / "last.pt").unlink()
     os.mkfifo(w / "run" / "last.pt")
     before = tree(w)
     refused(train(w, "--data", w / "t.txt", "--resume", timeout=60), 2, "last.pt", "not a regular file")
+    assert tree(w) == before
+
+    r = train(w, "--data", w / "t.txt", "--stop-at", 2, out="run3")
+    assert r.returncode == 0, r.stderr
+    (w / "run3" / "last.safetensors").rename(w / "elsewhere.safetensors")
+    (w / "run3" / "last.safetensors").symlink_to(w / "elsewhere.safetensors")  # 9: a link out of the folder
+    before = tree(w)
+    refused(train(w, "--data", w / "t.txt", "--resume", out="run3"), 2, "last.safetensors", "not a regular file")
     assert tree(w) == before
 
     names = cache_names(w, w / "t.txt")

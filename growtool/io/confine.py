@@ -249,3 +249,15 @@ def real_dir(path: Path, what: str) -> None:
     """GrowError if ``path`` exists as anything but a folder (a link to a folder elsewhere included)."""
     if os.path.islink(path) or (os.path.lexists(path) and not os.path.isdir(path)):
         raise GrowError(f"{path}: is a link or not a folder ({what}; refused)")
+
+
+def run_file(path: Path, what: str = "run folder") -> Path:
+    """``path`` if it is a regular file itself (not a link out of its folder, not a FIFO): for files of
+    a run folder read by name elsewhere (``last.safetensors``). GrowError otherwise."""
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        raise GrowError(f"{path}: no such file ({what})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise GrowError(f"{path}: not a regular file of the {what} (a link or special file; refused)")
+    return path

@@ -29,6 +29,7 @@ What holds:
 
 from __future__ import annotations
 
+import os
 import shutil
 import warnings
 from contextlib import nullcontext
@@ -125,8 +126,11 @@ def save_state(model, opt, out: Path, step: int) -> str:
     import torch.distributed.checkpoint as dcp
 
     folder = state_folder(out, step)
-    if folder.exists() and (not dist.is_initialized() or dist.get_rank() == 0):
-        shutil.rmtree(folder)  # a leftover of an interrupted save at this step: never the one last.pt names
+    if os.path.lexists(folder) and (not dist.is_initialized() or dist.get_rank() == 0):
+        if folder.is_symlink() or not folder.is_dir():  # a link planted there: removed, never written through
+            folder.unlink()
+        else:
+            shutil.rmtree(folder)  # a leftover of an interrupted save at this step: never the one last.pt names
     if dist.is_initialized():
         dist.barrier()
     with _Quiet():

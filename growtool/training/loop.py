@@ -253,7 +253,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     gated = (
         cfg.gated
         or bool(opts.grow_at)
-        or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
+        or (resume and (out / MODEL).exists() and checkpoint.load(confine.run_file(out / MODEL)).config.gated)
     )
     s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
     s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
@@ -272,7 +272,7 @@ def restore(run: Run, resume: bool) -> None:
                     f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
                     f"{saved_setting(state['settings'], k)!r} (resume with the same command line)"
                 )
-        last = checkpoint.load(run.out / MODEL)
+        last = checkpoint.load(confine.run_file(run.out / MODEL))
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:
             raise GrowError(f"{run.out}: {MODEL} and {STATE} are from different steps (cannot resume exactly)")
         model = last.model()
