@@ -29,7 +29,7 @@ from pathlib import Path
 import torch
 
 from growtool.grow import growth, moments, recipes
-from growtool.io import checkpoint
+from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
@@ -260,7 +260,7 @@ def expand_run(
     state = load_state(src / STATE)  # weights_only, checked
     if "optimizer" not in state:
         raise GrowError(f"{src}: its optimizer state is sharded (an --fsdp run): growing it is not built")
-    last = checkpoint.load(src / MODEL)
+    last = checkpoint.load(confine.run_file(src / MODEL))  # a regular file of the run folder, not a link out
     step = state["step"]
     if not last.lineage or last.lineage[-1].get("step") != step:
         raise GrowError(f"{src}: {MODEL} and {STATE} are from different steps")
