@@ -62,7 +62,8 @@ def env_with(**kw) -> dict:
 
 def test_cache_partial_files_are_never_written_through_links(w):
     """1. ``.tokens-KEY.uint16.partial`` and ``.tokens-KEY.docs.partial`` planted as links to a user's
-    files: the run writes fresh files of its own, exit 0, and the linked files are unchanged."""
+    files: the run writes fresh files of its own, exit 0, and the linked files are unchanged. A run's
+    ``cache`` folder that is a link out of the run folder is refused."""
     names = cache_names(w, w / "t.txt")
     victim, victim2 = w / "victim.txt", w / "victim2.txt"
     victim.write_text("precious\n")
@@ -78,6 +79,13 @@ def test_cache_partial_files_are_never_written_through_links(w):
     made = cache / names["tokens"]
     assert not made.is_symlink() and made.is_file()
     assert made.read_bytes() == (w / "ref" / "cache" / names["tokens"]).read_bytes()
+
+    (w / "outside").mkdir()
+    (w / "run2").mkdir()
+    (w / "run2" / "cache").symlink_to(w / "outside")  # the run's cache folder linked out of the run folder
+    before = tree(w)
+    refused(train(w, "--data", w / "t.txt", out="run2"), 2, "cache", "link")
+    assert tree(w) == before
 
 
 # ---- 2: the cache and its progress record are checked against the inputs ------------------------
