@@ -369,3 +369,22 @@ def test_a_non_utf8_file_name_reaches_the_model_card(w):
     assert r.returncode == 0, r.stderr
     card = (w / "run" / "README.md").read_text()
     assert "a\\\\udcff.safetensors" in card
+
+
+def test_a_native_base_exception_anywhere_is_one_line_exit_3(w, monkeypatch):
+    """7. A BaseException of a native library's own type (pyo3's ``PanicException`` derives from
+    ``BaseException``) raised outside the tokeniser: one internal-error line, exit 3, no traceback."""
+    from growtool.training import loop
+
+    class PanicException(BaseException):
+        pass
+
+    def boom(*a, **k):
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+    monkeypatch.setattr(loop, "train", boom)
+    from helpers_hardening import cli
+
+    r = cli("train", w / "a.safetensors", "--data", w / "t.txt", "--out", w / "run", *TRAIN)
+    assert r.exit_code == 3 and "Traceback" not in r.stderr, r.stderr
+    assert r.stderr.strip().count("\n") == 0 and "internal error: PanicException" in r.stderr
