@@ -189,13 +189,15 @@ def place(dest: Path, inputs: Iterable[str], force: bool, replace: Callable[[Pat
 
 # ---- run folders and caches: files made and read without following links -------------------
 
+NOFOLLOW = getattr(os, "O_NOFOLLOW", 0)  # POSIX; elsewhere O_EXCL alone still never opens a planted link
+
 
 def open_regular(path: Path, what: str = "file", mode: str = "rb"):
     """``path`` opened for reading (``"rb"``) or updating in place (``"r+b"``) only if it is a regular
     file and not a link: opened with ``O_NOFOLLOW | O_NONBLOCK`` (a link, or a FIFO with no writer,
     cannot redirect or block the open) and checked on the open descriptor (no window between check
     and use). GrowError for anything else; FileNotFoundError passes through."""
-    flags = (os.O_RDWR if mode == "r+b" else os.O_RDONLY) | os.O_NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
+    flags = (os.O_RDWR if mode == "r+b" else os.O_RDONLY) | NOFOLLOW | getattr(os, "O_NONBLOCK", 0)
     try:
         fd = os.open(path, flags | getattr(os, "O_CLOEXEC", 0))
     except FileNotFoundError:
@@ -232,7 +234,7 @@ def create_new(path: Path):
         pass
     except IsADirectoryError:
         raise GrowError(f"{path}: is a folder, not a file this tool writes (refused)") from None
-    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
     return os.fdopen(os.open(path, flags, 0o666), "wb")
 
 

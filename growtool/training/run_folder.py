@@ -113,7 +113,7 @@ def held(out: Path, lead: bool, state: str):
         made = True
     except FileExistsError:
         confine.real_dir(out, "run folder")
-    fd = os.open(out, os.O_RDONLY | os.O_DIRECTORY)
+    fd = os.open(out, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
     try:
         _lock(fd, out)
         yield
