@@ -56,10 +56,11 @@ from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
 from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, runfiles, stages, stream
+from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
 from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
-from growtool.training.settings import Settings, resume_keys, saved_setting
+from growtool.training.settings import Settings
 
 # ---- pieces -----------------------------------------------------------------------------------
 
@@ -182,6 +183,8 @@ class Run:
     tok: Tokenizer | None = None
     growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
     diag: tuple | None = None  # (key, diagnostics.Tracker or None) for the model now (diagnostics.py)
+    inputs: dict = field(default_factory=dict)  # --data / --val-data as given (named by resume's refusals)
+    history: list = field(default_factory=list)  # settings changed on resume: [{step, changed}] (resume.py)
 
     @property
     def lead(self) -> bool:
@@ -252,7 +255,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         if not existed and rank == 0:  # only the token cache was written: leave nothing behind
             shutil.rmtree(out, ignore_errors=True)
         raise
-    return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
+    inputs = {"data": list(map(str, data_files)), "val_data": list(map(str, val_data or []))}
+    return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok, inputs=inputs)
 
 
 def restore(run: Run, resume: bool) -> None:
@@ -260,12 +264,13 @@ def restore(run: Run, resume: bool) -> None:
     model, state = run.ck.model(), None
     if resume:
         state = runfiles.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
-        for k in resume_keys():
-            if saved_setting(state["settings"], k) != run.s[k]:
-                raise GrowError(
-                    f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
-                    f"{saved_setting(state['settings'], k)!r} (resume with the same command line)"
-                )
+        saved = state["settings"]
+        run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"))  # resume.py: what may change
+        growths = list(state.get("growths", []))
+        resuming.check_length(saved, run.s, state["step"], lambda s, t: stages.lr_start(s, growths, t))
+        run.history = list(state.get("history", []))
+        if changes:  # recorded in last.pt from the next save on
+            run.history.append({"step": state["step"], "changed": changes})
         last = checkpoint.load(run.out / MODEL)
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:
             raise GrowError(f"{run.out}: {MODEL} and {STATE} are from different steps (cannot resume exactly)")
@@ -345,6 +350,7 @@ def save_state(run: Run, step: int) -> None:
     optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(run.out / folder)} if sharded else {}
     optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
+    state.update(inputs=run.inputs, history=run.history)
     runfiles.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
         run.out,
         MODEL,
@@ -471,6 +477,7 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         "metrics": str(run.out / "metrics.jsonl"),
         "gate": run_gate(run, step),
         "settings": s,
+        "history": run.history,
     }
     last = step == s["steps"]
     full = cpu_tensors(run.model) if last and (run.lead or fsdp.is_sharded(run.model)) else None  # FSDP: collective
