@@ -121,7 +121,8 @@ class Growtool(click.Group):
             stdout.finish()
         except Interrupted as e:
             code = 128 + e.signum
-            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
+            note = getattr(e, "note", "no partial output left")  # train: where the run resumes from (cli.py)
+            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); {note}", err=True)
         except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
             code = 128 + signal.SIGINT
             click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)

@@ -58,6 +58,7 @@ from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
 from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, runfiles, stages, stream
 from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
+from growtool.training.progress import Progress
 from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
 from growtool.training.settings import Settings
@@ -118,45 +119,6 @@ def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:
         return cfg, t
     plain = growth.fold_config(cfg)
     return plain, {n: growth.fold_tensor(n, cfg, gate, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
-
-
-class Progress:
-    """A rich progress bar on stderr (tokens/s, loss, lr, gate); silent when disabled."""
-
-    def __init__(self, enabled: bool, total: int, done: int):
-        self.bar = None
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
-        from rich.progress import Progress as P
-
-        self.bar = P(
-            TextColumn("train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self.task = self.bar.add_task("train", total=total, completed=done, info="")
-        self.bar.start()
-
-    def update(self, step: int, rec: dict) -> None:
-        if self.bar is None:
-            return
-        info = f"{rec['tok_s']:,.0f} tok/s  loss {rec['loss']:.4f}  lr {rec['lr']:.2e}"
-        if rec.get("gate") is not None:
-            info += f"  gate {rec['gate']:.2f}"
-        if "val_loss" in rec:
-            self.last_val = rec["val_loss"]
-        if getattr(self, "last_val", None) is not None:
-            info += f"  val {self.last_val:.4f}"
-        self.bar.update(self.task, completed=step, info=info)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
 
 
 # ---- the run: check and load, restore, loop, finish ------------------------------------------
@@ -407,6 +369,17 @@ def one_step(run: Run, module, params, step: int) -> dict:
     return rec
 
 
+def resume_point(out: Path) -> int | None:
+    """The step ``--resume`` continues ``out`` from (None: no resumable state: the run starts over). A save
+    interrupted between its renames counts once its model is in place (runfiles.recover finishes it)."""
+    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / runfiles.PENDING_STATE).exists()):
+        return None
+    try:
+        return checkpoint.load(out / MODEL).lineage[-1]["step"]
+    except (GrowError, OSError, IndexError, KeyError):
+        return None
+
+
 def loop(run: Run, module, progress: bool) -> int:
     """Train from ``run.start`` to the end (or --stop-at), logging every step; returns the last step."""
     s, metrics_path = run.s, run.out / "metrics.jsonl"
@@ -454,6 +427,10 @@ def loop(run: Run, module, progress: bool) -> int:
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
                 save_state(run, step)
+    except BaseException as e:
+        if not isinstance(e, Exception) and run.lead:  # interrupted (SIGINT, SIGTERM): where the run resumes from
+            e.resume_step = resume_point(run.out)
+        raise
     finally:
         bar.close()
         if fh:
