@@ -105,3 +105,21 @@ def test_train_logs_to_a_file_while_running_and_ctrl_c_says_how_to_resume(tmp_pa
         [sys.executable, "-m", "growtool.cli", *resume[1:], "--stop-at", str(saved + 2), "-q"], capture_output=True
     )
     assert again.returncode == 0 and f"stopped at step {saved + 2}" in again.stderr.decode(), again.stderr
+
+
+def test_plan_table_at_80_columns_shortens_tensor_names_from_the_left():
+    from growtool.grow import growth, recipes
+    from growtool.views import plan_tables
+
+    plan = growth.build_plan(make_config(width=32, layers=2, attn_gate=True), recipes.load("srio"), 48)
+    buf = io.StringIO()
+    console = Console(file=buf, width=80, color_system=None)
+    for table in plan_tables(plan, 80):
+        console.print(table)
+    lines = buf.getvalue().splitlines()
+    assert max(map(len, lines)) <= 80
+    names = [line.split("│")[1].strip() for line in lines if line.startswith("│") and line.split("│")[1].strip()]
+    assert len(names) == len(plan.rows()) and len(set(names)) == len(names)  # one line each, all distinct
+    for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
+        assert [n for n in names if n.startswith("…") and n.endswith(f"self_attn.{proj}.weight")], names
+    assert "model.embed_tokens.weight" in names  # short names are left whole
