@@ -587,7 +587,7 @@ def resume_note(step: int | None) -> str:
     """What an interrupted ``train`` says after "interrupted (SIGINT)": the step and the command to resume."""
     if step is None:
         return "nothing saved yet: run the same command again to start over"
-    args = sys.argv[1:] + ([] if "--resume" in sys.argv else ["--resume"])
+    args = Growtool.argv + ([] if "--resume" in Growtool.argv else ["--resume"])
     return f"the run resumes from step {step} (its last save) with: {shlex.join(['growtool', *args])}"
 
 

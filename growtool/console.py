@@ -107,11 +107,13 @@ class Growtool(click.Group):
 
     debug = False
     done = False  # a command has finished everything it does: ``run`` may end the process at once
+    argv: list = []  # the command line's arguments (train's resume line repeats them)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
+        Growtool.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
         code = 0
         try:
             stdout.harden()  # a closed or unbuffered standard output: every write checked (growtool.io.stdout)
