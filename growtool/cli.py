@@ -8,7 +8,6 @@ import functools
 import gc
 import json
 import os
-import shlex
 import sys
 import time
 from pathlib import Path
@@ -556,12 +555,7 @@ def train(ckpt, data_files, val_data, out, resume, quiet, **settings):
     """Train CKPT on text; prints the final (plain) checkpoint's path on stdout."""
     from growtool.training.loop import train as run
 
-    try:
-        r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, val_data=list(val_data), **settings)
-    except BaseException as e:  # interrupted: the line says where the run resumes from, and how
-        if hasattr(e, "resume_step"):
-            e.note = resume_note(e.resume_step)
-        raise
+    r = run(ckpt, list(data_files), out, resume=resume, progress=not quiet, val_data=list(val_data), **settings)
     Growtool.done = True  # every file is written and closed, the process group (torchrun) destroyed
     if os.environ.get("RANK", "0") != "0":
         return
@@ -581,14 +575,6 @@ def train(ckpt, data_files, val_data, out, resume, quiet, **settings):
         click.echo(r["final"])
     else:
         err.print(f"stopped at step {r['steps']}: resume with the same command and --resume", soft_wrap=True)
-
-
-def resume_note(step: int | None) -> str:
-    """What an interrupted ``train`` says after "interrupted (SIGINT)": the step and the command to resume."""
-    if step is None:
-        return "nothing saved yet: run the same command again to start over"
-    args = Growtool.argv + ([] if "--resume" in Growtool.argv else ["--resume"])
-    return f"the run resumes from step {step} (its last save) with: {shlex.join(['growtool', *args])}"
 
 
 # ---- demo ---------------------------------------------------------------------------------

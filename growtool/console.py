@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -123,7 +124,7 @@ class Growtool(click.Group):
             stdout.finish()
         except Interrupted as e:
             code = 128 + e.signum
-            note = getattr(e, "note", "no partial output left")  # train: where the run resumes from (cli.py)
+            note = resume_note(e.resume_step) if hasattr(e, "resume_step") else "no partial output left"
             click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); {note}", err=True)
         except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
             code = 128 + signal.SIGINT
@@ -160,6 +161,15 @@ class Growtool(click.Group):
             code = 3
             click.echo(internal_error(e, Growtool.debug), err=True)
         sys.exit(code)
+
+
+def resume_note(step: int | None) -> str:
+    """What an interrupted ``train`` says after "interrupted (SIGINT)": the step it resumes from (set on
+    the exception by the training loop) and the command that resumes it."""
+    if step is None:
+        return "nothing saved yet: run the same command again to start over"
+    args = Growtool.argv + ([] if "--resume" in Growtool.argv else ["--resume"])
+    return f"the run resumes from step {step} (its last save) with: {shlex.join(['growtool', *args])}"
 
 
 @contextlib.contextmanager
