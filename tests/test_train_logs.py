@@ -123,3 +123,16 @@ def test_plan_table_at_80_columns_shortens_tensor_names_from_the_left():
     for proj in ("q_proj", "k_proj", "v_proj", "o_proj"):
         assert [n for n in names if n.startswith("…") and n.endswith(f"self_attn.{proj}.weight")], names
     assert "model.embed_tokens.weight" in names  # short names are left whole
+
+
+def test_the_resume_line_quotes_the_command_and_adds_resume_once(monkeypatch):
+    from growtool.console import Growtool, resume_note
+
+    monkeypatch.setattr(Growtool, "argv", ["train", "my model.safetensors", "--data", "t.txt", "--out", "r"])
+    assert resume_note(30) == (
+        "the run resumes from step 30 (its last save) with: "
+        "growtool train 'my model.safetensors' --data t.txt --out r --resume"
+    )
+    monkeypatch.setattr(Growtool, "argv", ["train", "a.safetensors", "--resume", "--out", "r"])
+    assert resume_note(8).endswith("with: growtool train a.safetensors --resume --out r")
+    assert resume_note(None) == "nothing saved yet: run the same command again to start over"

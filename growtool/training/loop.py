@@ -217,8 +217,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         if not existed and rank == 0:  # only the token cache was written: leave nothing behind
             shutil.rmtree(out, ignore_errors=True)
         raise
-    inputs = {"data": list(map(str, data_files)), "val_data": list(map(str, val_data or []))}
-    return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok, inputs=inputs)
+    return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
 
 def restore(run: Run, resume: bool) -> None:
@@ -507,6 +506,7 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     if isinstance(val_data, (str, os.PathLike)):
         val_data = [val_data]
     run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
+    run.inputs = {"data": list(map(str, data_files)), "val_data": list(map(str, val_data or []))}
     own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
     restore(run, resume)
     was_deterministic = torch.are_deterministic_algorithms_enabled()
