@@ -89,6 +89,12 @@ def refusal(k: str, old, new, inputs: dict) -> str:
         return f"--data: not the data the run was started with ({data}; the same files, unchanged, in the same order)"
     if k == "source_sha256":
         return "CKPT: not the checkpoint the run was started from (give the same checkpoint)"
+    if k == "tokenizer":
+        named = lambda key: "the byte tokenizer" if key == "byte" else f"a tokenizer.json ({key[3:15]}…)"  # noqa: E731
+        return f"--tokenizer: {named(new)}, but the run was started with {named(old)} (give the same one)"
+    if k == "grow_at":
+        at = lambda g: ", ".join(f"step {st} to {w}" for st, w in g) or "no growth"  # noqa: E731
+        return f"--grow-at: the run was started with {at(old)} (given: {at(new)}); give the same --grow-at"
     return (
         f"--resume: {option(k)} {shown(new)} differs from the run's {shown(old)} "
         "(resume with the run's settings; --steps and the --eval/--save/--metrics-every cadences may change)"
