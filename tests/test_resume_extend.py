@@ -56,8 +56,9 @@ def test_wsd_run_stopped_before_its_decay_and_extended_equals_the_longer_run(wor
     part = train(world["grown"], data, d / "ext", steps=16, stop_at=10, save_every=5, eval_every=4, **KW)
     assert part["final"] is None and part["steps"] == 10 and part["history"] == []
     # resumed with twice the steps and other cadences: accepted, recorded
-    mid = train(world["grown"], data, d / "ext", resume=True, steps=32, stop_at=20, save_every=3, eval_every=7, **KW)
-    changed = {"steps": [16, 32], "save_every": [5, 3], "eval_every": [4, 7]}
+    cadences = dict(save_every=3, eval_every=7, metrics_every=6)
+    mid = train(world["grown"], data, d / "ext", resume=True, steps=32, stop_at=20, **cadences, **KW)
+    changed = {"steps": [16, 32], "eval_every": [4, 7], "save_every": [5, 3], "metrics_every": [16, 6]}
     assert mid["history"] == [{"step": 10, "changed": changed}]
     assert torch.load(d / "ext" / STATE, weights_only=True)["history"] == mid["history"]
     # resumed again without --steps or cadences: the extended length and the last cadences are kept
@@ -72,6 +73,7 @@ def test_wsd_run_stopped_before_its_decay_and_extended_equals_the_longer_run(wor
                 assert x[k] == y[k], (x["step"], k, x[k], y[k])
     assert a[-1]["val_loss"] == b[-1]["val_loss"]
     assert [r["step"] for r in b if "val_loss" in r] == [0, 4, 8, 14, 21, 28, 32]  # each invocation's cadence
+    assert [r["step"] for r in b if "matrix" in r] == [0, 12, 18, 24, 30, 32]
     ta, tb = checkpoint.load(full["final"]).tensors(), checkpoint.load(done["final"]).tensors()
     assert all(torch.equal(ta[n], tb[n]) for n in ta)
     # the decay really moved: the 16-step run would have decayed at step 13, the 32-step run did not
