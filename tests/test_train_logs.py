@@ -136,3 +136,15 @@ def test_the_resume_line_quotes_the_command_and_adds_resume_once(monkeypatch):
     monkeypatch.setattr(Growtool, "argv", ["train", "a.safetensors", "--resume", "--out", "r"])
     assert resume_note(8).endswith("with: growtool train a.safetensors --resume --out r")
     assert resume_note(None) == "nothing saved yet: run the same command again to start over"
+
+
+def test_a_line_at_least_every_thirty_seconds(monkeypatch):
+    from growtool.training import progress
+
+    clock = iter(range(0, 10_000, 31))  # each update 31 s after the one before: a line for every one
+    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    buf = io.StringIO()
+    p = Progress(True, 10_000, 0, terminal=False, stream=buf)
+    for s in range(1, 6):
+        p.update(s, {**REC, "tokens": 64 * s})
+    assert [int(LINE.match(line).group(1)) for line in buf.getvalue().splitlines()] == [1, 2, 3, 4, 5]
