@@ -198,7 +198,7 @@ plan_table, plan_json = views.plan_table, views.plan_json
 
 def show_plan(plan, quiet: bool) -> None:
     """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
-    for table in [] if quiet else views.plan_tables(plan):  # (a depth growth: where every block comes from)
+    for table in [] if quiet else views.plan_tables(plan, err.width):  # (a depth growth: where every block comes from)
         err.print(table)
     for c in [] if quiet else plan.carried:
         err.print(f"carried: {c}", soft_wrap=True)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import sys
 import tempfile
@@ -107,11 +108,13 @@ class Growtool(click.Group):
 
     debug = False
     done = False  # a command has finished everything it does: ``run`` may end the process at once
+    argv: list = []  # the command line's arguments (train's resume line repeats them)
 
     def main(self, args=None, prog_name=None, complete_var=None, standalone_mode=True, **extra):
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode, **extra)
         Growtool.debug = bool(os.environ.get("GROWTOOL_DEBUG"))
+        Growtool.argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
         code = 0
         try:
             stdout.harden()  # a closed or unbuffered standard output: every write checked (growtool.io.stdout)
@@ -121,7 +124,8 @@ class Growtool(click.Group):
             stdout.finish()
         except Interrupted as e:
             code = 128 + e.signum
-            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); no partial output left", err=True)
+            note = resume_note(e.resume_step) if hasattr(e, "resume_step") else "no partial output left"
+            click.echo(f"growtool: interrupted ({signal.Signals(e.signum).name}); {note}", err=True)
         except click.exceptions.Abort:  # a KeyboardInterrupt our handler did not see (not the main thread)
             code = 128 + signal.SIGINT
             click.echo("growtool: interrupted (SIGINT); no partial output left", err=True)
@@ -162,6 +166,15 @@ class Growtool(click.Group):
             code = 3
             click.echo(internal_error(e, Growtool.debug), err=True)
         sys.exit(code)
+
+
+def resume_note(step: int | None) -> str:
+    """What an interrupted ``train`` says after "interrupted (SIGINT)": the step it resumes from (set on
+    the exception by the training loop) and the command that resumes it."""
+    if step is None:
+        return "nothing saved yet: run the same command again to start over"
+    args = Growtool.argv + ([] if "--resume" in Growtool.argv else ["--resume"])
+    return f"the run resumes from step {step} (its last save) with: {shlex.join(['growtool', *args])}"
 
 
 @contextlib.contextmanager

@@ -8,7 +8,20 @@ from rich.table import Table
 from growtool.io import checkpoint
 
 
-def plan_table(plan) -> Table:
+def shorten_left(name: str, room: int) -> str:
+    """``name`` cut from the left to ``room`` characters ("…self_attn.q_proj.weight"): the end of a tensor
+    name tells its rows apart (q/k/v/o), so the start goes."""
+    return name if len(name) <= room else "…" + name[len(name) - room + 1 :]
+
+
+def plan_table(plan, width: int | None = None) -> Table:
+    """The plan's rows; ``width`` (the console's columns): tensor names are shortened from the left
+    so that each row's name stays on one line and the operation keeps at least 28 columns."""
+    rows = plan.rows()
+    if width is not None:
+        shapes = max(len(r[1]) for r in rows) + max(len(r[2]) for r in rows)
+        room = max(16, width - 13 - shapes - 28)  # 13: the borders and padding of four columns
+        rows = [(shorten_left(r[0], room), *r[1:]) for r in rows]
     t = Table(
         title=f"growth plan: {plan.src.family} d{plan.src.width} -> d{plan.cfg.width} "
         f"(recipe {plan.recipe['name']}, eps {plan.eps:.4f})",
@@ -16,9 +29,10 @@ def plan_table(plan) -> Table:
         caption=f"residual map: {plan.residual_map}",
         caption_justify="left",
     )
-    for c in ("tensor", "from", "to", "operation"):
+    t.add_column("tensor", no_wrap=True)
+    for c in ("from", "to", "operation"):
         t.add_column(c)
-    for row in plan.rows():
+    for row in rows:
         t.add_row(*row)
     return t
 
@@ -48,10 +62,10 @@ def plan_json(plan, out: str | None) -> dict:
     }
 
 
-def plan_tables(plan) -> list[Table]:
+def plan_tables(plan, width: int | None = None) -> list[Table]:
     """The printed plan: the width plan's table (when the width grows), the depth plan's (when the depth does)."""
     deep = getattr(plan, "depth", None)
-    return ([plan_table(plan)] if plan.rows() else []) + ([depth_table(deep)] if deep else [])
+    return ([plan_table(plan, width)] if plan.rows() else []) + ([depth_table(deep)] if deep else [])
 
 
 def grew_run_line(src, step: int, plan, out) -> str:

@@ -55,7 +55,9 @@ from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
 from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, run_folder, runfiles, stages, stream
+from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
+from growtool.training.progress import Progress
 from growtool.training.run_folder import (
     FINAL,
     MODEL,
@@ -67,7 +69,7 @@ from growtool.training.run_folder import (
     write_metrics,
 )
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
-from growtool.training.settings import Settings, resume_keys, saved_setting
+from growtool.training.settings import Settings
 
 # ---- pieces -----------------------------------------------------------------------------------
 
@@ -127,45 +129,6 @@ def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:
     return plain, {n: growth.fold_tensor(n, cfg, gate, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
 
 
-class Progress:
-    """A rich progress bar on stderr (tokens/s, loss, lr, gate); silent when disabled."""
-
-    def __init__(self, enabled: bool, total: int, done: int):
-        self.bar = None
-        if not enabled:
-            return
-        from rich.console import Console
-        from rich.progress import BarColumn, MofNCompleteColumn, TextColumn, TimeRemainingColumn
-        from rich.progress import Progress as P
-
-        self.bar = P(
-            TextColumn("train"),
-            BarColumn(),
-            MofNCompleteColumn(),
-            TextColumn("{task.fields[info]}"),
-            TimeRemainingColumn(),
-            console=Console(stderr=True),
-        )
-        self.task = self.bar.add_task("train", total=total, completed=done, info="")
-        self.bar.start()
-
-    def update(self, step: int, rec: dict) -> None:
-        if self.bar is None:
-            return
-        info = f"{rec['tok_s']:,.0f} tok/s  loss {rec['loss']:.4f}  lr {rec['lr']:.2e}"
-        if rec.get("gate") is not None:
-            info += f"  gate {rec['gate']:.2f}"
-        if "val_loss" in rec:
-            self.last_val = rec["val_loss"]
-        if getattr(self, "last_val", None) is not None:
-            info += f"  val {self.last_val:.4f}"
-        self.bar.update(self.task, completed=step, info=info)
-
-    def close(self) -> None:
-        if self.bar is not None:
-            self.bar.stop()
-
-
 # ---- the run: check and load, restore, loop, finish ------------------------------------------
 
 
@@ -190,6 +153,8 @@ class Run:
     tok: Tokenizer | None = None
     growths: list = field(default_factory=list)  # growths during this run: step, width, recipe (stages.py)
     diag: tuple | None = None  # (key, diagnostics.Tracker or None) for the model now (diagnostics.py)
+    inputs: dict = field(default_factory=dict)  # --data / --val-data as given (named by resume's refusals)
+    history: list = field(default_factory=list)  # settings changed on resume: [{step, changed}] (resume.py)
 
     @property
     def lead(self) -> bool:
@@ -266,12 +231,13 @@ def restore(run: Run, resume: bool) -> None:
     model, state = run.ck.model(), None
     if resume:
         state = runfiles.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
-        for k in resume_keys():
-            if saved_setting(state["settings"], k) != run.s[k]:
-                raise GrowError(
-                    f"--resume: setting {k} = {run.s[k]!r} differs from the saved run's "
-                    f"{saved_setting(state['settings'], k)!r} (resume with the same command line)"
-                )
+        saved = state["settings"]
+        run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"))  # resume.py: what may change
+        growths = list(state.get("growths", []))
+        resuming.check_length(saved, run.s, state["step"], lambda s, t: stages.lr_start(s, growths, t))
+        run.history = list(state.get("history", []))
+        if changes:  # recorded in last.pt from the next save on
+            run.history.append({"step": state["step"], "changed": changes})
         last = checkpoint.load(confine.run_file(run.out / MODEL))
         if not last.lineage or last.lineage[-1].get("step") != state["step"]:
             raise GrowError(f"{run.out}: {MODEL} and {STATE} are from different steps (cannot resume exactly)")
@@ -351,6 +317,7 @@ def save_state(run: Run, step: int) -> None:
     optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(run.out / folder)} if sharded else {}
     optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
+    state.update(inputs=run.inputs, history=run.history)
     runfiles.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
         run.out,
         MODEL,
@@ -407,6 +374,17 @@ def one_step(run: Run, module, params, step: int) -> dict:
     return rec
 
 
+def resume_point(out: Path) -> int | None:
+    """The step ``--resume`` continues ``out`` from (None: no resumable state: the run starts over). A save
+    interrupted between its renames counts once its model is in place (runfiles.recover finishes it)."""
+    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / runfiles.PENDING_STATE).exists()):
+        return None
+    try:
+        return checkpoint.load(out / MODEL).lineage[-1]["step"]
+    except (GrowError, OSError, IndexError, KeyError):
+        return None
+
+
 def loop(run: Run, module, progress: bool) -> int:
     """Train from ``run.start`` to the end (or --stop-at), logging every step; returns the last step."""
     s, metrics_path = run.s, run.out / "metrics.jsonl"
@@ -454,6 +432,10 @@ def loop(run: Run, module, progress: bool) -> int:
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
                 save_state(run, step)
+    except BaseException as e:
+        if not isinstance(e, Exception) and run.lead:  # interrupted (SIGINT, SIGTERM): where the run resumes from
+            e.resume_step = resume_point(run.out)
+        raise
     finally:
         bar.close()
         if fh:
@@ -477,6 +459,7 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         "metrics": str(run.out / "metrics.jsonl"),
         "gate": run_gate(run, step),
         "settings": s,
+        "history": run.history,
     }
     last = step == s["steps"]
     full = cpu_tensors(run.model) if last and (run.lead or fsdp.is_sharded(run.model)) else None  # FSDP: collective
@@ -530,6 +513,7 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
         val_data = [val_data]
     with run_folder.held(Path(out), int(os.environ.get("RANK", "0")) == 0, STATE):  # locked; a failed new one removed
         run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
+        run.inputs = {"data": list(map(str, data_files)), "val_data": list(map(str, val_data or []))}
         own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
         restore(run, resume)
         was_deterministic = torch.are_deterministic_algorithms_enabled()

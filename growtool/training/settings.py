@@ -18,6 +18,11 @@ from growtool.nn.errors import GrowError, check_range
 # what the saved settings hold beyond the fields: the run's identity, compared on resume too
 IDENTITY = ("data_sha256", "val_sha256", "source_sha256")
 
+# the default cadences: a share of the run, but at least this many steps (and at most the run), so
+# that a short run is not mostly validation, metrics and saving (bench/README.md: "Default intervals")
+SHARES = {"eval_every": 0.05, "metrics_every": 0.1, "save_every": 0.1}
+FLOORS = {"eval_every": 25, "metrics_every": 50, "save_every": 50}
+
 
 def setting(
     default,
@@ -59,7 +64,13 @@ class Settings:
         low=1,
         resume="resolved into steps, which is compared",
     )
-    steps: int | None = setting(None, "optimizer steps (instead of --tokens)", low=1)
+    steps: int | None = setting(
+        None,
+        "optimizer steps (instead of --tokens)",
+        low=1,
+        resume="may change when the steps done keep their learning rates (resume.py: a wsd run before its decay)",
+        saved=True,
+    )
     batch: int = setting(16, "global batch (sequences per step)", low=1)
     seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
     lr: float = setting(3e-3, "peak learning rate", low=0, low_open=True)
@@ -75,16 +86,28 @@ class Settings:
     weight_decay: float = setting(0.1, "AdamW weight decay (matrices only)", low=0)
     clip: float = setting(1.0, "gradient-norm clip", low=0, low_open=True)
     gate_warmup_tokens: int | None = setting(None, "grown models: gate ramp 0->1 (default 10% of the run)", low=0)
-    eval_every: int | None = setting(None, "steps between validations (default 5% of the run)", low=1)
+    eval_every: int | None = setting(
+        None,
+        f"steps between validations (default 5% of the run, at least {FLOORS['eval_every']})",
+        low=1,
+        resume="a cadence: decides when the run measures, not what it computes",
+        saved=True,
+    )
     eval_batches: int = setting(8, "validation batches", low=1)
     save_every: int | None = setting(
         None,
-        "steps between resumable checkpoints (default 10%)",
+        f"steps between resumable checkpoints (default 10% of the run, at least {FLOORS['save_every']})",
         low=1,
         resume="only decides when checkpoints are written",
         saved=True,
     )
-    metrics_every: int | None = setting(None, "steps between condensation metrics (default 10%)", low=1)
+    metrics_every: int | None = setting(
+        None,
+        f"steps between condensation metrics (default 10% of the run, at least {FLOORS['metrics_every']})",
+        low=1,
+        resume="a cadence: decides when the run measures, not what it computes",
+        saved=True,
+    )
     seed: int = setting(0, "data order and initial RNG state", low=0)
     data_start: int | None = setting(
         None,
@@ -195,13 +218,19 @@ class Settings:
             "gate_warmup_tokens": gate,
             "tokenizer": tokenizer_key,
             "warmup": min(int(self.warmup if self.warmup is not None else max(1, round(0.05 * steps))), steps),
-            "eval_every": int(self.eval_every or max(1, round(steps / 20))),
-            "metrics_every": int(self.metrics_every or max(1, round(steps / 10))),
-            "save_every": int(self.save_every or max(1, round(steps / 10))),
+            "eval_every": int(self.eval_every or default_every("eval_every", steps)),
+            "metrics_every": int(self.metrics_every or default_every("metrics_every", steps)),
+            "save_every": int(self.save_every or default_every("save_every", steps)),
             "grow_at": resolve_grow_at(self.grow_at, steps),
         }
         saved = [f.name for f in fields(self) if f.metadata["saved"]]
         return {**{k: auto.get(k, getattr(self, k)) for k in saved}, **identity}
+
+
+def default_every(name: str, steps: int) -> int:
+    """The default of cadence ``name`` for a run of ``steps``: its share of the run, at least its floor,
+    at most the run (validation and metrics also run at step 0 and at the end, a save at the end)."""
+    return min(steps, max(FLOORS[name], round(SHARES[name] * steps)))
 
 
 def default_gate_tokens(steps: int, per_step: int) -> int:
