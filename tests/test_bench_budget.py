@@ -11,6 +11,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from budget import DEPTH, QUICK, spec_key  # noqa: E402
@@ -19,15 +21,15 @@ from growth_pays import _config  # noqa: E402
 from growtool.training.settings import Settings  # noqa: E402
 
 
-def bench(*args, timeout=300):
+def bench(*args):
     return subprocess.run(
         [sys.executable, str(ROOT / "bench" / "budget.py"), *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=timeout,
     )
 
 
+@pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow`
 def test_bench_budget_quick(tmp_path):
     docs = tmp_path / "docs.jsonl"
     lines = [f"line {i}: the quick brown fox {i % 7} jumps over the lazy dog {i % 11}." for i in range(900)]
