@@ -469,12 +469,18 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
 @click.option("--metrics", is_flag=True, help="stable rank and row cosine of every matrix")
 @click.option("--json", "as_json", is_flag=True)
 def inspect(ckpt, metrics, as_json):
-    """Family, shapes, parameters, dtype, gate state and lineage of a checkpoint."""
+    """Family, shapes, parameters, dtype, gate state and lineage of a checkpoint (or of a training
+    run folder's last.safetensors, the state --resume continues from)."""
     facts = info.inspect(ckpt, metrics=metrics)
     if as_json:
         click.echo(json.dumps(facts, indent=2))
         return
-    for t in views.inspect_tables(facts, ckpt, metrics):
+    if facts["run_folder"]:
+        err.print(
+            f"{ckpt}: a training run folder; its model {facts['path']} (the state --resume continues from)",
+            soft_wrap=True,
+        )
+    for t in views.inspect_tables(facts, facts["path"] or ckpt, metrics):
         err.print(t)
 
 
@@ -517,7 +523,7 @@ def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_
     ck = checkpoint.load(ckpt)
     if alpha is not None and not ck.config.gated:
         raise GrowError(f"--alpha: {ckpt} has no growth gates (a plain model; drop --alpha)")
-    tok = tokenizer_for(ck, tokenizer_spec)
+    tok = tokenizer_for(ck, tokenizer_spec, whole=True)
     ids = tok.encode_prompt(prompt)
     if not ids:
         raise GrowError("--prompt encodes to no tokens (give some text)")

@@ -156,6 +156,26 @@ def test_attaching_a_tokenizer_larger_than_the_vocabulary_is_refused(world, tmp_
     assert not out.exists()
 
 
+def test_a_tokenizer_smaller_than_the_vocabulary_is_refused_by_sample_and_expand(world, tmp_path):
+    small = tmp_path / "small.json"
+    bpe(corpus(300, seed=1), vocab=270).save(str(small))
+    n, vocab = tokenizer.get_tokenizer(str(small)).vocab_size, checkpoint.load(str(world["src"])).config.vocab_size
+    assert n < vocab and not tokenizer.pads_to(n, vocab)
+    for args in (["sample", world["src"], "--prompt", "the cat"], ["expand", world["src"], "--width", 96]):
+        r = cli(*args, "--tokenizer", small, *(["-o", tmp_path / "x"] if args[0] == "expand" else []))
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.output)
+        assert f"has {n:,} ids, fewer than" in r.stderr and f"vocabulary of {vocab:,}" in r.stderr, r.stderr
+        assert r.stdout == ""
+    assert not (tmp_path / "x").exists()
+    # its own tokenizer samples as before
+    assert cli("sample", world["src"], "--prompt", "the cat", "--max-tokens", 2).exit_code == 0
+
+
+def test_a_vocabulary_padded_to_a_multiple_of_64_is_the_tokenizers_own():
+    assert tokenizer.pads_to(50257, 50304) and tokenizer.pads_to(300, 320) and tokenizer.pads_to(300, 384)
+    assert not tokenizer.pads_to(270, 400) and not tokenizer.pads_to(300, 448)
+
+
 # ---- train picks the model's tokenizer --------------------------------------------------------
 
 
