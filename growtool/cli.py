@@ -376,12 +376,19 @@ def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, 
     metavar="TEXT",
     help="prompt for --generate (repeatable; default: from --data, else random ids)",
 )
-def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts):
+@click.option(
+    "--expect-equal",
+    is_flag=True,
+    help="at --alpha above 0: FAIL unless equal (e.g. against a model folded at that gate); else informational",
+)
+def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts, expect_equal):
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not).
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
     limit is max(--tol, floor), the floor being the source's own error from running in that dtype;
-    for float32 ones max(--tol, 4 x floor), the floor being the source's float32 round-off (against float64)."""
+    for float32 ones max(--tol, 4 x floor), the floor being the source's float32 round-off (against float64).
+    At --alpha above 0 a grown model is meant to differ from its source: the figures are shown for
+    information and the exit is 0, unless --expect-equal."""
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     if prompts and gen_tokens is None:
@@ -412,6 +419,14 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
         )
     if rep.floor_dtype is not None:
         err.print(check.floor_note(rep.floor_dtype, fl, limit), soft_wrap=True)
+    if alpha != 0 and not expect_equal and not rep.passed:
+        err.print(
+            f"INFO: at gate {alpha:g} a grown model is meant to differ from its source (the gates open its new "
+            "units): these figures are informational, exit 0; --expect-equal makes them a check "
+            "(e.g. against a model folded at this gate)",
+            soft_wrap=True,
+        )
+        sys.exit(0)
     err.print(
         f"[green]PASS[/]: max |dlogit| within {limit:g} x logit scale at gate {alpha:g}"
         if ok
