@@ -28,9 +28,13 @@ from growtool.console import (  # noqa: E402 (the frame of the command line)
     DEPTH_OPTIONS,
     Bar,
     Growtool,
+    Ratio,
+    SizeOrRatio,
     bounded,
+    resolve_ratio,
     set_debug,
     settings_options,
+    size_or_ratio,
 )
 from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
@@ -237,7 +241,13 @@ def show_expanded(job) -> None:
 
 @main.command()
 @click.argument("ckpt")
-@click.option("--width", type=int, default=None, callback=bounded(1), help="new residual width D")
+@click.option(
+    "--width",
+    type=SizeOrRatio(),
+    default=None,
+    callback=size_or_ratio,
+    help="new residual width D, or a multiple of the source's (1.5x)",
+)
 @click.option("--ffn", type=int, default=None, callback=bounded(1), help="new FFN width (default scales with width)")
 @click.option(
     "--heads", type=int, default=None, callback=bounded(1), help="new query heads (default scales with width)"
@@ -283,6 +293,7 @@ def expand(
     CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
     run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
     shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
+    width, layers = ratios_resolved(ckpt, width, layers)
     r = recipes.load(recipe, recipes.parse_set(sets))
     depth_args = surgery.depth_args(width, layers, depth_method, insert_at)  # None: the width alone
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
@@ -327,6 +338,18 @@ def expand(
     if job.path != "-":
         click.echo(job.path)
     Growtool.done = True
+
+
+def ratios_resolved(ckpt, width, layers):
+    """``--width 1.5x`` / ``--layers 2x``: the sizes they come to, from the source's header."""
+    if not isinstance(width, Ratio) and not isinstance(layers, Ratio):
+        return width, layers
+    if ckpt == "-":
+        raise GrowError(
+            "--width / --layers as a ratio need the source's size: give numbers when reading standard input"
+        )
+    cfg = checkpoint.load(info.run_state(ckpt) or ckpt).config  # the header alone
+    return resolve_ratio("--width", width, cfg.width), resolve_ratio("--layers", layers, cfg.layers)
 
 
 def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args=None):
