@@ -100,10 +100,23 @@ def test_expand_and_fold_folders_carry_tokenizer_files_and_a_card(world):
         card = (out / "README.md").read_text()
         assert "d64 -> d96" in card and "recipe srio" in card and "exact at gate 0" in card
         assert "tokenizer.json" in card
+        assert str(world["src"].parent) not in card and "](" not in card  # no path of this machine, no links
     assert "Growth gates present" in (world["grown"] / "README.md").read_text()
     assert "folded at alpha 0" in (world["folded"] / "README.md").read_text()
     sha = checkpoint.load(world["folded"]).tokenizer["files"]["tokenizer.json"]
     assert sha == hashlib.sha256((world["src"] / "tokenizer.json").read_bytes()).hexdigest()
+
+
+def test_the_card_lists_a_depth_growth_and_every_growth_after_it(world, tmp_path):
+    deep, wider = tmp_path / "deep", tmp_path / "wider"
+    assert cli("expand", world["src"], "--layers", 4, "--width", 96, "-o", deep, "-q").exit_code == 0
+    assert cli("expand", deep, "--layers", 6, "-o", wider, "-q").exit_code == 0
+    card = (wider / "README.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith("| ") and "grown" in line]
+    assert len(rows) == 2, card
+    assert "d64 -> d96" in rows[0] and "2 -> 4 layers (stack)" in rows[0]
+    assert "4 -> 6 layers (stack)" in rows[1] and "d96 -> d96" not in rows[1]
+    assert str(tmp_path) not in card and str(world["src"].parent) not in card
 
 
 def test_folded_folder_loads_in_transformers_and_generates_like_the_source(world):
