@@ -17,6 +17,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,17 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = ("console", "bash", "python")
 FENCE = re.compile(r"(?:^<!-- not run: (?P<why>.+?) -->\n)?^```(?P<lang>\S*)\n(?P<body>.*?)^```[ \t]*$", re.S | re.M)
 
-# Training lines run with a few steps (the pages' runs take minutes); other arguments unchanged.
+# Training lines run with a few steps (the pages' runs take minutes), evaluating and saving seldom.
 SHORTER = [
     (re.compile(r"--steps \d+"), "--steps 4"),
     (re.compile(r"--tokens 196608"), "--tokens 6144"),  # 6 steps of 16 x 64: grows at steps 2 and 4
     (re.compile(r"--tokens 131072"), "--tokens 8192"),  # 4 steps of 16 x 128 (the context) ...
     (re.compile(r"--stop-at 32"), "--stop-at 2"),  # ... stopped at step 2 (the page: 32 of 64)
+    # and evaluate on 2 batches, save and measure every 4 steps, not every step (the defaults' share of a 4-step run)
+    (
+        re.compile(r"^(growtool train .*)$", re.S),
+        r"\1 --eval-every 4 --save-every 4 --metrics-every 4 --eval-batches 2",
+    ),  # noqa: E501
 ]
 
 
@@ -144,7 +150,7 @@ def run_line(line: str) -> int:
 
 
 def run_block(page: str, lang: str, body: str, line: int) -> None:
-    where = f"{page}:{line}"
+    where, t0 = f"{page}:{line}", time.process_time()
     if lang == "python":
         exec(compile(body, where, "exec"), {"__name__": "__main__"})
     elif lang == "bash":
@@ -153,6 +159,7 @@ def run_block(page: str, lang: str, body: str, line: int) -> None:
     else:
         for cmd, code in sessions(f"```console\n{body}```\n"):
             assert run_line(cmd) == code, f"{where}: {cmd}"
+    print(f"{where}: {time.process_time() - t0:.1f} s of CPU in this process")
 
 
 def test_every_block_runs_or_says_why_not():
@@ -169,6 +176,7 @@ def test_every_block_runs_or_says_why_not():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread (a shared 2-core machine runs steadier so)
 def test_every_block_runs_as_shown(page, tmp_path, monkeypatch):
     found = [b for b in blocks(page.read_text()) if not b[2]]
     if page.name in ("README.md", "commands.md"):
@@ -176,6 +184,7 @@ def test_every_block_runs_as_shown(page, tmp_path, monkeypatch):
     shutil.copytree(ROOT / "fixtures", tmp_path / "fixtures")
     given(tmp_path)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the shell lines' processes too
     for lang, body, _, line in found:
         run_block(page.name, lang, body, line)
 
