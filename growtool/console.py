@@ -253,7 +253,7 @@ class SizeOrRatio(click.ParamType):
         try:
             return Ratio(text[:-1]) if text.endswith("x") else int(text)
         except ValueError:
-            self.fail(f"{value!r} is neither a whole number nor a ratio such as 1.5x", param, ctx)
+            self.fail(f"{value!r} is not a valid integer nor a ratio such as 1.5x", param, ctx)
 
 
 def size_or_ratio(ctx, param, value):
