@@ -44,7 +44,7 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     if size < 8:
         raise GrowError(f"{src}: not a safetensors file (only {size} bytes); {ACCEPTED}")
     (n,) = struct.unpack("<Q", buf[:8])
-    if n > MAX_HEADER or buf[8:9] not in (b"{", b""):  # the format's header is a JSON object: it begins with {
+    if n > MAX_HEADER:  # the first 8 bytes of a text or other file read as a length: no safetensors header
         raise GrowError(f"{src}: not a checkpoint (not a safetensors file); {ACCEPTED}")
     if 8 + n > size:
         raise GrowError(f"{src}: not a safetensors file (header length {n} beyond the file's {size} bytes)")
