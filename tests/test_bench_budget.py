@@ -133,3 +133,21 @@ def test_scratch_compute_for_interpolates_log_flops_between_budgets():
     assert b == "" and abs(c - math.sqrt(2e6 * 4e6)) < 1e-3
     assert scratch_compute_for(pts, 2.0) == (4e6, ">")  # better than scratch's largest budget: a bound
     assert scratch_compute_for(pts, 3.2) == (1e6, "<")
+
+
+def test_the_budget_plot_has_plain_log_ticks(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from budget import plot
+
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)  # keep the figure to read it back
+    rows = [
+        dict(family="gpt2", variant="srio", tokens_per_param=t, frontier_mean=0.2, frontier_std=0.01)
+        for t in (2, 5, 10, 20)
+    ]
+    plot(rows, tmp_path / "b.png", "compute saved by growing, per budget: docs.jsonl (first 8 MB)")
+    ax = kept[0].axes[0]
+    assert ax.get_xscale() == "log" and (tmp_path / "b.png").stat().st_size > 1000
+    kept[0].canvas.draw()
+    labels = [t.get_text() for t in ax.xaxis.get_majorticklabels() + ax.xaxis.get_minorticklabels() if t.get_text()]
+    assert {"2", "5", "10", "20"} <= set(labels) and not any("times" in s or "^" in s for s in labels), labels
