@@ -1,12 +1,13 @@
 """The README and docs/ cannot go stale: every fenced block of README.md and docs/*.md is run, in
 page order, in a fresh folder holding a copy of fixtures/ and the small inputs the pages take as
-given (GIVEN below). A ```console block's `$ ` lines must exit with the code the page shows (an
+given (given() below). A ```console block's `$ ` lines must exit with the code the page shows (an
 `exit N` line after its output, else 0); a ```bash block runs line by line and every line must exit
 0; a ```python block runs and must not raise. A block that is not run says why in an HTML comment
 on the line before it, `<!-- not run: REASON -->`; that comment is the one list of exceptions.
 Training lines run shortened (SHORTER below): the pages show runs of hundreds of steps, the test
 runs the same commands with a few. The README stays short, and its first screen holds the two
-fresh-machine commands, the test command being exactly what .ci/run runs."""
+fresh-machine commands, the test command being exactly .ci/run's first (its second runs the slow
+bench smoke runs)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ SHORTER = [
     (
         re.compile(r"^(growtool train .*)$", re.S),
         r"\1 --eval-every 4 --save-every 4 --metrics-every 4 --eval-batches 2",
-    ),  # noqa: E501
+    ),
 ]
 
 
