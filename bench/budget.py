@@ -406,7 +406,12 @@ def plot(rows, path: Path, title: str) -> None:
         es = [100 * (r[key.replace("mean", "std")] or 0) for r in rs]
         ax.errorbar(xs, ys, yerr=es, marker="o", capsize=3, label=f"{fam} {v}")
     if any(r[key] is not None for r in rows):
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_xscale("log")
+        plain = FuncFormatter(lambda v, _: f"{v:g}")  # 2, 5, 10, not 2x10^0
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
     ax.axhline(0, color="grey", lw=0.8)
     ax.axhline(50, color="tab:red", lw=0.8, ls=":", label="target 50%")
     ax.set_xlabel("budget (tokens per parameter of the target model)")
@@ -486,7 +491,12 @@ def main():
         write_csv(d / "sweep.csv", sweep_rows)
     settings = {k: v for k, v in P.items() if k != "data"}
     write_json(d / "results.json", {"settings": settings, "machine": machine(), "rows": rows})
-    plot(main_rows, d / "budget.png", f"{P['data_id']}, {P['layers']} layers, {P['seeds']} seed(s), {P['schedule']}")
+    name, _, mb = P["data_id"].rsplit(":", 2)
+    title = (
+        f"compute saved by growing, per budget: {name} (first {mb.removesuffix('mb')} MB), "
+        f"{P['layers']} layers, {P['seeds']} seed(s), {P['schedule']} schedule"
+    )
+    plot(main_rows, d / "budget.png", title)
     show = (
         "family",
         "variant",

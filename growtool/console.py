@@ -255,6 +255,44 @@ def bounded(low=None, high=None, low_open=False):
     return check
 
 
+class Ratio(float):
+    """``--width 1.5x``: a size given as a multiple of the source's (resolved by ``resolve_ratio``)."""
+
+
+class SizeOrRatio(click.ParamType):
+    """A whole number (``96``) or a multiple of the source's size (``1.5x``, a ``Ratio``)."""
+
+    name = "N|Rx"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, int):
+            return value
+        text = str(value).strip().lower()
+        try:
+            return Ratio(text[:-1]) if text.endswith("x") else int(text)
+        except ValueError:
+            self.fail(f"{value!r} is not a valid integer nor a ratio such as 1.5x", param, ctx)
+
+
+def size_or_ratio(ctx, param, value):
+    """The click callback of a ``SizeOrRatio`` option: a number at least 1, a ratio above 0."""
+    if isinstance(value, Ratio):
+        check_range(param.opts[-1], value, 0, low_open=True)
+        return value
+    return bounded(1)(ctx, param, value)
+
+
+def resolve_ratio(option: str, value, current: int):
+    """``value`` itself, or the whole number a ``Ratio`` of ``current`` comes to (GrowError when it
+    is not a whole number: 1.1 x 64 = 70.4)."""
+    if not isinstance(value, Ratio):
+        return value
+    n = float(value) * current
+    if abs(n - round(n)) > 1e-6:
+        raise GrowError(f"{option} {value:g}x of {current} is {n:g}, not a whole number: give the size itself")
+    return round(n)
+
+
 def settings_options(fn):
     """One click option per field of the trainer's ``Settings`` (name, type, default, help from there;
     ranges are checked by ``Settings.check``, with the same one-line messages as the library)."""
@@ -293,7 +331,13 @@ def compose_options(*options):
 
 # expand's depth options (grow/depth.py)
 DEPTH_OPTIONS = compose_options(
-    click.option("--layers", type=int, default=None, callback=bounded(1), help="new number of blocks (depth growth)"),
+    click.option(
+        "--layers",
+        type=SizeOrRatio(),
+        default=None,
+        callback=size_or_ratio,
+        help="new number of blocks (depth growth), or a multiple of the source's (2x)",
+    ),
     click.option(
         "--depth-method",
         type=click.Choice(["stack", "interleave", "middle", "identity"]),

@@ -5,18 +5,31 @@ trained after its growth) how its copied units compare with their sources (train
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from growtool.grow import growth
 from growtool.io import checkpoint
 
 FIELDS = ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn")
 
 
+def run_state(path) -> str | None:
+    """A training run folder's model (``last.safetensors``, the state ``--resume`` continues from);
+    None when ``path`` is no run folder (a folder holding ``last.pt``, the rule ``expand`` uses)."""
+    p = Path(path)
+    return str(p / "last.safetensors") if p.is_dir() and (p / "last.pt").exists() else None
+
+
 def inspect(ckpt, *, metrics: bool = False) -> dict:
-    """The facts about ``ckpt`` (a path, or a loaded checkpoint) as a dict (``growtool inspect --json``)."""
+    """The facts about ``ckpt`` (a path, a training run folder: its ``last.safetensors``, or a
+    loaded checkpoint) as a dict (``growtool inspect --json``)."""
+    run = None if isinstance(ckpt, checkpoint.Checkpoint) else run_state(ckpt)
+    run, ckpt = (str(ckpt), run) if run else (None, ckpt)
     ck = checkpoint.load(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else ckpt
     cfg = ck.config
     info = {
         "path": str(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else None,
+        "run_folder": run,
         **{k: getattr(cfg, k) for k in FIELDS},
         "vocab": cfg.vocab_size,
         "context": cfg.context,

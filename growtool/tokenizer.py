@@ -130,7 +130,7 @@ def carry(ck, explicit: str | None = None) -> Carry:
     """The tokenizer an output of ``ck`` takes along (``explicit`` = an attached ``--tokenizer``,
     refused with GrowError when it does not fit the model's vocabulary)."""
     if explicit is not None:
-        tokenizer_for(ck, explicit)  # checks the tokenizer against the vocabulary
+        tokenizer_for(ck, explicit, whole=True)  # checks the tokenizer against the vocabulary
     found, note = resolve(ck, explicit)
     if note:
         note = f"{ck.source}: {note}; the output has no tokenizer files (attach one with --tokenizer PATH)"
@@ -275,12 +275,19 @@ def get_tokenizer(spec: str) -> Tokenizer:
     return _hf_tokenizer(from_path(spec), spec)
 
 
-def tokenizer_for(ck, spec: str | None = None) -> Tokenizer:
+def pads_to(n: int, vocab: int) -> bool:
+    """True when ``vocab`` is ``n`` ids rounded up to a multiple of 64 (or 128): the padding nanoGPT
+    and Megatron give an embedding (GPT-2's 50,257 ids in 50,304 rows)."""
+    return any(vocab == -(-n // m) * m for m in (64, 128))
+
+
+def tokenizer_for(ck, spec: str | None = None, whole: bool = False) -> Tokenizer:
     """The tokenizer to use with checkpoint ``ck``: ``spec`` (``"byte"`` or a path) if given, else
     the checkpoint's own (``growtool.tokenizer.resolve``), else the byte tokenizer for a model with
     a vocabulary of 256. Raises GrowError (one line) when there is none, or when the tokenizer and
     the model's vocabulary do not match (byte on a vocabulary other than 256, or a tokenizer with
-    more ids than the vocabulary)."""
+    more ids than the vocabulary; with ``whole``, also one with fewer, unless the vocabulary is its
+    ids padded to a multiple of 64: sampling and attaching need the tokenizer of every id)."""
     vocab = ck.config.vocab_size
     if spec == "byte":
         if vocab != 256:
@@ -303,5 +310,10 @@ def tokenizer_for(ck, spec: str | None = None) -> Tokenizer:
         raise GrowError(
             f"tokenizer {tok.name} has {tok.vocab_size:,} ids, more than {ck.source}'s vocabulary "
             f"of {vocab:,} (not this model's tokenizer)"
+        )
+    if whole and tok.vocab_size < vocab and not pads_to(tok.vocab_size, vocab):
+        raise GrowError(
+            f"tokenizer {tok.name} has {tok.vocab_size:,} ids, fewer than {ck.source}'s vocabulary "
+            f"of {vocab:,} (not this model's tokenizer: ids from {tok.vocab_size:,} up have no text)"
         )
     return tok

@@ -180,7 +180,7 @@ def metadata_not_strings(tmp, mp):
 def not_safetensors_at_all(tmp, mp):
     bad = tmp / "notes.safetensors"
     bad.write_text("these are my notes about the model, not a checkpoint\n" * 3)
-    return Case(expand(bad, tmp), ["not a safetensors file", "notes.safetensors"], [bad])
+    return Case(expand(bad, tmp), ["not a checkpoint", "notes.safetensors", "a Hugging Face model folder"], [bad])
 
 
 @case

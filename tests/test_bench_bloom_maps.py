@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -14,12 +15,12 @@ sys.path.insert(0, str(ROOT / "bench"))
 from bloom_maps import residual, source  # noqa: E402
 
 
+@pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow`
 def test_bloom_maps_quick_finds_exact_maps(tmp_path):
     p = subprocess.run(
         [sys.executable, str(ROOT / "bench" / "bloom_maps.py"), "--quick", "--out", tmp_path],
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     rows = json.loads((tmp_path / "bloom_maps" / "results.json").read_text())["rows"]

@@ -7,13 +7,17 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parent.parent
 GPT2 = ["gpt2-base-phase", "gpt2-grown", "gpt2-scratch-flops"]
 
 
 def run(out, data):
     cmd = [sys.executable, str(ROOT / "bench" / "bloom_refit.py"), "--quick", "--out", str(out), "--data", str(data)]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    p = subprocess.run(cmd, capture_output=True, text=True)
     assert p.returncode == 0, p.stderr[-2000:]
     return json.loads((out / "bloom_refit" / "results.json").read_text())
 

@@ -11,6 +11,8 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from budget import DEPTH, QUICK, spec_key  # noqa: E402
@@ -19,15 +21,15 @@ from growth_pays import _config  # noqa: E402
 from growtool.training.settings import Settings  # noqa: E402
 
 
-def bench(*args, timeout=300):
+def bench(*args):
     return subprocess.run(
         [sys.executable, str(ROOT / "bench" / "budget.py"), *map(str, args)],
         capture_output=True,
         text=True,
-        timeout=timeout,
     )
 
 
+@pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow`
 def test_bench_budget_quick(tmp_path):
     docs = tmp_path / "docs.jsonl"
     lines = [f"line {i}: the quick brown fox {i % 7} jumps over the lazy dog {i % 11}." for i in range(900)]
@@ -131,3 +133,21 @@ def test_scratch_compute_for_interpolates_log_flops_between_budgets():
     assert b == "" and abs(c - math.sqrt(2e6 * 4e6)) < 1e-3
     assert scratch_compute_for(pts, 2.0) == (4e6, ">")  # better than scratch's largest budget: a bound
     assert scratch_compute_for(pts, 3.2) == (1e6, "<")
+
+
+def test_the_budget_plot_has_plain_log_ticks(tmp_path, monkeypatch):
+    import matplotlib.pyplot as plt
+    from budget import plot
+
+    kept = []
+    monkeypatch.setattr(plt, "close", kept.append)  # keep the figure to read it back
+    rows = [
+        dict(family="gpt2", variant="srio", tokens_per_param=t, frontier_mean=0.2, frontier_std=0.01)
+        for t in (2, 5, 10, 20)
+    ]
+    plot(rows, tmp_path / "b.png", "compute saved by growing, per budget: docs.jsonl (first 8 MB)")
+    ax = kept[0].axes[0]
+    assert ax.get_xscale() == "log" and (tmp_path / "b.png").stat().st_size > 1000
+    kept[0].canvas.draw()
+    labels = [t.get_text() for t in ax.xaxis.get_majorticklabels() + ax.xaxis.get_minorticklabels() if t.get_text()]
+    assert {"2", "5", "10", "20"} <= set(labels) and not any("times" in s or "^" in s for s in labels), labels

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -15,7 +19,6 @@ def run(name: str, out: Path, *extra) -> dict:
         [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--out", str(out), *extra],
         capture_output=True,
         text=True,
-        timeout=600,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     return json.loads((out / name / f"{name}.json").read_text())

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -33,7 +37,6 @@ def test_gpu_check_dry_run_on_cpu(tmp_path):
         ],
         capture_output=True,
         text=True,
-        timeout=600,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     res = json.loads((out / "gpu_check.json").read_text())

@@ -6,9 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "bench"))
 from growth_pays import DEFAULT_VARIANTS  # noqa: E402
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
 
 
 def test_bench_growth_pays_quick(tmp_path):
@@ -20,7 +24,6 @@ def test_bench_growth_pays_quick(tmp_path):
         [sys.executable, str(ROOT / "bench" / "growth_pays.py"), str(text), "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     d = tmp_path / "growth_pays"

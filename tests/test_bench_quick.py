@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,7 +22,6 @@ def run_bench(name: str, out: Path) -> Path:
         [sys.executable, str(ROOT / "bench" / f"{name}.py"), "--quick", "--out", str(out)],
         capture_output=True,
         text=True,
-        timeout=600,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     assert name in p.stdout or "wrote" in p.stdout  # the table went to stdout
@@ -130,7 +131,6 @@ def test_surgery_against_another_growtool_quick(tmp_path):
         + ["--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=600,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     d = tmp_path / "surgery"

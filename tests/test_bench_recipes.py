@@ -6,6 +6,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -17,7 +21,6 @@ def test_bench_recipes_quick(tmp_path):
         [sys.executable, str(ROOT / "bench" / "recipes.py"), str(text), "--quick", "--out", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-2000:]
     d = tmp_path / "recipes"

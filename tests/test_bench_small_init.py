@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -20,7 +24,6 @@ def test_small_init_quick(tmp_path):
         [sys.executable, str(ROOT / "bench" / "small_init.py"), "--quick", "--out", str(tmp_path), "--data", str(data)],
         capture_output=True,
         text=True,
-        timeout=300,
     )
     assert p.returncode == 0, p.stderr[-3000:]
     d = tmp_path / "small_init"

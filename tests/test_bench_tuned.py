@@ -8,11 +8,15 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def _bench(*args, cwd):
-    p = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300)
+    p = subprocess.run([sys.executable, *map(str, args)], cwd=cwd, capture_output=True, text=True)
     return p
 
 

@@ -100,10 +100,23 @@ def test_expand_and_fold_folders_carry_tokenizer_files_and_a_card(world):
         card = (out / "README.md").read_text()
         assert "d64 -> d96" in card and "recipe srio" in card and "exact at gate 0" in card
         assert "tokenizer.json" in card
+        assert str(world["src"].parent) not in card and "](" not in card  # no path of this machine, no links
     assert "Growth gates present" in (world["grown"] / "README.md").read_text()
     assert "folded at alpha 0" in (world["folded"] / "README.md").read_text()
     sha = checkpoint.load(world["folded"]).tokenizer["files"]["tokenizer.json"]
     assert sha == hashlib.sha256((world["src"] / "tokenizer.json").read_bytes()).hexdigest()
+
+
+def test_the_card_lists_a_depth_growth_and_every_growth_after_it(world, tmp_path):
+    deep, wider = tmp_path / "deep", tmp_path / "wider"
+    assert cli("expand", world["src"], "--layers", 4, "--width", 96, "-o", deep, "-q").exit_code == 0
+    assert cli("expand", deep, "--layers", 6, "-o", wider, "-q").exit_code == 0
+    card = (wider / "README.md").read_text()
+    rows = [line for line in card.splitlines() if line.startswith("| ") and "grown" in line]
+    assert len(rows) == 2, card
+    assert "d64 -> d96" in rows[0] and "2 -> 4 layers (stack)" in rows[0]
+    assert "4 -> 6 layers (stack)" in rows[1] and "d96 -> d96" not in rows[1]
+    assert str(tmp_path) not in card and str(world["src"].parent) not in card
 
 
 def test_folded_folder_loads_in_transformers_and_generates_like_the_source(world):
@@ -154,6 +167,26 @@ def test_attaching_a_tokenizer_larger_than_the_vocabulary_is_refused(world, tmp_
     r = cli("expand", FIXTURES["llama-gqa"], "--width", 96, "-o", out, "--tokenizer", world["src"] / "tokenizer.json")
     assert r.exit_code == 2 and "more than" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_a_tokenizer_smaller_than_the_vocabulary_is_refused_by_sample_and_expand(world, tmp_path):
+    small = tmp_path / "small.json"
+    bpe(corpus(300, seed=1), vocab=270).save(str(small))
+    n, vocab = tokenizer.get_tokenizer(str(small)).vocab_size, checkpoint.load(str(world["src"])).config.vocab_size
+    assert n < vocab and not tokenizer.pads_to(n, vocab)
+    for args in (["sample", world["src"], "--prompt", "the cat"], ["expand", world["src"], "--width", 96]):
+        r = cli(*args, "--tokenizer", small, *(["-o", tmp_path / "x"] if args[0] == "expand" else []))
+        assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, (args, r.output)
+        assert f"has {n:,} ids, fewer than" in r.stderr and f"vocabulary of {vocab:,}" in r.stderr, r.stderr
+        assert r.stdout == ""
+    assert not (tmp_path / "x").exists()
+    # its own tokenizer samples as before
+    assert cli("sample", world["src"], "--prompt", "the cat", "--max-tokens", 2).exit_code == 0
+
+
+def test_a_vocabulary_padded_to_a_multiple_of_64_is_the_tokenizers_own():
+    assert tokenizer.pads_to(50257, 50304) and tokenizer.pads_to(300, 320) and tokenizer.pads_to(300, 384)
+    assert not tokenizer.pads_to(270, 400) and not tokenizer.pads_to(300, 448)
 
 
 # ---- train picks the model's tokenizer --------------------------------------------------------

@@ -32,7 +32,7 @@ def torchrun(grown, text, out, *extra):
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
     cmd += ["-m", "growtool.cli", "train", grown, "--data", str(text), "--out", str(out), "--device", "cpu", "-q"]
     cmd += [x for k, v in ARGS.items() for x in (f"--{k.replace('_', '-')}", str(v))] + [str(e) for e in extra]
-    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300)
+    p = subprocess.run(cmd, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=1800)
     assert p.returncode == 0, p.stderr[-3000:]
     return p
 

@@ -12,6 +12,8 @@ from growtool.nn.config import ModelConfig
 from growtool.nn.model import LM
 from growtool.training.loop import STATE, lr_at, read_metrics, train
 
+from conftest import FIXTURES, cli
+
 
 def _cfg(family):
     if family == "gpt2":  # LayerNorm, tied head: the exact angle is sqrt(d/D)
@@ -130,3 +132,18 @@ def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F81
     assert lrs[6:] == [lr_at(i, s["settings"], 6) for i in range(6, 12)]
     assert lrs[6] == pytest.approx(KW["lr"] / 2) and lrs[7] == pytest.approx(KW["lr"])  # warm-up again to the peak
     assert lrs[-1] < 0.25 * KW["lr"]  # and a second cosine down towards the floor
+
+
+def test_width_and_layers_take_ratios_of_the_source(tmp_path):
+    src = FIXTURES["llama-gqa"]  # width 64, 2 layers
+    by_ratio, by_number = tmp_path / "r.safetensors", tmp_path / "n.safetensors"
+    r = cli("expand", src, "--width", "1.5x", "--layers", "2X", "-q", "-o", by_ratio)
+    assert r.exit_code == 0, r.stderr
+    assert cli("expand", src, "--width", 96, "--layers", 4, "-q", "-o", by_number).exit_code == 0
+    assert by_ratio.read_bytes() == by_number.read_bytes()
+    for width, msg in [("1.1x", "--width 1.1x of 64 is 70.4, not a whole number"), ("0x", "--width must be positive")]:
+        r = cli("expand", src, "--width", width, "-q", "-o", tmp_path / "x.safetensors")
+        assert r.exit_code == 2 and msg in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    r = cli("expand", "-", "--width", "2x", "-o", tmp_path / "x.safetensors", input=src.read_bytes())
+    assert r.exit_code == 2 and "give numbers when reading standard input" in r.stderr, r.stderr
+    assert not (tmp_path / "x.safetensors").exists()

@@ -2,6 +2,7 @@
 loss and learning rate; `train --grow-at` runs a 3-stage schedule end to end, resumes across a growth
 exactly, logs stage / width / FLOPs, marks the plot and lists every stage in the lineage."""
 
+import json
 import shutil
 
 import pytest
@@ -168,3 +169,17 @@ def test_gpt2_run_folder_grows_and_resumes_at_the_sources_loss(world, tmp_path):
     a, b = read_metrics(tmp_path / "on" / "metrics.jsonl"), read_metrics(tmp_path / "grown" / "metrics.jsonl")
     assert on["steps"] == grown["steps"] == 7 and b[7]["width"] == 48 and b[7]["gate"] == 0.0
     assert b[7]["loss"] == pytest.approx(a[7]["loss"], rel=1e-5) and b[7]["lr"] == a[7]["lr"]
+
+
+def test_inspect_takes_a_run_folder_as_expand_does(world, tmp_path):
+    run = tmp_path / "run"
+    args = ("train", world["base"], "--data", world["text"], "--steps", 4, "--stop-at", 2, "--out", run, "-q")
+    assert cli(*args).exit_code == 0
+    r = cli("inspect", run, "--json")
+    assert r.exit_code == 0, r.stderr
+    facts = json.loads(r.stdout)
+    assert facts["run_folder"] == str(run) and facts["path"] == str(run / "last.safetensors")
+    assert facts["width"] == tiny_cfg().width and facts["parameters"] == tiny_cfg().n_params()
+    r = cli("inspect", run)
+    assert r.exit_code == 0 and "a training run folder" in r.stderr and "last.safetensors" in r.stderr, r.stderr
+    assert json.loads(cli("inspect", world["base"], "--json").stdout)["run_folder"] is None

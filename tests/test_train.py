@@ -285,3 +285,22 @@ def test_resume_without_a_run_and_open_gates_are_refused(world, tmp_path):
     half = checkpoint.save_tensors(str(tmp_path / "half.safetensors"), ck.config, [], t)
     r = cli("train", half, "--data", world["text"], "--out", tmp_path / "run2")
     assert r.exit_code == 2 and "gates are already open" in r.stderr
+
+
+def test_loss_plot_reads_without_the_code(tmp_path):
+    from growtool.training.run_folder import figure
+
+    recs = [
+        {"step": s, "tokens": 64 * s, "loss": 5 - s / 10, "lr": 3e-3 * min(1, s / 5), "gate": min(1.0, s / 10)}
+        for s in range(1, 31)
+    ] + [{"step": 30, "tokens": 64 * 30, "val_loss": 2.5}]
+    fig = figure(recs, "llama, width 96, 2 layers: 30 steps, 1,920 tokens")
+    ax, ax2 = fig.axes
+    assert "2 layers" in ax.get_title()
+    legend = ax.get_legend()
+    assert [t.get_text() for t in legend.get_texts()] == ["train loss", "val loss", "growth gate", "LR / peak (0.003)"]
+    fig.canvas.draw()
+    box, axes_box = legend.get_window_extent(), ax.get_window_extent()
+    assert box.y1 <= axes_box.y0 and box.y0 >= 0  # under the axes (no line covered), inside the figure
+    lr = ax2.get_lines()[1].get_ydata()
+    assert max(lr) == 1.0 and lr[0] == 0.2  # the LR as a share of its peak

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from pathlib import PurePath
+
 from growtool.io.hf_remote import needs_remote
 
 MARKDOWN = str.maketrans({c: "\\" + c for c in "\\`*_[]<|~"})  # links, code, emphasis, tags, cells
@@ -27,10 +29,13 @@ def _stage_text(st: dict) -> str:
         return f"initialised at width {st.get('width')} (gamma {st.get('gamma')}, seed {st.get('seed')})"
     if op == "expand":
         exact = "exact at gate 0" if st.get("exact") else "lossy (not function-preserving)"
-        return (
-            f"grown d{st.get('width_from')} -> d{st.get('width_to')}, heads {st.get('heads')}, "
-            f"FFN {st.get('ffn')}, recipe {st.get('recipe')}, {exact}{src}"
-        )
+        parts = []
+        if st.get("width_from") != st.get("width_to") or st.get("layers_from") is None:
+            width = f"d{st.get('width_from')} -> d{st.get('width_to')}"
+            parts.append(f"{width}, heads {st.get('heads')}, FFN {st.get('ffn')}")
+        if st.get("layers_from") is not None:
+            parts.append(f"{st['layers_from']} -> {st.get('layers_to')} layers ({st.get('depth_method')})")
+        return f"grown {', '.join(parts)}, recipe {st.get('recipe')}, {exact}{src}"
     if op == "fold":
         return f"growth gates folded at alpha {st.get('alpha')}{src}"
     if op == "train":
@@ -45,6 +50,13 @@ def _stage_text(st: dict) -> str:
     return ", ".join(f"{k}={v}" for k, v in st.items() if k not in ("recipe_full",))
 
 
+def shown(path) -> str:
+    """A path as the card shows it: as given when relative, else its last two parts (a card is
+    shared: it names no folder of the machine that wrote it)."""
+    p = PurePath(str(path))
+    return str(PurePath(*p.parts[-2:])) if p.is_absolute() else str(p)
+
+
 def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> str:
     """Markdown text of the card for a model ``name`` made from ``source``."""
     lines = [
@@ -57,7 +69,7 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
         "",
         f"A {cfg.family} model: width {cfg.width}, {cfg.layers} layers, {cfg.heads} heads "
         f"({cfg.kv_heads} key/value), FFN {cfg.ffn}, vocabulary {cfg.vocab_size:,}, context {cfg.context}, "
-        f"{cfg.n_params():,} parameters. Written by growtool from {md(source)}.",
+        f"{cfg.n_params():,} parameters. Written by growtool from {md(shown(source))}.",
         "",
     ]
     if cfg.gated:
@@ -82,10 +94,10 @@ def model_card(cfg, lineage: list, source: str, name: str, tokenizer=None) -> st
     lines += ["", "## Tokenizer", ""]
     if tokenizer is not None:
         names = ", ".join(f"`{n}`" for n in sorted(tokenizer.files))
-        lines += [f"Carried unchanged from {md(tokenizer.origin)}: {names}."]
+        lines += [f"Carried unchanged from {md(shown(tokenizer.origin))}: {names}."]
     elif cfg.vocab_size == 256:
         lines += ["Byte-level (token id = byte value, 0..255): growtool's `byte` tokenizer."]
     else:
         lines += ["None found; pass one with `--tokenizer PATH`."]
-    lines += ["", f'Sample from it: `growtool sample {name} --prompt "..."`.', ""]
+    lines += ["", f'Sample from it: `growtool sample {shown(name)} --prompt "..."`.', ""]
     return "\n".join(lines)

@@ -29,6 +29,10 @@ DTYPES = {
 DTYPE_NAME = {v: k for k, v in DTYPES.items()}
 FLOATS = {"F64", "F32", "F16", "BF16"}
 MAX_HEADER = 100 * 1024 * 1024
+ACCEPTED = (
+    "growtool reads a .safetensors file, a Hugging Face model folder (config.json + model.safetensors, "
+    "or a sharded index), a nanoGPT ckpt.pt, or - (standard input)"
+)
 Progress = Callable[[str, int], None]  # called with (tensor name, bytes) after each tensor read or written
 
 
@@ -38,9 +42,11 @@ def parse_header(buf: bytes, size: int, src: str) -> tuple[dict, dict, int]:
     ``buf`` holds at least the first 8 + header bytes; ``size`` is the whole file's size.
     """
     if size < 8:
-        raise GrowError(f"{src}: not a safetensors file (only {size} bytes)")
+        raise GrowError(f"{src}: not a safetensors file (only {size} bytes); {ACCEPTED}")
     (n,) = struct.unpack("<Q", buf[:8])
-    if n > MAX_HEADER or 8 + n > size:
+    if n > MAX_HEADER:  # the first 8 bytes of a text or other file read as a length: no safetensors header
+        raise GrowError(f"{src}: not a checkpoint (not a safetensors file); {ACCEPTED}")
+    if 8 + n > size:
         raise GrowError(f"{src}: not a safetensors file (header length {n} beyond the file's {size} bytes)")
     try:
         header = json.loads(buf[8 : 8 + n].decode("utf-8"), object_pairs_hook=_no_duplicates)

@@ -33,7 +33,7 @@ MODELING = '''"""growtool's forward pass as a transformers model (written by gro
 The architecture, gated attention and growth gates follow the config's ``growtool`` section;
 model.py, config.py, families.py, errors.py and rope.py beside this file are growtool's own, unchanged.
 ``forward(input_ids, labels=None, alpha=None)``: ``alpha`` overrides the growth gates. The growth
-gates load frozen (requires_grad False): a schedule sets them (growtool.hf_callback.GateRampCallback),
+gates load frozen (requires_grad False): a schedule sets them (growtool.training.hf_callback.GateRampCallback),
 never an optimizer. With ``num_items_in_batch`` (the Trainer's gradient accumulation) the loss is
 the sum over tokens divided by it, as transformers' own causal-LM loss.
 """

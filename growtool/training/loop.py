@@ -488,7 +488,8 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         carried = Carry(run.tok.files, run.tokenizer_record, None)
         write_files(run.out, carried.files(cfg_f, run.lineage + [entry], run.ck.source, FINAL))  # beside final
         summary["params"] = cfg_f.n_params()
-        plot(records, run.out / "loss.png", f"{cfg_f.family} d{cfg_f.width}: {step} steps, {step * B * T:,} tokens")
+        title = f"{cfg_f.family}, width {cfg_f.width}, {cfg_f.layers} layers: {step} steps, {step * B * T:,} tokens"
+        plot(records, run.out / "loss.png", title)
         summary["plot"] = str(run.out / "loss.png")
     return summary
 

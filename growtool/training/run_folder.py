@@ -61,14 +61,16 @@ def read_metrics(path: Path) -> list[dict]:
     return out
 
 
-def plot(records: list[dict], path: Path, title: str) -> None:
-    """Training and validation loss against tokens (gate on a second axis when there is one)."""
+def figure(records: list[dict], title: str):
+    """The loss plot as a matplotlib figure: training and validation loss against tokens; on a
+    second axis (0 to 1) the growth gate, when there is one, and the learning rate as a share of
+    its peak; growth points as dotted lines; the legend under the axes, covering no line."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 4))
+    fig, ax = plt.subplots(figsize=(7, 4.4))
     tr = [r for r in records if "loss" in r]
     va = [r for r in records if "val_loss" in r]
     ax.plot([r["tokens"] for r in tr], [r["loss"] for r in tr], lw=0.8, alpha=0.6, label="train loss")
@@ -76,18 +78,37 @@ def plot(records: list[dict], path: Path, title: str) -> None:
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title, fontsize=9)
-    for prev, r in zip(tr, tr[1:]):  # growth points (stages.py): the width changes between two steps
-        if prev.get("width") != r.get("width"):
-            ax.axvline(prev["tokens"], color="tab:red", lw=0.8, ls=":")
-            ax.annotate(f"d{r['width']}", (prev["tokens"], 1.0), xycoords=("data", "axes fraction"), fontsize=7)
-    ax.legend(loc="upper right")
-    if any(r.get("gate") is not None for r in tr):
+    grew = [(prev, r) for prev, r in zip(tr, tr[1:]) if prev.get("width") != r.get("width")]
+    for i, (prev, r) in enumerate(grew):  # growth points (stages.py): the width changes between two steps
+        ax.axvline(prev["tokens"], color="tab:red", lw=0.8, ls=":", label="growth" if i == 0 else "_")
+        ax.annotate(
+            f" width {r['width']}", (prev["tokens"], 0.97), xycoords=("data", "axes fraction"), fontsize=7, va="top"
+        )
+    handles = ax.get_lines()
+    before = [r["tokens"] * (r["step"] - 1) / r["step"] for r in tr]  # a step's gate and LR apply from its start
+    lrs = [r.get("lr") for r in tr]
+    gated = any(r.get("gate") is not None for r in tr)
+    if gated or (lrs and all(isinstance(v, (int, float)) for v in lrs) and max(lrs) > 0):
         ax2 = ax.twinx()
-        before = [r["tokens"] * (r["step"] - 1) / r["step"] for r in tr]  # a step's gate applies from its start
-        ax2.plot(before, [r["gate"] for r in tr], color="grey", lw=0.8, ls="--")
-        ax2.set_ylabel("growth gate", color="grey")
+        if gated:
+            ax2.plot(before, [r["gate"] for r in tr], color="grey", lw=0.8, ls="--", label="growth gate")
+        if lrs and all(isinstance(v, (int, float)) for v in lrs) and max(lrs) > 0:
+            peak = max(lrs)
+            ax2.plot(before, [v / peak for v in lrs], color="tab:green", lw=0.8, label=f"LR / peak ({peak:.3g})")
+        ax2.set_ylabel("growth gate, LR / peak LR")
         ax2.set_ylim(-0.05, 1.05)
+        handles = handles + ax2.get_lines()
+    handles = [h for h in handles if not h.get_label().startswith("_")]
+    ax.legend(handles, [h.get_label() for h in handles], loc="upper center", bbox_to_anchor=(0.5, -0.14), ncol=5)
     fig.tight_layout()
+    return fig
+
+
+def plot(records: list[dict], path: Path, title: str) -> None:
+    """Write ``figure(records, title)`` to ``path`` as a PNG (atomically)."""
+    import matplotlib.pyplot as plt
+
+    fig = figure(records, title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
