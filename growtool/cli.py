@@ -34,6 +34,7 @@ from growtool.console import (  # noqa: E402 (the frame of the command line)
 )
 from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
+from growtool.io.files import parse_size  # noqa: E402
 from growtool.machine import surgery_threading  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS, arch_of  # noqa: E402
@@ -282,7 +283,7 @@ def expand(
 
     CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
     run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
-    shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
+    shard_size = parse_size(shard_size) if shard_size is not None else None
     r = recipes.load(recipe, recipes.parse_set(sets))
     depth_args = surgery.depth_args(width, layers, depth_method, insert_at)  # None: the width alone
     if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
@@ -442,7 +443,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 @ATTACH_TOKENIZER
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
-    shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
+    shard_size = parse_size(shard_size) if shard_size is not None else None
     r = surgery.run_fold(
         grown,
         alpha=alpha,

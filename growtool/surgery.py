@@ -22,9 +22,14 @@ from pathlib import Path
 import torch
 
 from growtool import machine, tokenizer
-from growtool.grow import depth, growth, limits, recipes
+from growtool.grow import depth, engine, limits, recipes
+from growtool.grow.fold import fold_config, fold_tensor
+from growtool.grow.plan import Plan, build_plan, gate_values
+from growtool.grow.plan import lineage_entry as width_entry
 from growtool.io import checkpoint
+from growtool.io.files import check_destination, parse_size
 from growtool.nn.errors import GrowError
+from growtool.nn.families import expected_shapes
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -58,7 +63,7 @@ def _dtype(dtype) -> torch.dtype | None:
 
 
 def _size(shard_size) -> int | None:
-    return checkpoint.parse_size(shard_size) if isinstance(shard_size, str) else shard_size
+    return parse_size(shard_size) if isinstance(shard_size, str) else shard_size
 
 
 def _bar(progress, items: int, nbytes: int):
@@ -72,7 +77,7 @@ class Expansion:
 
     src: str
     ck: checkpoint.Checkpoint
-    plan: growth.Plan
+    plan: Plan
     out: str
     carry: tokenizer.Carry
     force: bool = False
@@ -119,7 +124,7 @@ def prepare_expand(
     r = recipes.load(recipe, recipes.parse_set(sets)) if not isinstance(recipe, dict) else recipe
     n_new = f"+{len(str(insert_at).split(','))}" if deep and layers is None else layers
     out = out or default_out(src, width, folder=shard_size is not None, layers=n_new)
-    checkpoint.check_destination(out, [src], force)  # fail before any work
+    check_destination(out, [src], force)  # fail before any work
     ck = checkpoint.load(src)  # the header and config; tensors are read on demand
     untie = untie and ck.config.tie
     if untie:
@@ -133,7 +138,7 @@ def prepare_expand(
     try:
         plan = None
         if width is not None:
-            plan = growth.build_plan(
+            plan = build_plan(
                 ck.config,
                 r,
                 width,
@@ -142,10 +147,10 @@ def prepare_expand(
                 seed=seed,
                 allow_lossy=allow_lossy,
                 dtype=dt,
-                gate_values=growth.gate_values(ck),
+                gate_values=gate_values(ck),
             )
         if deep:
-            plan = depth.build(ck.config, plan, layers, depth_method, insert_at, r, seed, dt, growth.gate_values(ck))
+            plan = depth.build(ck.config, plan, layers, depth_method, insert_at, r, seed, dt, gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
     return Expansion(src, ck, plan, out, carry, force, shard_size, untie)
@@ -163,7 +168,7 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
     t_all = time.perf_counter()
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
     lineage = ck.lineage + [lineage_entry(plan, source_hash.token, job.untied)]
-    work = growth.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
+    work = engine.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
     read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
     produce = producer(plan, ck, work, read)
     deep = isinstance(plan, depth.Grown)
@@ -214,7 +219,7 @@ def producer(plan, ck, work=None, read=None):
     if width is None:
         grow = lambda n, rows=None: ck.get(n) if rows is None else ck.get(n, rows=rows)  # noqa: E731
     else:
-        grow = lambda n, rows=None: growth.grow_tensor(n, width, ck.get, work, read, rows)  # noqa: E731
+        grow = lambda n, rows=None: engine.grow_tensor(n, width, ck.get, work, read, rows)  # noqa: E731
     if isinstance(plan, depth.Grown):
         return lambda n, rows=None: plan.grow_tensor(n, grow, rows)
     return grow
@@ -224,9 +229,9 @@ def lineage_entry(plan, token: str, untied: bool = False) -> dict:
     """The one lineage entry of an expand (width, depth or both); ``untie`` true when the tied head
     was made a tensor of its own."""
     if isinstance(plan, depth.Grown):
-        entry = depth.lineage_entry(plan, token, plan.width and growth.lineage_entry(plan.width, token))
+        entry = depth.lineage_entry(plan, token, plan.width and width_entry(plan.width, token))
     else:
-        entry = growth.lineage_entry(plan, token)
+        entry = width_entry(plan, token)
     return {**entry, "untie": True} if untied else entry
 
 
@@ -247,7 +252,7 @@ def _timed_producer(job: Expansion, work, timings: dict):
                 spent[0] += time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        y = growth.grow_tensor(name, plan, get, work, functools.partial(get, into=work.source), rows)
+        y = engine.grow_tensor(name, plan, get, work, functools.partial(get, into=work.source), rows)
         with lock:
             timings["read"] += spent[0]
             timings["grow"] += time.perf_counter() - t0 - spent[0]
@@ -322,15 +327,15 @@ def run_fold(
     """``fold``, returning what the command line reports."""
     grown, out = str(grown), str(out)
     shard_size = _size(shard_size)
-    checkpoint.check_destination(out, [grown], force)  # fail before any work
+    check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
     carry = tokenizer.carry(ck, tokenizer_path)
     dt = _dtype(dtype) or ck.main_dtype()
-    cfg = growth.fold_config(ck.config)
-    specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
+    cfg = fold_config(ck.config)
+    specs = [(n, shp, dt) for n, shp in expected_shapes(cfg).items()]
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
-    work = growth.Workspace()  # memory reused from tensor to tensor
+    work = engine.Workspace()  # memory reused from tensor to tensor
     try:
         with (
             machine.surgery_threading(streaming=True),
@@ -341,7 +346,7 @@ def run_fold(
                 cfg,
                 lineage,
                 specs,
-                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt, work),
+                lambda n: fold_tensor(n, ck.config, alpha, ck.get, dt, work),
                 force=force,
                 inputs=[grown],
                 shard_size=shard_size,

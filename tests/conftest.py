@@ -9,7 +9,9 @@ import torch
 from click.testing import CliRunner
 
 from growtool.cli import main
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.io import checkpoint
 
@@ -68,8 +70,8 @@ def grown_gpt2(d: Path, layers: int) -> tuple[Path, str, str]:
     cfg = make_config("gpt2", width=32, layers=layers, heads=4, ffn=64, vocab=256, context=16, tie=True, attn_gate=True)
     source = checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg, gamma=0.5, seed=0).tensors())
     ck = checkpoint.load(source)
-    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    grown = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, recipes.load("srio"), 48)
+    grown = {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
     return text, source, checkpoint.save_tensors(str(d / "g.safetensors"), plan.cfg, [], grown)
 
 

@@ -276,13 +276,14 @@ def test_bf16_growth_error_is_below_the_sources_own_bf16_noise(name, tmp_path):
 def test_embedding_scale_compensation_uses_the_dtype_rounded_factor():
     """Gemma multiplies embeddings by sqrt(width) cast to the weights' dtype: in bf16 sqrt(96) is
     9.8125, not 9.798; the grown embedding takes sqrt(64) / 9.8125 there, the exact ratio in float32."""
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.plan import build_plan, embed_factor
     from growtool.nn.config import ModelConfig
 
     cfg = ModelConfig("gemma", 32, 64, 1, 4, 4, 16, 128, context=16, tie=True)
-    plans = {dt: growth.build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
-    assert growth.embed_factor(plans[torch.bfloat16]) == 8.0 / 9.8125
-    assert abs(growth.embed_factor(plans[torch.float32]) - (64 / 96) ** 0.5) < 1e-7
+    plans = {dt: build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
+    assert embed_factor(plans[torch.bfloat16]) == 8.0 / 9.8125
+    assert abs(embed_factor(plans[torch.float32]) - (64 / 96) ** 0.5) < 1e-7
 
 
 def test_every_recipe_is_exact_or_refused(source, tmp_path):

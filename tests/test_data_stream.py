@@ -9,7 +9,8 @@ from test_train import make_text, tiny_cfg
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.training.data import Dataset
-from growtool.training.loop import STATE, read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE, read_metrics
 
 from conftest import cli
 

@@ -18,7 +18,9 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from growtool.grow import growth, recipes  # noqa: E402
+from growtool.grow import recipes  # noqa: E402
+from growtool.grow.engine import grow_tensor  # noqa: E402
+from growtool.grow.plan import build_plan  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
@@ -271,7 +273,7 @@ def test_olmo_layernorm_without_parameters_grows_by_scaling_readers(tmp_path):
         assert rel(LM.from_tensors(unclipped, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-2
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
     assert r.exit_code == 0 and "sqrt(D/d) x R(0.8165)" in r.stderr, r.stderr
-    ops = dict((pat, op) for pat, _, _, op in growth.build_plan(ck.config, recipes.load("srio"), 96).rows())
+    ops = dict((pat, op) for pat, _, _, op in build_plan(ck.config, recipes.load("srio"), 96).rows())
     assert ops["model.layers.{i}.self_attn.q_proj.weight"].startswith("x 0.816497 (norm without gain)")
     assert ops["lm_head.weight"].startswith("x 0.816497 (norm without gain)")
     g = checkpoint.load(tmp_path / "g.safetensors")
@@ -316,7 +318,7 @@ def test_bigcode_multi_query_keeps_one_kv_head_and_grows_query_heads(tmp_path):
     ck = checkpoint.load(tmp_path / "src")
     assert ck.config.kv_heads == 1 and ck.get("transformer.h.0.attn.c_attn.weight").shape == (64 + 32, 64)
     for recipe in ("srio", "copy"):
-        plan = growth.build_plan(ck.config, recipes.load(recipe), 96)
+        plan = build_plan(ck.config, recipes.load(recipe), 96)
         assert (plan.cfg.heads, plan.cfg.kv_heads) == (6, 1)
         assert plan.shapes["transformer.h.0.attn.c_attn.weight"] == (96 + 32, 96)
         assert plan.units[0]["q"].n_new == 6 and plan.units[0]["kv"].added == 0
@@ -422,10 +424,10 @@ def test_falcon_fused_qkv_is_grown_by_whole_kv_groups(tmp_path):
     bit for bit, the new ones sit after them."""
     make_source("falcon-gqa", tmp_path / "src")
     ck = checkpoint.load(tmp_path / "src")
-    plan = growth.build_plan(ck.config, recipes.load("srio"), 128)
+    plan = build_plan(ck.config, recipes.load("srio"), 128)
     assert (plan.cfg.heads, plan.cfg.kv_heads) == (8, 4)
     name = "transformer.h.0.self_attention.query_key_value.weight"
-    w_old, w_new = ck.get(name), growth.grow_tensor(name, plan, ck.get)
+    w_old, w_new = ck.get(name), grow_tensor(name, plan, ck.get)
     assert w_old.shape == (2 * 4 * 16, 64) and w_new.shape == (4 * 4 * 16, 128)
     assert torch.equal(w_new[: 2 * 4 * 16, :64], w_old)
 

@@ -15,7 +15,8 @@ import torch.distributed.checkpoint as dcp
 
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
-from growtool.training.loop import STATE, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE
 
 from conftest import grown_gpt2
 

@@ -299,8 +299,9 @@ def test_outputs_never_overlap_inputs(tmp_path, monkeypatch, sharded_run):
     )
 
     from growtool.io import checkpoint
+    from growtool.io.stream import write_stream
 
-    real = checkpoint.write_stream
+    real = write_stream
     out = tmp_path / "race.safetensors"
 
     def racing(fh, *a, **kw):  # another growtool finishes the same output meanwhile
@@ -360,10 +361,11 @@ def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path
     import errno
 
     from growtool.training import loop as train_mod
+    from growtool.training.run_folder import save_bytes as real
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=16, heads=2, layers=1, vocab=256, context=8))
     text = text_file(tmp_path / "t.txt")
-    real, calls, pair = train_mod.save_bytes, [], {}
+    calls, pair = [], {}
 
     def full_disk_at(n):
         def save_bytes(path, obj):
@@ -489,12 +491,12 @@ def test_malformed_inputs_are_bad_input_not_bugs(tmp_path, src, sharded_run, mon
         r = runner("expand", src, "--width", width, "--dry-run", "-q", **({"timeout": 60} if runner is run else {}))
         refused(r, 2, f"--width {width}", "beyond any machine", folder=tmp_path, before=before)
 
-    from growtool.grow import growth
+    from growtool.grow import engine
 
     def oom(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(growth, "grow_tensor", oom)
+    monkeypatch.setattr(engine, "grow_tensor", oom)
     refused(
         cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "o.safetensors"),
         2,

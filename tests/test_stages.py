@@ -10,7 +10,9 @@ from test_train import make_text, tiny_cfg
 
 from growtool.init import init_model
 from growtool.io import checkpoint
-from growtool.training.loop import STATE, lr_at, read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE, read_metrics
+from growtool.training.schedule import lr_at
 
 from conftest import cli
 

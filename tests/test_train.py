@@ -9,13 +9,17 @@ import numpy as np
 import pytest
 import torch
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan, lineage_entry
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
+from growtool.tokenizer import get_tokenizer
 from growtool.training import data
-from growtool.training.loop import evaluate, gate_at, lr_at, train
+from growtool.training.loop import evaluate, train
+from growtool.training.schedule import gate_at, lr_at
 
 from conftest import cli
 
@@ -72,12 +76,12 @@ def world(tmp_path_factory):
     )
     src = train(base, [text], d / "src", steps=80, lr=1e-2, eval_every=20, **KW)
     ck = checkpoint.load(src["final"])
-    plan = growth.build_plan(ck.config, recipes.load("srio"), 48)
+    plan = build_plan(ck.config, recipes.load("srio"), 48)
     grown = checkpoint.save_tensors(
         str(d / "grown.safetensors"),
         plan.cfg,
-        ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
-        {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
+        ck.lineage + [lineage_entry(plan, ck.sha256())],
+        {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
     )
     return {"dir": d, "text": text, "base": base, "src": src, "grown": grown}
 
@@ -101,7 +105,7 @@ def test_first_eval_of_grown_model_equals_source(world, grown_run):
     assert first["step"] == 0 and first["gate"] == 0.0
     # the source's last evaluation in its own run, and an independent forward pass on the same windows
     assert first["val_loss"] == pytest.approx(world["src"]["val_loss"], rel=1e-5)
-    ds = data.Dataset(data.load_tokens([world["text"]], data.get_tokenizer("byte"), None), SEQ, BATCH)
+    ds = data.Dataset(data.load_tokens([world["text"]], get_tokenizer("byte"), None), SEQ, BATCH)
     src = checkpoint.load(world["src"]["final"]).model()
     with torch.no_grad():
         losses = [float(src(x, y)[1]) for x, y in ds.val_batches(4)]
@@ -142,7 +146,7 @@ def test_final_checkpoint_is_plain_and_keeps_the_trained_function(world, grown_r
     assert not any("growth_gate" in n for n in ck.names())
     assert ck.lineage[-1]["op"] == "train" and ck.lineage[-1]["gates_folded_at"] == 1.0
     assert [e["op"] for e in ck.lineage][-2:] == ["expand", "train"]
-    ds = data.Dataset(data.load_tokens([world["text"]], data.get_tokenizer("byte"), None), SEQ, BATCH)
+    ds = data.Dataset(data.load_tokens([world["text"]], get_tokenizer("byte"), None), SEQ, BATCH)
     assert evaluate(ck.model(), ds.val_batches(4), torch.device("cpu")) == pytest.approx(recs[-1]["val_loss"], rel=1e-5)
     assert (world["dir"] / "grown-run" / "loss.png").stat().st_size > 1000
 

@@ -205,7 +205,7 @@ class Grown:
     src: ModelConfig
     cfg: ModelConfig
     depth: DepthPlan
-    width: object | None  # growth.Plan, or None for depth alone
+    width: object | None  # plan.Plan, or None for depth alone
     dtype: torch.dtype
     recipe: dict
     seed: int

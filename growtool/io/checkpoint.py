@@ -27,36 +27,23 @@ from pathlib import Path
 import torch
 
 from growtool.io import confine, hf_remote, nanogpt, one_config, overflow, prehash, stdout
-from growtool.io.files import (  # noqa: F401 (kept importable here)
-    SIZE_UNITS,
-    _clobbers,
-    _fsync_dir,
+from growtool.io.files import (
     _replace,
     _umask,
     atomic_file,
     check_destination,
     is_folder_target,
-    parse_size,
 )
-from growtool.io.header import (  # noqa: F401
+from growtool.io.header import (
     DTYPE_NAME,
     DTYPES,
     FLOATS,
-    MAX_HEADER,
     Progress,
-    _header_bytes,
     _nbytes,
-    _tensor_bytes,
     parse_header,
     read_file_header,
 )
-from growtool.io.stream import (  # noqa: F401
-    WRITE_CHUNK,
-    WRITEBACK_EVERY,
-    BufferedSink,
-    DirectSink,
-    prefetch,
-    start_writeback,
+from growtool.io.stream import (
     write_stream,
 )
 from growtool.nn.config import ModelConfig
@@ -93,7 +80,7 @@ class Checkpoint:
         self, name: str, into: Callable[[int], torch.Tensor] | None = None, rows: tuple[int, int] | None = None
     ) -> torch.Tensor:
         """One tensor, checked for NaN / Inf. ``into(nbytes)``: memory to read it into (a uint8
-        tensor of ``nbytes``, e.g. ``growth.Workspace.source``) instead of new memory; the caller
+        tensor of ``nbytes``, e.g. ``engine.Workspace.source``) instead of new memory; the caller
         must be done with the tensor before that memory is handed out again. Ignored for
         checkpoints held in memory. ``rows=(r0, n)``: only rows r0 .. r0+n-1 (along the first
         axis), read from the file on their own."""
@@ -495,8 +482,8 @@ def save(
     ``source_hash`` (a ``SourceHash`` whose token the lineage holds): its digest replaces the token
     in every written header before the file is fsynced (``files`` may then be a function, called
     after the weights are written, that fills it in too). ``recycle(t)``: called with each produced
-    tensor once written (``growth.Workspace.recycle``); ``workers``: threads producing tensors;
-    ``place(offsets)``: told where each tensor goes in its file (``growth.Workspace.place``);
+    tensor once written (``engine.Workspace.recycle``); ``workers``: threads producing tensors;
+    ``place(offsets)``: told where each tensor goes in its file (``engine.Workspace.place``);
     ``pieces(name)``: the row ranges a tensor is made and written in (``write_stream``).
     Returns the written path.
     """

@@ -71,7 +71,7 @@ class DirectSink:
     4 KB-aligned memory, lengths and file offsets:
 
     * bytes whose memory sits at the same place within a 4 KB page as their file offset (outputs
-      from ``growth.Workspace.output`` after ``place``) go to the disk straight from that memory,
+      from ``engine.Workspace.output`` after ``place``) go to the disk straight from that memory,
       all but the unaligned first and last few bytes, written by the thread (the memory is
       ``release``d after; up to HELD bytes wait);
     * other bytes are copied into page-aligned 4 MB buffers, and the thread writes each buffer to
@@ -254,7 +254,7 @@ def write_stream(
     run of the tensor's bytes, written as soon as it is made (a vocabulary-sized tensor then needs
     neither a block of its own size nor a wait for its last row before its first is written).
     ``place(offsets)`` is told the file offset of every piece, keyed ``(name, r0)`` (``r0`` 0 for
-    a whole tensor), before any is produced (``growth.Workspace.place``).
+    a whole tensor), before any is produced (``engine.Workspace.place``).
 
     Producing and writing overlap: ``workers`` threads produce the next pieces while piece k is
     written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a time
