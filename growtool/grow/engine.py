@@ -32,7 +32,7 @@ def fresh(nbytes: int) -> torch.Tensor:
     /sys/kernel/mm/transparent_hugepage/enabled = "madvise" or "always"). Fresh memory costs a page
     fault on its first touch, one per 4 KB page: on this machine 300 MB of new memory took 230-410 ms
     to fill the first time and 25-45 ms the second; as 2 MB pages, 56-69 ms the first time
-    (bench/README, round 7). Only whole 2 MB pages can be huge, so the memory starts on a 2 MB
+    (bench/results/surgery/ROUNDS.md, round 7). Only whole 2 MB pages can be huge, so the memory starts on a 2 MB
     boundary and the advice covers it to the end of its last 2 MB page (up to 2 MB more of
     resident memory per block; the space before the boundary is never touched). The result is a
     view: its storage starts earlier. Under 1 MB, or without madvise, plain memory; the bytes

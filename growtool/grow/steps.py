@@ -401,7 +401,7 @@ class PadRotate(Step):
     same bytes as running ``parts`` and rounding (``ops.rotate_half_into``). Every vector along
     the residual axis is [x; 0], or [0; tile(x)] for a tiled unit, so its zero half is never added
     to or converted, nor, with the residual axis last (readers, embedding, head), written or summed:
-    a third of the elements of the FFN and the embedding (bf16 1 GB: bench/README, round 9).
+    a third of the elements of the FFN and the embedding (bf16 1 GB: bench/results/surgery/ROUNDS.md, round 9).
     Writers [out, in] still write and sum the zeros (``ops.rotate_half_into``: ``sums``)."""
 
     parts: tuple
