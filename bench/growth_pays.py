@@ -211,6 +211,7 @@ def job(P, family, variant, seed):
     from growtool.grow.engine import grow_tensor
     from growtool.grow.plan import build_plan, lineage_entry
     from growtool.io import checkpoint
+    from growtool.io.stream import Producer
 
     t0 = time.time()
     d, D, D2, T = P["width"], P["grow_to"], P["to_2x"], P["tokens"]
@@ -239,8 +240,8 @@ def job(P, family, variant, seed):
             plan.cfg,
             src.lineage + [lineage_entry(plan, src.sha256())],
             plan.outputs(),
-            lambda n: grow_tensor(n, plan, src.get),
-            force=True,
+            Producer(lambda n: grow_tensor(n, plan, src.get)),
+            checkpoint.Output(force=True),
         )
         # the grown phase draws its own data order (seed + 1000), as bench/recipes.py does
         s, recs = train_phase(P, grown, out, T, seed + 1000)
@@ -263,8 +264,8 @@ def job(P, family, variant, seed):
             plan.cfg,
             src.lineage + [lineage_entry(plan, src.sha256())],
             plan.outputs(),
-            lambda n: grow_tensor(n, plan, src.get),
-            force=True,
+            Producer(lambda n: grow_tensor(n, plan, src.get)),
+            checkpoint.Output(force=True),
         )
         s, recs = train_phase(P, grown, out, T, seed, **({"data_start": 0} if option == "replay" else {}))
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])

@@ -226,6 +226,7 @@ def job_grow(P, name, seed, base_final):
     from growtool.grow.engine import grow_tensor
     from growtool.grow.plan import build_plan, lineage_entry
     from growtool.io import checkpoint
+    from growtool.io.stream import Producer
     from growtool.lab import learned
 
     how, recipe, sets = RECIPES[name]
@@ -242,8 +243,8 @@ def job_grow(P, name, seed, base_final):
             plan.cfg,
             src.lineage + [lineage_entry(plan, src.sha256())],
             plan.outputs(),
-            lambda n: grow_tensor(n, plan, src.get),
-            force=True,
+            Producer(lambda n: grow_tensor(n, plan, src.get)),
+            checkpoint.Output(force=True),
         )
         op = {"eps": plan.eps}
     elif how == "srio_lo":

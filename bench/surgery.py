@@ -309,7 +309,7 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     prof = cProfile.Profile() if profile_to else None
     if prof:
         prof.enable()
-    job = surgery.prepare_expand(str(src), width=width, out=str(out), recipe="srio", force=True)
+    job = surgery.prepare_expand(str(src), surgery.Request(width=width, out=str(out), recipe="srio", force=True))
     surgery.run_expand(job, timings=t)
     t["setup"] = t["total"] - t["save"]
     if prof:

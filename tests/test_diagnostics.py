@@ -13,6 +13,7 @@ from growtool.grow.engine import grow_tensor
 from growtool.grow.plan import build_plan, lineage_entry
 from growtool.init import init_model
 from growtool.io import checkpoint
+from growtool.io.stream import Producer
 from growtool.training import diagnostics
 from growtool.training.loop import train
 from growtool.training.run_folder import read_metrics
@@ -43,8 +44,8 @@ def grow(world, recipe: str, name: str, **over) -> str:
         plan.cfg,
         src.lineage + [lineage_entry(plan, src.sha256())],
         plan.outputs(),
-        lambda n: grow_tensor(n, plan, src.get),
-        force=True,
+        Producer(lambda n: grow_tensor(n, plan, src.get)),
+        checkpoint.Output(force=True),
     )
 
 

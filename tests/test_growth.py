@@ -269,7 +269,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     source read into reused memory (Workspace.source): the bytes equal the whole-tensor path's,
     for each recipe and output dtype. ROW_BLOCK and BLOCKED_FROM are made tiny so that these small tensors take
     that path (1-row blocks, and blocks of several rows with a remainder). The same for pieces
-    (Plan.pieces: the embedding and the head grown a few rows at a time from those rows of the
+    (engine.pieces: the embedding and the head grown a few rows at a time from those rows of the
     source, one block of rows first); other tensors have no pieces."""
     import functools
 
@@ -305,11 +305,14 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
                     whole = engine._whole_steps(plan, n, shape)
                     blocked += whole < len(plan.steps[n])
                     gathered += whole == 0 and any(isinstance(s, ExpandUnits) for s in plan.steps[n])
-                monkeypatch.setattr(engine, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
+                monkeypatch.setattr(engine, "PIECE", 3 * row_block)  # pieces of a few rows (engine.pieces)
                 for n, shape, _ in plan.outputs():
-                    parts = [grow_tensor(n, plan, ck.get, work, read, rows) for rows in plan.pieces(n) or []]
+                    parts = [grow_tensor(n, plan, ck.get, work, read, rows) for rows in engine.pieces(plan, n) or []]
                     if parts:  # one block first (the disk starts sooner), then PIECE rows
-                        assert [k for _, k in plan.pieces(n)[:2]] == [max(1, row_block // 48), 3 * row_block // 48], n
+                        assert [k for _, k in engine.pieces(plan, n)[:2]] == [
+                            max(1, row_block // 48),
+                            3 * row_block // 48,
+                        ], n
                         got = torch.cat(parts)
                         assert torch.equal(got.view(torch.uint8), want[n].view(torch.uint8)), n
                         pieced += 1

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -31,7 +32,7 @@ from growtool.grow import engine, recipes
 from growtool.io import checkpoint, header, hf_remote
 from growtool.io.files import parse_size
 from growtool.io.header import DTYPE_NAME
-from growtool.io.stream import DirectSink, prefetch, write_stream
+from growtool.io.stream import DirectSink, Producer, prefetch, write_stream
 from growtool.nn.config import ModelConfig
 
 from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
@@ -540,7 +541,7 @@ def test_streaming_writer_holds_twice_the_largest_tensor_whatever_the_workers():
             del alive[t.data_ptr()]
 
     buf = io.BytesIO()
-    write_stream(buf, specs, produce, {}, recycle=recycle, workers=8)
+    write_stream(buf, specs, Producer(produce, recycle=recycle, workers=8), {})
     assert not alive and len(buf.getvalue()) > 63 * mb
     assert most[0] <= 2 * 4 * mb + 1 * mb, most[0] / mb  # the budget, and the one being written
 
@@ -562,22 +563,23 @@ def test_split_tensors_share_the_workspace_threads():
 
 
 def test_producers_fit_the_memory_bound():
-    """Plan.producers: every thread where the producers' memory fits beside the writer's and the
+    """engine.producers: every thread where the producers' memory fits beside the writer's and the
     process's own (a small float32 growth); one where the process already holds the allowance, or
     where a single producer's float32 tensor and source take the room (a d4096 bf16 Llama, whose
     6144 x 16512 down_proj is built whole in float32)."""
     from growtool.grow import recipes
+    from growtool.grow.engine import producer_bytes, producers
     from growtool.grow.plan import build_plan
     from growtool.nn.config import ModelConfig
 
     small = ModelConfig("llama", vocab_size=256, width=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128)
     plan = build_plan(small, recipes.load("srio"), 96, dtype=torch.float32)
-    assert plan.producers(8) == 8 and plan.producers(3) == 3
-    assert plan.producers(8, resident=1 << 30) == 1  # a process already past the bound: one producer
+    assert producers(plan, 8) == 8 and producers(plan, 3) == 3
+    assert producers(plan, 8, resident=1 << 30) == 1  # a process already past the bound: one producer
     big = ModelConfig("llama", vocab_size=32000, width=4096, layers=1, heads=32, kv_heads=8, head_dim=128, ffn=11008)
     plan = build_plan(big, recipes.load("srio"), 6144, dtype=torch.bfloat16)
-    assert plan.producer_bytes() > 4 * 6144 * 16512  # the whole float32 down_proj
-    assert plan.producers(8) == 1
+    assert producer_bytes(plan) > 4 * 6144 * 16512  # the whole float32 down_proj
+    assert producers(plan, 8) == 1
 
 
 def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
@@ -585,6 +587,7 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     time, each read from its own rows of the source) expand writes the same bytes as with whole
     tensors: one file, a sharded folder, and standard output; float32 and bfloat16; and the
     progress hook still hears each tensor once, with all of its bytes."""
+    from growtool.grow.engine import pieces
     from growtool.grow.plan import build_plan
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=2, vocab=200))
@@ -593,9 +596,9 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     heard = []
     real_save = checkpoint.save
 
-    def save(*a, **kw):
-        kw["progress"] = lambda name, nbytes: heard.append((name, nbytes))
-        return real_save(*a, **kw)
+    def save(out, cfg, lineage, specs, producer, options):
+        hear = lambda name, nbytes: heard.append((name, nbytes))  # noqa: E731
+        return real_save(out, cfg, lineage, specs, producer, dataclasses.replace(options, progress=hear))
 
     monkeypatch.setattr(checkpoint, "save", save)
     outs = {}
@@ -618,9 +621,9 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
             assert r.exit_code == 0
             outs[name, piece, "stdout"] = r.stdout_bytes
         plan = build_plan(checkpoint.load(src).config, recipes.load("srio"), 72)
-        pieced = [n for n, _, _ in plan.outputs() if plan.pieces(n)]
+        pieced = [n for n, _, _ in plan.outputs() if pieces(plan, n)]
         assert (len(pieced) == 2) == (piece == 400), pieced  # the embedding and the head
-        assert all(len(plan.pieces(n)) > 20 for n in pieced)
+        assert all(len(pieces(plan, n)) > 20 for n in pieced)
     for (name, piece, kind), got in outs.items():
         if piece == 400:
             assert got == outs[name, 1 << 40, kind], (name, kind)

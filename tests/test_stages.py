@@ -11,7 +11,7 @@ from test_train import make_text, tiny_cfg
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.training.loop import train
-from growtool.training.run_folder import STATE, read_metrics
+from growtool.training.run_folder import MODEL, STATE, read_metrics
 from growtool.training.schedule import lr_at
 
 from conftest import cli
@@ -170,3 +170,25 @@ def test_gpt2_run_folder_grows_and_resumes_at_the_sources_loss(world, tmp_path):
     a, b = read_metrics(tmp_path / "on" / "metrics.jsonl"), read_metrics(tmp_path / "grown" / "metrics.jsonl")
     assert on["steps"] == grown["steps"] == 7 and b[7]["width"] == 48 and b[7]["gate"] == 0.0
     assert b[7]["loss"] == pytest.approx(a[7]["loss"], rel=1e-5) and b[7]["lr"] == a[7]["lr"]
+
+
+def test_library_expand_grows_a_run_folder_as_the_cli_does(world, tmp_path):
+    """``growtool.expand(RUN_DIR, ...)`` (the library, not only the command line) grows a run folder
+    into a new one: the same model bytes and state as ``growtool expand RUN_DIR``; without ``out``,
+    or with an option for files (``dtype``), it is refused with one line and writes nothing."""
+    import growtool
+    from growtool.nn.errors import GrowError
+
+    train(world["base"], [world["text"]], tmp_path / "run", steps=4, stop_at=2, **KW)
+    lib = growtool.expand(tmp_path / "run", width=48, out=tmp_path / "lib")
+    assert lib == tmp_path / "lib"
+    assert cli("expand", tmp_path / "run", "--width", 48, "-o", tmp_path / "cli", "-q").exit_code == 0
+    assert (lib / MODEL).read_bytes() == (tmp_path / "cli" / MODEL).read_bytes()
+    a, b = (torch.load(p / STATE, weights_only=True) for p in (lib, tmp_path / "cli"))
+    assert a["step"] == b["step"] == 2 and a["growths"] == b["growths"] == [
+        {"step": 2, "width": 48, "recipe": "srio", "from": 32}
+    ]
+    for kw, msg in (({}, "give -o NEW_RUN_DIR"), ({"out": tmp_path / "x", "dtype": "bfloat16"}, "do not apply")):
+        with pytest.raises(GrowError, match=msg):
+            growtool.expand(tmp_path / "run", width=48, **kw)
+    assert not (tmp_path / "x").exists()

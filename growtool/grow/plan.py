@@ -7,13 +7,12 @@ gate values of a checkpoint.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 import torch
 
-from growtool.grow import engine, ops
+from growtool.grow import ops
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -90,51 +89,6 @@ class Plan:
 
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
-
-    def pieces(self, name: str) -> list[tuple[int, int]] | None:
-        """The row ranges (r0, n) in which a streaming writer makes ``name`` (``checkpoint.save(
-        pieces=)``, ``grow_tensor(..., rows=)``): a tensor of more than engine.PIECE grown elements whose
-        steps are all row-local (the embedding and the head), so that no vocabulary-sized block
-        is needed and its first rows are written while the last are grown. None: whole."""
-        shape = self.shapes.get(name)
-        gathers = any(isinstance(s, ExpandUnits) for s in self.steps[name])  # rows that are not the source's
-        if gathers or engine._whole_steps(self, name, shape) != 0 or shape[0] * shape[1] <= engine.PIECE:
-            return None
-        rows = max(1, engine.PIECE // shape[1])
-        first = max(1, engine.ROW_BLOCK // shape[1])  # the first piece one block:
-        starts = [0, *range(first, shape[0], rows)]  # the disk starts sooner (the embedding opens the file)
-        return [(a, b - a) for a, b in zip(starts, starts[1:] + [shape[0]])]
-
-    def producer_bytes(self) -> int:
-        """About the most memory one producing thread holds while it makes a tensor (``Workspace``):
-        the float32 tensor it builds a whole tensor in when the output is in another dtype (for a
-        float32 output that tensor is the output itself), or one block of rows; plus the source
-        read and its float32 copy (6 bytes per element for a 2-byte dtype; 4 for float32, whose
-        copy is the read itself)."""
-        old, most = expected_shapes(self.src), 0
-        for name, shape, _ in self.outputs():
-            steps = self.steps[name]
-            pieces = self.pieces(name)
-            rows = pieces[0][1] if pieces else shape[0]
-            src = math.prod(old[name]) * rows // shape[0] if name in old else 0
-            if engine._whole_steps(self, name, shape) < len(steps):
-                f32 = 4 * engine.ROW_BLOCK
-            else:
-                f32 = 4 * math.prod(shape) if self.dtype != torch.float32 else 0
-            most = max(most, f32 + src * (4 if self.dtype == torch.float32 else 4 + self.dtype.itemsize))
-        return most
-
-    def producers(self, threads: int, resident: int = 256 << 20) -> int:
-        """How many of ``threads`` may produce tensors at once (``checkpoint.save(workers=)``) within
-        the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB. The writer
-        holds up to 2 x that tensor (``checkpoint.write_stream``); ``resident`` is what the process
-        holds before the work (the interpreter and torch: 227 MB with torch's CPU build, 496 MB
-        with a CUDA build); the producers get the rest, 1 x that tensor + 0.5 GB - ``resident``,
-        and at least one producer. (Without this cap a d4096 bf16 model on 8 producers would need
-        about 6 GB against a bound of 1.7 GB.)"""
-        largest = max(math.prod(shape) * self.dtype.itemsize for _, shape, _ in self.outputs())
-        room = largest + (512 << 20) - resident
-        return max(1, min(threads, room // max(1, self.producer_bytes())))
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""

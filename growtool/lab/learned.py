@@ -55,7 +55,8 @@ from growtool.grow import ops, recipes
 from growtool.grow.engine import grow_tensor
 from growtool.grow.fold import fold_config
 from growtool.grow.plan import Plan, build_plan, lineage_entry
-from growtool.io.checkpoint import save, save_tensors
+from growtool.io.checkpoint import Output, save, save_tensors
+from growtool.io.stream import Producer
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, tensor_specs, unit_count
@@ -261,14 +262,8 @@ def save_srio_lo(
         "tokens": learned.tokens,
         "lookahead": learned.lookahead,
     }
-    return save(
-        out_path,
-        plan.cfg,
-        list(lineage) + [entry],
-        plan.outputs(),
-        lambda n: grow_tensor(n, plan, tensors.__getitem__),
-        force=force,
-    )
+    grow = Producer(lambda n: grow_tensor(n, plan, tensors.__getitem__))
+    return save(out_path, plan.cfg, list(lineage) + [entry], plan.outputs(), grow, Output(force=force))
 
 
 # ---- LiGO-style learned linear growth operator --------------------------------------------
