@@ -333,6 +333,14 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
             if not ops.same_view(x, dst):
                 dst.copy_(x)  # the one rounding (as .to: the same conversion)
 
+    _over_threads(c.work, len(spans), run)
+    return out
+
+
+def _over_threads(work, blocks: int, run) -> None:
+    """``run(first, last)`` over ``blocks`` spans: split into contiguous runs among the threads
+    ``work.lend_threads`` grants when there are 16 or more, else in this thread; the first error
+    of any thread is raised here."""
     errors: list[BaseException] = []
 
     def guarded(first: int, last: int) -> None:
@@ -341,9 +349,8 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
         except BaseException as e:  # raised in the calling thread below
             errors.append(e)
 
-    blocks = len(spans)
-    split = c.work is not None and blocks >= 16
-    with c.work.lend_threads(min(c.work.threads, blocks)) if split else contextlib.nullcontext(1) as parts:
+    split = work is not None and blocks >= 16
+    with work.lend_threads(min(work.threads, blocks)) if split else contextlib.nullcontext(1) as parts:
         bounds = [blocks * k // parts for k in range(parts + 1)]
         helpers = [threading.Thread(target=guarded, args=bounds[k : k + 2], daemon=True) for k in range(1, parts)]
         for h in helpers:
@@ -353,7 +360,6 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
             h.join()
     if errors:
         raise errors[0]
-    return out
 
 
 def _runs(src_rows: torch.Tensor) -> list[tuple[int, int, int]]:

@@ -337,6 +337,38 @@ def _item_nbytes(item) -> int:
     return _nbytes(_item_shape(item), item[2])
 
 
+class _Room:
+    """``prefetch``'s claims: the next index, and the results alive (made, not yet released) with
+    their summed cost, under one condition; ``close`` stops every claim."""
+
+    def __init__(self, names: list, most: int, cost: Callable[..., int], budget: int):
+        self.names, self.most, self.cost, self.budget = names, most, cost, budget
+        self.cond, self.stop = threading.Condition(), threading.Event()
+        self.next = self.alive = self.spent = 0
+
+    def claim(self) -> int | None:
+        """The next index once there is room for its result (in order: no result waits on a later one)."""
+        with self.cond:
+            while not self.stop.is_set() and self.next < len(self.names):
+                i, c = self.next, self.cost(self.names[self.next])
+                if self.alive < self.most and (self.alive == 0 or self.spent + c <= self.budget):
+                    self.next, self.alive, self.spent = i + 1, self.alive + 1, self.spent + c
+                    return i
+                self.cond.wait(0.1)
+        return None
+
+    def release(self, i: int) -> None:
+        with self.cond:
+            self.alive -= 1
+            self.spent -= self.cost(self.names[i])
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()
+
+
 def prefetch(
     names: list,
     produce: Callable[..., torch.Tensor],
@@ -352,39 +384,16 @@ def prefetch(
     exceed it). With ``ahead`` 0 every result is made in the caller's thread when asked for. An
     error in ``produce`` is raised here (in order: the first failing name's); leaving the loop
     early stops the workers."""
-    import threading
-
     if ahead < 1 or len(names) < 2:
         yield from (produce(n) for n in names)
         return
     workers = max(1, min(workers, len(names)))
-    cost = cost or (lambda name: 0)
-    budget = budget if budget is not None else 0
-    room = threading.Condition()  # guards claims: the next index, and the results alive with their cost
-    claims = {"next": 0, "alive": 0, "spent": 0}
+    room = _Room(names, ahead + workers, cost or (lambda name: 0), budget if budget is not None else 0)
     done = threading.Condition()
     results: dict[int, tuple[bool, object]] = {}
-    stop = threading.Event()
-
-    def claim() -> int | None:
-        """The next index once there is room for its result (in order: no result waits on a later one)."""
-        with room:
-            while not stop.is_set() and claims["next"] < len(names):
-                i, c = claims["next"], cost(names[claims["next"]])
-                if claims["alive"] < ahead + workers and (claims["alive"] == 0 or claims["spent"] + c <= budget):
-                    claims.update(next=i + 1, alive=claims["alive"] + 1, spent=claims["spent"] + c)
-                    return i
-                room.wait(0.1)
-        return None
-
-    def release(i: int) -> None:
-        with room:
-            claims["alive"] -= 1
-            claims["spent"] -= cost(names[i])
-            room.notify_all()
 
     def work():
-        while (i := claim()) is not None:
+        while (i := room.claim()) is not None:
             try:
                 item = (True, produce(names[i]))
             except BaseException as e:  # handed to the consumer, raised in its thread
@@ -412,10 +421,8 @@ def prefetch(
                 raise item
             yield item
             del item
-            release(i)
+            room.release(i)
     finally:
-        stop.set()
-        with room:
-            room.notify_all()
+        room.close()
         for t in threads:
             t.join(timeout=5)
