@@ -27,7 +27,7 @@ from growtool.grow.plan import build_plan
 from growtool.io import checkpoint
 from growtool.nn.families import ARCHS
 
-from helpers_hardening import (
+from helpers import (
     cli,
     listing,
     make_config,

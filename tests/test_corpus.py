@@ -27,8 +27,7 @@ from growtool.training.readers import expand_inputs, line_safe, read_text
 from growtool.training.run_folder import read_metrics
 from growtool.training.schedule import lr_at
 
-from conftest import cli
-from helpers_hardening import make_config
+from helpers import cli, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "the a cat dog fox king bird sees likes finds helps über naïve café 42 1999 (x) [y] {z} ok! why? yes.".split()

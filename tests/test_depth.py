@@ -18,11 +18,6 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from test_architectures import CASES, V, _llama_like, hf_logits, rel  # noqa: E402
-from test_families import CASES as FAMILY_CASES  # noqa: E402
-from test_families import QWEN2_MOE, _bloom  # noqa: E402
-from test_train import make_text, tiny_cfg  # noqa: E402
-
 from growtool.grow import depth, recipes  # noqa: E402
 from growtool.grow import moments as grow_state  # noqa: E402
 from growtool.grow.engine import grow_tensor  # noqa: E402
@@ -32,7 +27,9 @@ from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
-from conftest import cli, perturbed  # noqa: E402
+from arch_cases import ARCH_CASES as CASES  # noqa: E402
+from arch_cases import FAMILY_CASES, QWEN2_MOE, V, _bloom, _llama_like, hf_logits, rel  # noqa: E402
+from helpers import cli, make_text, perturbed, tiny_cfg  # noqa: E402  # noqa: E402
 
 X = torch.randint(V, (2, 24), generator=torch.Generator().manual_seed(1))  # longer than the windows (8)
 

@@ -6,7 +6,6 @@ import json
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
 from growtool.grow import recipes
 from growtool.grow.engine import grow_tensor
@@ -18,7 +17,7 @@ from growtool.training import diagnostics
 from growtool.training.loop import train
 from growtool.training.run_folder import read_metrics
 
-from conftest import cli
+from helpers import cli, make_text, tiny_cfg
 
 KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
 

@@ -19,7 +19,7 @@ from growtool import console
 from growtool.grow import engine
 from growtool.io import checkpoint
 
-from helpers_hardening import cli, listing, make_config, run, sha256, write_ckpt
+from helpers import cli, listing, make_config, run, sha256, write_ckpt
 
 
 def bar(text: str) -> bool:

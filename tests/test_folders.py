@@ -17,7 +17,7 @@ from growtool import tokenizer  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.io.carried import CARRIED as CARRIED_ALL  # noqa: E402
 
-from conftest import FIXTURES, cli, perturbed  # noqa: E402
+from helpers import FIXTURES, cli, perturbed  # noqa: E402
 
 CARRIED = ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]
 PROMPTS = ["the cat sees", "some dogs", "=========="]

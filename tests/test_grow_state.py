@@ -13,7 +13,7 @@ from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.nn.model import LM
 
-from helpers_hardening import make_config
+from helpers import make_config
 
 WRITES_RESIDUAL = ("writer", "embedding", "writer_bias")
 

@@ -11,7 +11,7 @@ from growtool.io import checkpoint
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 
-from conftest import FIXTURES, cli, sh, verify_json
+from helpers import FIXTURES, cli, sh, verify_json
 
 EXACT = [r for r in recipes.shipped() if not recipes.load(r)["lossy"]]
 
@@ -232,7 +232,7 @@ def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
     from growtool.grow.plan import build_plan
     from growtool.nn.families import ARCHS
 
-    from helpers_hardening import make_config, random_tensors
+    from helpers import make_config, random_tensors
 
     if family not in ARCHS:
         pytest.skip(f"no {family}")
@@ -278,7 +278,7 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     from growtool.grow.steps import ExpandUnits
     from growtool.nn.families import ARCHS
 
-    from helpers_hardening import make_config, write_ckpt
+    from helpers import make_config, write_ckpt
 
     if family not in ARCHS:
         pytest.skip(f"no {family}")
@@ -341,7 +341,7 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
     from growtool.grow.steps import PadRotate
     from growtool.nn.families import ARCHS
 
-    from helpers_hardening import make_config, random_tensors
+    from helpers import make_config, random_tensors
 
     if family not in ARCHS:
         pytest.skip(f"no {family}")
@@ -387,7 +387,7 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     from growtool.grow.engine import Workspace
     from growtool.grow.fold import fold_config, fold_tensor
 
-    from helpers_hardening import make_config, write_ckpt
+    from helpers import make_config, write_ckpt
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=32, heads=4, ffn=72, vocab=80))
     grown = {}

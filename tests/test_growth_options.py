@@ -4,7 +4,6 @@ a width-aware learning rate after growth (``--grow-lr mup``) and a re-warmed sch
 
 import pytest
 import torch
-from test_stages import KW, strip, world  # noqa: F401  (the module fixture)
 
 from growtool.grow import recipes
 from growtool.grow.engine import grow_tensor
@@ -16,6 +15,14 @@ from growtool.nn.model import LM
 from growtool.training.loop import train
 from growtool.training.run_folder import STATE, read_metrics
 from growtool.training.schedule import lr_at
+
+from helpers import STAGES_KW as KW
+from helpers import stages_world, strip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return stages_world(tmp_path_factory.mktemp("stages"))
 
 
 def _cfg(family):

@@ -35,7 +35,7 @@ from growtool.io.header import DTYPE_NAME
 from growtool.io.stream import DirectSink, Producer, prefetch, write_stream
 from growtool.nn.config import ModelConfig
 
-from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
+from helpers import CHILD, GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
 
 SHARD = re.compile(r"model-(\d{5})-of-(\d{5})\.safetensors")
 
@@ -294,7 +294,7 @@ def test_the_program_ends_without_teardown_and_loses_nothing(tmp_path):
     the outputs, their paths on stdout, the messages on stderr, a checkpoint sent to standard output
     and a run's metrics all arrive whole (equal to the in-process command's); errors keep their
     exit code."""
-    from helpers_hardening import run
+    from helpers import run
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, kv_heads=2, ffn=160, attn_gate=True))
     ref = tmp_path / "ref.safetensors"
@@ -377,23 +377,6 @@ def test_sigkill_mid_write_leaves_no_partial_output(tmp_path):
 
 
 # ---- peak memory ----------------------------------------------------------------------------
-
-CHILD = r"""
-import json, re, sys
-def hwm():
-    return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-import torch, growtool.cli, growtool.grow.engine, growtool.check  # everything a run imports
-from growtool.cli import main
-res = {"baseline": hwm(), "peaks": [], "codes": []}
-for args in sys.argv[1:]:
-    try:
-        main(args.split("|"), standalone_mode=False)
-        res["codes"].append(0)
-    except SystemExit as e:
-        res["codes"].append(e.code)
-    res["peaks"].append(hwm())
-print("RESULT " + json.dumps(res))
-"""
 
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
@@ -756,7 +739,7 @@ def test_the_source_hashed_as_the_program_starts(tmp_path):
 
     from growtool.io import prehash
 
-    from helpers_hardening import run
+    from helpers import run
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, layers=2, vocab=128))
     true = hashlib.sha256(src.read_bytes()).hexdigest()

@@ -20,7 +20,7 @@ from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.training.hf_callback import GateRampCallback  # noqa: E402
 
-from conftest import cli, perturbed  # noqa: E402
+from helpers import cli, perturbed  # noqa: E402
 
 SEQ, BATCH, STEPS, RAMP_STEPS = 32, 4, 20, 10
 TEXT = b"the cat sees a hat; the dog sees the sea; the fox sees one tree. " * 60

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers_hardening import GROWTOOL, cli, make_config, raw_safetensors, read_raw, run, write_ckpt
+from helpers import GROWTOOL, cli, make_config, raw_safetensors, read_raw, run, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
@@ -588,7 +588,7 @@ def test_smaller_items(tmp_path, src, monkeypatch):
 
 
 def _tensors(cfg):
-    from helpers_hardening import random_tensors
+    from helpers import random_tensors
 
     return random_tensors(cfg)
 

@@ -14,7 +14,7 @@ from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 
-from conftest import cli
+from helpers import cli
 
 EMBEDS = ("wte.weight", "wpe.weight", "embed_tokens.weight")
 

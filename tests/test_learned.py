@@ -17,7 +17,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes, tensor_specs, unit_count
 from growtool.nn.model import LM
 
-from conftest import perturbed
+from helpers import perturbed
 
 D = 36  # 24 -> 36: a non-integer ratio (1.5x), heads 4 -> 6, KV groups 2 -> 3
 

@@ -21,7 +21,7 @@ from growtool.nn.config import ModelConfig
 from growtool.nn.families import ARCHS, expected_shapes
 from growtool.nn.model import LM
 
-from helpers_hardening import random_tensors
+from helpers import random_tensors
 
 
 def _moe(draw, arch) -> dict:

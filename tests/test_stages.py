@@ -6,7 +6,6 @@ import shutil
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
 from growtool.init import init_model
 from growtool.io import checkpoint
@@ -14,9 +13,9 @@ from growtool.training.loop import train
 from growtool.training.run_folder import MODEL, STATE, read_metrics
 from growtool.training.schedule import lr_at
 
-from conftest import cli
+from helpers import STAGES_KW, cli, stages_world, strip, tiny_cfg
 
-KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
+KW = STAGES_KW
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
@@ -24,17 +23,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thr
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("stages")
-    text = d / "toy.txt"
-    text.write_text(make_text(1500))
-    base = checkpoint.save_tensors(
-        str(d / "base.safetensors"), tiny_cfg(), [], init_model(tiny_cfg(), seed=0).tensors()
-    )
-    return {"dir": d, "text": text, "base": base}
-
-
-def strip(records):
-    return [{k: v for k, v in r.items() if k != "tok_s"} for r in records]
+    return stages_world(tmp_path_factory.mktemp("stages"))
 
 
 def test_grown_run_folder_resumes_at_the_sources_loss_without_rewarm(world):

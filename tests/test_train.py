@@ -3,7 +3,6 @@ warm-up, exact resume, gate-free final checkpoints, data handling and bad input.
 
 import json
 import math
-import random
 
 import numpy as np
 import pytest
@@ -14,16 +13,15 @@ from growtool.grow.engine import grow_tensor
 from growtool.grow.plan import build_plan, lineage_entry
 from growtool.init import init_model
 from growtool.io import checkpoint
-from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.tokenizer import get_tokenizer
 from growtool.training import data
 from growtool.training.loop import evaluate, train
 from growtool.training.schedule import gate_at, lr_at
 
-from conftest import cli
+from helpers import SEQ, cli, make_text, tiny_cfg
 
-SEQ, BATCH = 32, 8
+BATCH = 8
 KW = dict(batch=BATCH, seq=SEQ, eval_batches=4, device="cpu", progress=False)
 
 
@@ -33,36 +31,6 @@ def one_thread():
     torch.set_num_threads(1)  # tiny models: threads only add contention
     yield
     torch.set_num_threads(n)
-
-
-def make_text(n_sentences: int, seed: int = 0) -> str:
-    """A learnable toy language: fixed sentence frames, number agreement, a few word lists."""
-    r = random.Random(seed)
-    nouns = [("cat", "cats"), ("dog", "dogs"), ("fox", "foxes"), ("king", "kings"), ("bird", "birds")]
-    verbs = [("sees", "see"), ("likes", "like"), ("finds", "find"), ("helps", "help")]
-    out = []
-    for _ in range(n_sentences):
-        pl = r.random() < 0.5
-        out.append(f"{'some' if pl else 'the'} {r.choice(nouns)[pl]} {r.choice(verbs)[pl]} the {r.choice(nouns)[0]}.")
-    return " ".join(out) + "\n"
-
-
-def tiny_cfg(**kw):
-    base = dict(
-        family="llama",
-        vocab_size=256,
-        width=32,
-        layers=1,
-        heads=4,
-        kv_heads=4,
-        head_dim=8,
-        ffn=128,
-        context=SEQ,
-        norm_eps=1e-12,
-        tie=False,
-        attn_gate=True,
-    )
-    return ModelConfig(**{**base, **kw})
 
 
 @pytest.fixture(scope="module")

@@ -20,7 +20,7 @@ from growtool.training.loop import train
 from growtool.training.run_folder import STATE
 from growtool.training.settings import IDENTITY, Settings, option, resume_keys
 
-from helpers_hardening import cli, listing, make_config
+from helpers import cli, listing, make_config
 
 FIELDS = {f.name: f for f in fields(Settings)}
 IO_OPTIONS = {"ckpt", "data_files", "val_data", "out", "resume", "quiet"}  # where, not how: not settings

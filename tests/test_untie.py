@@ -14,7 +14,7 @@ import torch
 from growtool.io import checkpoint
 from growtool.nn.families import expected_shapes
 
-from conftest import FIXTURES, cli, verify_json
+from helpers import FIXTURES, cli, verify_json
 
 transformers = pytest.importorskip("transformers")
 
