@@ -8,7 +8,6 @@ gate values of a checkpoint.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -40,10 +39,6 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
 from growtool.nn.model import alibi_order
 from growtool.nn.rope import describe as describe_rope
-
-if TYPE_CHECKING:
-    from growtool.io.checkpoint import Checkpoint
-
 
 # ---- the plan -------------------------------------------------------------------------------
 
@@ -549,7 +544,7 @@ def lineage_entry(plan: Plan, source_sha256: str) -> dict:
     }
 
 
-def gate_values(ck: Checkpoint) -> list[float]:
+def gate_values(ck) -> list[float]:
     if not ck.config.gated:
         return []
     a = arch_of(ck.config)

@@ -12,7 +12,6 @@ import os
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
@@ -20,9 +19,6 @@ from growtool.io import header as fmt
 from growtool.io import overflow
 from growtool.io.header import Progress, _header_bytes, _nbytes
 from growtool.machine import linux_call
-
-if TYPE_CHECKING:
-    from growtool.io.checkpoint import SourceHash
 
 # bench/write_chunks.py: on a quiet disk 1 MB writes were as fast as a kernel file copy and several
 # times faster than 4-16 MB ones; on a slow disk the size made no consistent difference. Whole
@@ -267,14 +263,14 @@ def write_stream(
     producer: Producer,
     meta: dict,
     progress: Progress | None = None,
-    source_hash: SourceHash | None = None,
+    source_hash=None,
 ) -> None:
     """Write a safetensors stream: header from ``specs``, then each tensor (or each of its pieces,
     written as soon as it is made: a vocabulary-sized tensor then needs neither a block of its own
     size nor a wait for its last row before its first is written) from ``producer``;
-    ``progress(name, nbytes)`` after each tensor. With ``source_hash`` the header is written with
-    its token and rewritten in place with the digest once the tensors are written (``fh`` must be a
-    seekable file: the caller fsyncs it afterwards).
+    ``progress(name, nbytes)`` after each tensor. With ``source_hash`` (a ``checkpoint.SourceHash``)
+    the header is written with its token and rewritten in place with the digest once the tensors
+    are written (``fh`` must be a seekable file: the caller fsyncs it afterwards).
 
     Producing and writing overlap: ``producer.workers`` threads produce the next pieces while piece
     k is written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a
