@@ -10,14 +10,13 @@ from growtool.grow.engine import grow_tensor
 from growtool.grow.plan import build_plan
 from growtool.grow.steps import BreakSymmetry
 from growtool.init import init_model
-from growtool.nn.config import ModelConfig
 from growtool.nn.model import LM
 from growtool.training.loop import train
 from growtool.training.run_folder import STATE, read_metrics
 from growtool.training.schedule import lr_at
 
 from helpers import STAGES_KW as KW
-from helpers import stages_world, strip
+from helpers import make_config, stages_world, strip
 
 
 @pytest.fixture(scope="module")
@@ -27,10 +26,8 @@ def world(tmp_path_factory):
 
 def _cfg(family):
     if family == "gpt2":  # LayerNorm, tied head: the exact angle is sqrt(d/D)
-        return ModelConfig("gpt2", vocab_size=64, width=32, layers=2, heads=4, kv_heads=4, head_dim=8, ffn=128,
-                           context=64, norm_eps=1e-5, tie=True)  # fmt: skip
-    return ModelConfig("llama", vocab_size=64, width=32, layers=2, heads=4, kv_heads=2, head_dim=8, ffn=128,
-                       context=64, norm_eps=1e-5, tie=False)  # fmt: skip
+        return make_config("gpt2", 32, 2, 4, ffn=128, vocab=64, context=64, tie=True)
+    return make_config("llama", 32, 2, 4, kv_heads=2, ffn=128, vocab=64, context=64)
 
 
 def _grow(family, recipe, noise, over=None):
