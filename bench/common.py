@@ -149,7 +149,8 @@ def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict,
     ``kw`` go to ``train`` as they are; the LR schedule is ``P["schedule"]``, else cosine (the
     trainer's default when most results in bench/results were recorded; its default is wsd now).
     Returns (train's summary, the run's metrics records)."""
-    from growtool.training.loop import read_metrics, train
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
 
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
     kw.setdefault("schedule", P.get("schedule") or "cosine")  # the bench's --schedule, unless the phase sets one

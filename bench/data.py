@@ -109,12 +109,13 @@ def train_tokenizer(work: Path, source: Path | None, vocab: int, train_mb: float
 def child_tokenise(tok_path: str, data: str, cache: str) -> dict:
     from growtool.tokenizer import get_tokenizer
     from growtool.training import corpus
+    from growtool.training.readers import expand_inputs
 
     tok = get_tokenizer(tok_path)
     t0 = time.perf_counter()
     c = corpus.load([data], tok, cache, tok.vocab_size)
     secs = time.perf_counter() - t0
-    size = sum(p.stat().st_size for p in corpus.expand_inputs([data]))
+    size = sum(p.stat().st_size for p in expand_inputs([data]))
     return {"seconds": secs, "bytes": size, "tokens": int(len(c.tokens)), "file": str(c.path), "docs": len(c.doc_ends)}
 
 
@@ -122,11 +123,12 @@ def baseline_batches(data: str, limit: int):
     """The documents (text files: the pieces corpus encodes) in batches of corpus.BATCH characters,
     up to ``limit`` bytes of text."""
     from growtool.training import corpus
+    from growtool.training.readers import expand_inputs, kind_of, read_jsonl, read_text
 
     batch, chars, total = [], 0, 0
-    for path in corpus.expand_inputs([data]):
-        kind = corpus.kind_of(path)
-        reader = corpus.read_jsonl(path, 0, "text") if kind == "jsonl" else corpus.read_text(path, 0, corpus.BLOCK)
+    for path in expand_inputs([data]):
+        kind = kind_of(path)
+        reader = read_jsonl(path, 0, "text") if kind == "jsonl" else read_text(path, 0, corpus.BLOCK)
         for _, payload, *_ in reader:
             text = payload if isinstance(payload, str) else payload.decode("utf-8")
             for piece in corpus._pieces(text, corpus.PIECE):

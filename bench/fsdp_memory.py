@@ -154,7 +154,9 @@ def worker(mode: str, ckpt: str, text: str, out: str, result: str) -> None:
 
 def make_checkpoint(work: Path, sz: dict) -> str:
     """A grown (gated) Llama from an initialised smaller one."""
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.engine import grow_tensor
+    from growtool.grow.plan import build_plan
     from growtool.init import init_model
     from growtool.io import checkpoint
     from growtool.nn.config import ModelConfig
@@ -176,8 +178,8 @@ def make_checkpoint(work: Path, sz: dict) -> str:
     src = checkpoint.load(
         checkpoint.save_tensors(str(work / "src.safetensors"), cfg, [], init_model(cfg).tensors(), force=True)
     )
-    plan = growth.build_plan(cfg, recipes.load("srio"), sz["grow_to"], ffn=sz["grow_ffn"], heads=sz["grow_heads"])
-    tensors = {n: growth.grow_tensor(n, plan, src.get) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, recipes.load("srio"), sz["grow_to"], ffn=sz["grow_ffn"], heads=sz["grow_heads"])
+    tensors = {n: grow_tensor(n, plan, src.get) for n, _, _ in plan.outputs()}
     return checkpoint.save_tensors(str(work / "grown.safetensors"), plan.cfg, [], tensors, force=True)
 
 

@@ -216,7 +216,7 @@ def main():
     src = (0.02 * torch.randn(rows, d, generator=gen)).to(torch.bfloat16)
     gain = 1 + 0.1 * torch.randn(d, generator=gen)
     out = torch.empty(rows, D, dtype=torch.bfloat16)
-    per = max(1, (1 << 20) // D)  # growth.ROW_BLOCK grown elements a block
+    per = max(1, (1 << 20) // D)  # engine.ROW_BLOCK grown elements a block
     block, row = torch.empty(per, D), torch.empty(d)
 
     def with_torch():

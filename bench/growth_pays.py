@@ -207,8 +207,11 @@ def job(P, family, variant, seed):
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.engine import grow_tensor
+    from growtool.grow.plan import build_plan, lineage_entry
     from growtool.io import checkpoint
+    from growtool.io.stream import Producer
 
     t0 = time.time()
     d, D, D2, T = P["width"], P["grow_to"], P["to_2x"], P["tokens"]
@@ -231,14 +234,14 @@ def job(P, family, variant, seed):
     elif variant == "reset_srio":
         s1, r1 = train_phase(P, base, out + "-base", T, seed)
         src = checkpoint.load(s1["final"])
-        plan = growth.build_plan(src.config, recipes.load("srio"), D, seed=seed)
+        plan = build_plan(src.config, recipes.load("srio"), D, seed=seed)
         grown = checkpoint.save(
             str(run / "reset-grown.safetensors"),
             plan.cfg,
-            src.lineage + [growth.lineage_entry(plan, src.sha256())],
+            src.lineage + [lineage_entry(plan, src.sha256())],
             plan.outputs(),
-            lambda n: growth.grow_tensor(n, plan, src.get),
-            force=True,
+            Producer(lambda n: grow_tensor(n, plan, src.get)),
+            checkpoint.Output(force=True),
         )
         # the grown phase draws its own data order (seed + 1000), as bench/recipes.py does
         s, recs = train_phase(P, grown, out, T, seed + 1000)
@@ -255,14 +258,14 @@ def job(P, family, variant, seed):
         else:
             s1, r1 = train_phase(P, base, out + "-base", T, seed)
             src = checkpoint.load(s1["final"])
-        plan = growth.build_plan(src.config, recipes.load(recipe), D, seed=0)  # expand's default --seed
+        plan = build_plan(src.config, recipes.load(recipe), D, seed=0)  # expand's default --seed
         grown = checkpoint.save(
             str(run / f"{variant}-grown.safetensors"),
             plan.cfg,
-            src.lineage + [growth.lineage_entry(plan, src.sha256())],
+            src.lineage + [lineage_entry(plan, src.sha256())],
             plan.outputs(),
-            lambda n: growth.grow_tensor(n, plan, src.get),
-            force=True,
+            Producer(lambda n: grow_tensor(n, plan, src.get)),
+            checkpoint.Output(force=True),
         )
         s, recs = train_phase(P, grown, out, T, seed, **({"data_start": 0} if option == "replay" else {}))
         curve = _curve(r1) + _curve(recs[1:], r1[-1]["flops"])

@@ -198,9 +198,10 @@ def job_scratch(P, seed, tokens):
 
 
 def _batches(P, seed):
+    from growtool.tokenizer import get_tokenizer
     from growtool.training import data
 
-    tok = data.get_tokenizer("byte")
+    tok = get_tokenizer("byte")
     ds = data.Dataset(data.load_tokens([P["data"]], tok, P["work"] + "/cache", 256), P["seq"], P["batch"])
     step = 0
     while True:
@@ -221,8 +222,11 @@ def _new_units_zero(src, ck) -> float:
 
 def job_grow(P, name, seed, base_final):
     _setup()
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.engine import grow_tensor
+    from growtool.grow.plan import build_plan, lineage_entry
     from growtool.io import checkpoint
+    from growtool.io.stream import Producer
     from growtool.lab import learned
 
     how, recipe, sets = RECIPES[name]
@@ -233,14 +237,14 @@ def job_grow(P, name, seed, base_final):
     n_wide = _config(P, P["grow_to"]).n_params()
     if how == "static":
         r = recipes.load(recipe, recipes.parse_set(sets))
-        plan = growth.build_plan(src.config, r, P["grow_to"], seed=seed)
+        plan = build_plan(src.config, r, P["grow_to"], seed=seed)
         checkpoint.save(
             out,
             plan.cfg,
-            src.lineage + [growth.lineage_entry(plan, src.sha256())],
+            src.lineage + [lineage_entry(plan, src.sha256())],
             plan.outputs(),
-            lambda n: growth.grow_tensor(n, plan, src.get),
-            force=True,
+            Producer(lambda n: grow_tensor(n, plan, src.get)),
+            checkpoint.Output(force=True),
         )
         op = {"eps": plan.eps}
     elif how == "srio_lo":

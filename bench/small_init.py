@@ -159,7 +159,8 @@ def run_one(spec: dict, root: str, threads: int, fresh: bool) -> dict:
 
     from growtool.init import init_model
     from growtool.io import checkpoint
-    from growtool.training.loop import read_metrics, train
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
 
     torch.set_num_threads(threads)
     run = Path(root) / "runs" / spec["name"]
@@ -296,7 +297,7 @@ def kind_of(name: str) -> str:
 
 def condensation(run_dir: Path) -> list[dict]:
     """Per logged step and matrix kind: stable rank and row cosine, averaged over the layers."""
-    from growtool.training.loop import read_metrics
+    from growtool.training.run_folder import read_metrics
 
     out = []
     for r in read_metrics(run_dir / "train" / "metrics.jsonl"):
@@ -362,9 +363,10 @@ def val_windows(args):
     """Every non-overlapping (seq + 1)-token window of the trainer's validation tail."""
     import torch
 
+    from growtool.tokenizer import get_tokenizer
     from growtool.training import data
 
-    toks = data.load_tokens([args.data], data.get_tokenizer("byte"), args.work / "cache", 256)
+    toks = data.load_tokens([args.data], get_tokenizer("byte"), args.work / "cache", 256)
     ds = data.Dataset(toks, args.seq, args.batch)
     return torch.cat([torch.cat([x, y[:, -1:]], 1) for x, y in ds.val_batches(10**9)])
 
@@ -450,7 +452,7 @@ def main():
     grid_table = pivot(rows)
     print(table(grid_table, "validation loss (nats/byte), mean over seeds"), file=sys.stderr)
 
-    from growtool.training.loop import read_metrics
+    from growtool.training.run_folder import read_metrics
 
     curves = []
     for r in rows:

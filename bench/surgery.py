@@ -61,8 +61,10 @@ import torch
 from common import MB, cpu_seconds, fsync_file, machine, parse_args, run_measured, table, write_csv, write_json
 
 from growtool import surgery
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.plan import build_plan
 from growtool.io import checkpoint
+from growtool.io.header import DTYPE_NAME
 from growtool.nn.config import ModelConfig
 from growtool.nn.families import expected_shapes, tensor_specs
 
@@ -183,7 +185,7 @@ def write_random_checkpoint(path: Path, cfg: ModelConfig, dtype: torch.dtype, se
         for s in shape:
             nbytes *= s
         header[name] = {
-            "dtype": checkpoint.DTYPE_NAME[dtype],
+            "dtype": DTYPE_NAME[dtype],
             "shape": list(shape),
             "data_offsets": [off, off + nbytes],
         }
@@ -307,7 +309,7 @@ def instrumented_expand(src: Path, out: Path, width: int, profile_to: Path | Non
     prof = cProfile.Profile() if profile_to else None
     if prof:
         prof.enable()
-    job = surgery.prepare_expand(str(src), width=width, out=str(out), recipe="srio", force=True)
+    job = surgery.prepare_expand(str(src), surgery.Request(width=width, out=str(out), recipe="srio", force=True))
     surgery.run_expand(job, timings=t)
     t["setup"] = t["total"] - t["save"]
     if prof:
@@ -328,7 +330,7 @@ def bench_dtype(
     t0 = time.perf_counter()
     write_random_checkpoint(src, cfg, dtype)
     t_gen = time.perf_counter() - t0
-    plan = growth.build_plan(cfg, recipes.load("srio"), width, dtype=dtype)
+    plan = build_plan(cfg, recipes.load("srio"), width, dtype=dtype)
     largest = max(dtype.itemsize * torch.Size(s).numel() for _, s, _ in plan.outputs())
     cmd = [GROWTOOL, "expand", str(src), "--width", str(width), "-o", str(out), "--quiet"]
     pairs = timed_pairs(cmd, out, cp, repeats)
@@ -469,7 +471,7 @@ def bench_sharded(gb: float, repeats: int, start: dict, tmp: Path) -> dict:
         n_src = write_sharded_folder(src, cfg)
         t_gen = time.perf_counter() - t0
         print(f"sharded: generated {n_src} shards in {t_gen:.0f} s", file=sys.stderr, flush=True)
-        plan = growth.build_plan(cfg, recipes.load("srio"), width, dtype=torch.bfloat16)
+        plan = build_plan(cfg, recipes.load("srio"), width, dtype=torch.bfloat16)
         largest = max(2 * torch.Size(s).numel() for _, s, _ in plan.outputs())
         cmd = [GROWTOOL, "expand", str(src), "--width", str(width), "-o", str(out), "--shard-size", "2GB", "--quiet"]
         pairs = timed_pairs(cmd, out, cp, repeats)

@@ -37,12 +37,16 @@ import torch
 import torch.nn.functional as F
 from common import machine, parse_args, table, write_csv, write_json
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.fold import fold_config, fold_tensor
+from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
+from growtool.tokenizer import get_tokenizer
 from growtool.training import data
 
 SIZES = {  # width, layers, heads, batch, seq, warm-up steps, timed steps, repeats
@@ -252,10 +256,10 @@ def vs_transformers(family: str, sz: dict, ds: data.Dataset, text: Path, work: P
 def gate_cost(family: str, sz: dict, ds: data.Dataset) -> tuple[dict, dict]:
     cfg = make_config(family, sz["width"], sz["layers"], sz["heads"], sz["seq"])
     src = init_model(cfg, gamma=0.5, seed=0).tensors()
-    plan = growth.build_plan(cfg, recipes.load("srio"), cfg.width * 3 // 2)
-    grown = {n: growth.grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
-    plain = growth.fold_config(plan.cfg)
-    folded = {n: growth.fold_tensor(n, plan.cfg, 0.5, grown.__getitem__, torch.float32) for n in expected_shapes(plain)}
+    plan = build_plan(cfg, recipes.load("srio"), cfg.width * 3 // 2)
+    grown = {n: grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
+    plain = fold_config(plan.cfg)
+    folded = {n: fold_tensor(n, plan.cfg, 0.5, grown.__getitem__, torch.float32) for n in expected_shapes(plain)}
 
     def gated_model():
         m = LM.from_tensors(plan.cfg, grown)
@@ -343,7 +347,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     text = work / "text.txt"
     synthetic_text(text, 200_000)
-    tok = data.get_tokenizer("byte")
+    tok = get_tokenizer("byte")
     ds = data.Dataset(
         data.load_tokens([text], tok, work / "cache", 256, data.min_tokens(sz["seq"], sz["batch"])),
         sz["seq"],

@@ -4,9 +4,9 @@ for every (family, variant) the peak LR with the lowest mean final validation lo
 compute saved by each grown variant at its best LR against scratch at *its* best LR (per seed, base
 phase counted; 1.5x variants against ``scratch``, 2x ones against ``scratch_2x``).
 
-    python bench/tuned.py bench/results/lr1.5e-3/growth_pays/results.json \\
-        bench/results/growth_pays/results.json bench/results/lr6e-3/growth_pays/results.json \\
-        bench/results/lr/growth_pays/results.json
+    python bench/tuned.py bench/results/growth_pays/lr1.5e-3/growth_pays/results.json \\
+        bench/results/growth_pays/results.json bench/results/growth_pays/lr6e-3/growth_pays/results.json \\
+        bench/results/growth_pays/lr/growth_pays/results.json
 
 Writes ``<out>/tuned/``: results.csv (per family, variant and LR: final val mean / std, per-seed
 compute saved against the tuned scratch; ``best`` marks each variant's best LR) and results.json.

@@ -10,7 +10,6 @@ import json
 import os
 import sys
 import time
-from pathlib import Path
 
 # Start-up: importing torch creates some 250,000 Python objects, and the cyclic garbage
 # collector walks them all several times while they are being made (0.2-0.4 s of a 1.6 s start on
@@ -38,7 +37,7 @@ from growtool.console import (  # noqa: E402 (the frame of the command line)
 )
 from growtool.grow import recipes  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
-from growtool.machine import surgery_threading  # noqa: E402
+from growtool.io.files import parse_size  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS, arch_of  # noqa: E402
 
@@ -292,21 +291,11 @@ def expand(
 
     CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
     run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
-    shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
+    shard_size = parse_size(shard_size) if shard_size is not None else None
     width, layers = ratios_resolved(ckpt, width, layers)
     r = recipes.load(recipe, recipes.parse_set(sets))
-    depth_args = surgery.depth_args(width, layers, depth_method, insert_at)  # None: the width alone
-    if Path(ckpt).is_dir() and (Path(ckpt) / "last.pt").exists():
-        if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path or untie:
-            raise GrowError(
-                f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype, "
-                "--untie and --tokenizer do not apply"
-            )
-        return expand_run_folder(ckpt, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args)
-    if plan_json_ and out == "-" and not dry_run:
-        raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
-    job = surgery.prepare_expand(
-        ckpt,
+    surgery.depth_args(width, layers, depth_method, insert_at)  # neither --width nor --layers: refused here
+    request = surgery.Request(
         width=width,
         out=out,
         recipe=r,
@@ -323,6 +312,20 @@ def expand(
         tokenizer_path=tokenizer_path,
         untie=untie,
     )
+    if surgery.is_run_folder(ckpt):
+        if shard_size is not None or dry_run or plan_json_ or dtype or tokenizer_path or untie:
+            raise GrowError(
+                f"{ckpt}: a run folder grows into a run folder: --shard-size, --dry-run, --plan-json, --dtype, "
+                "--untie and --tokenizer do not apply"
+            )
+        grew = surgery.grow_run_folder(ckpt, request)
+        show_plan(grew.plan, quiet)
+        err.print(views.grew_run_line(ckpt, grew.step, grew.plan, out), soft_wrap=True)
+        click.echo(out)
+        return
+    if plan_json_ and out == "-" and not dry_run:
+        raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
+    job = surgery.prepare_expand(ckpt, request)
     plan, out = job.plan, job.out
     show_plan(plan, quiet)
     if job.untied and not quiet:
@@ -350,22 +353,6 @@ def ratios_resolved(ckpt, width, layers):
         )
     cfg = checkpoint.load(info.run_state(ckpt) or ckpt).config  # the header alone
     return resolve_ratio("--width", width, cfg.width), resolve_ratio("--layers", layers, cfg.layers)
-
-
-def expand_run_folder(src, width, ffn, heads, r, seed, out, allow_lossy, force, quiet, depth_args=None):
-    """``expand RUN_DIR``: grow a run's resumable state (model + optimizer) into a new run folder."""
-    from growtool.training.stages import expand_run
-
-    if out in (None, "-"):
-        raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
-    from growtool.io import confine
-
-    confine.check_output(out, [src])  # not inside the source run, nor holding it
-    with surgery_threading():
-        plan, step = expand_run(Path(src), Path(out), width, r, seed, ffn, heads, allow_lossy, force, depth_args)
-    show_plan(plan, quiet)
-    err.print(views.grew_run_line(src, step, plan, out), soft_wrap=True)
-    click.echo(out)
 
 
 # ---- verify -------------------------------------------------------------------------------
@@ -480,7 +467,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
 @ATTACH_TOKENIZER
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
-    shard_size = checkpoint.parse_size(shard_size) if shard_size is not None else None
+    shard_size = parse_size(shard_size) if shard_size is not None else None
     r = surgery.run_fold(
         grown,
         alpha=alpha,

@@ -31,6 +31,7 @@ from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.surgery import expand
+from growtool.tokenizer import get_tokenizer
 from growtool.training import data
 from growtool.training.loop import evaluate, train
 
@@ -175,7 +176,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
     out.mkdir(parents=True, exist_ok=True)
     corpus = out / "corpus.txt"
     corpus.write_text(make_corpus(P["chars"]))
-    ds = data.Dataset(data.load_tokens([corpus], data.get_tokenizer("byte"), None), P["seq"], P["batch"])
+    ds = data.Dataset(data.load_tokens([corpus], get_tokenizer("byte"), None), P["seq"], P["batch"])
     val = ds.val_batches(8)
 
     def val_loss(path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from growtool.grow import growth
+from growtool.grow.plan import gate_values
 from growtool.io import checkpoint
 
 FIELDS = ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn")
@@ -42,7 +42,7 @@ def inspect(ckpt, *, metrics: bool = False) -> dict:
         "base_heads": cfg.base_heads,
         "base_ffn": cfg.base_ffn,
         "new_layers": list(cfg.new_layers or []),
-        "gates": growth.gate_values(ck),
+        "gates": gate_values(ck),
         "lineage": ck.lineage,
         "tokenizer": ck.tokenizer,
         "tensors": {n: list(ck.shape(n)) for n in ck.names()},

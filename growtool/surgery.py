@@ -22,9 +22,16 @@ from pathlib import Path
 import torch
 
 from growtool import machine, tokenizer
-from growtool.grow import depth, growth, limits, recipes
+from growtool.grow import depth, engine, limits, recipes
+from growtool.grow.fold import fold_config, fold_tensor
+from growtool.grow.plan import Plan, build_plan, gate_values
+from growtool.grow.plan import lineage_entry as width_entry
 from growtool.io import checkpoint
+from growtool.io.checkpoint import Output
+from growtool.io.files import check_destination, parse_size
+from growtool.io.stream import Producer
 from growtool.nn.errors import GrowError
+from growtool.nn.families import expected_shapes
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
 
@@ -58,7 +65,7 @@ def _dtype(dtype) -> torch.dtype | None:
 
 
 def _size(shard_size) -> int | None:
-    return checkpoint.parse_size(shard_size) if isinstance(shard_size, str) else shard_size
+    return parse_size(shard_size) if isinstance(shard_size, str) else shard_size
 
 
 def _bar(progress, items: int, nbytes: int):
@@ -72,7 +79,7 @@ class Expansion:
 
     src: str
     ck: checkpoint.Checkpoint
-    plan: growth.Plan
+    plan: Plan
     out: str
     carry: tokenizer.Carry
     force: bool = False
@@ -86,69 +93,74 @@ class Expansion:
         return self.carry.note
 
 
-def prepare_expand(
-    src: str,
-    *,
-    width: int | None = None,
-    out: str | None = None,
-    recipe="srio",
-    sets=(),
-    ffn: int | None = None,
-    heads: int | None = None,
-    layers: int | None = None,
-    depth_method: str = "stack",
-    insert_at=None,
-    seed: int = 0,
-    allow_lossy: bool = False,
-    dtype=None,
-    shard_size=None,
-    force: bool = False,
-    tokenizer_path: str | None = None,
-    untie: bool = False,
-) -> Expansion:
+@dataclass(frozen=True)
+class Request:
+    """What an expand asks for (the keywords of ``expand``): ``width``; ``out`` (default beside the
+    source, named after the growth); ``recipe`` (a shipped name, a YAML path or a loaded recipe
+    dict) with ``sets`` ("KEY=VALUE" overrides); ``ffn``, ``heads``; depth: ``layers``,
+    ``depth_method``, ``insert_at``; ``seed``; ``allow_lossy``; ``dtype`` (a name or a torch dtype;
+    default the input's); ``shard_size`` (bytes or "2GB"); ``force``; ``tokenizer_path``; ``untie``."""
+
+    width: int | None = None
+    out: str | None = None
+    recipe: object = "srio"
+    sets: tuple = ()
+    ffn: int | None = None
+    heads: int | None = None
+    layers: int | None = None
+    depth_method: str = "stack"
+    insert_at: object = None
+    seed: int = 0
+    allow_lossy: bool = False
+    dtype: object = None
+    shard_size: object = None
+    force: bool = False
+    tokenizer_path: str | None = None
+    untie: bool = False
+
+    def loaded_recipe(self) -> dict:
+        return self.recipe if isinstance(self.recipe, dict) else recipes.load(self.recipe, recipes.parse_set(self.sets))
+
+    def depth(self) -> tuple | None:
+        """(layers, method, insert_at) of a depth growth, None for the width alone (``depth_args``)."""
+        return depth_args(self.width, self.layers, self.depth_method, self.insert_at)
+
+
+def prepare_expand(src: str, request: Request = Request()) -> Expansion:
     """Check the destination, read ``src``'s header and build the plan; reads no tensor.
-    ``recipe``: a shipped name, a YAML path or a loaded recipe dict; ``sets``: "KEY=VALUE" overrides.
-    ``untie``: a tied source grows into an untied model, its head a tensor of its own made from the
+    ``request.untie``: a tied source grows into an untied model, its head a tensor of its own made from the
     embedding (``checkpoint.untied``: the same function); needed where a tied head has no exact map
     (an embedding-norm family at a non-whole factor, a LayerNorm without gain). No-op when untied.
-    ``layers`` / ``insert_at`` grow the depth too (``grow/depth.py``; ``width`` None: depth alone):
+    ``request.layers`` / ``insert_at`` grow the depth too (``grow/depth.py``; ``width`` None: depth alone):
     the plan is then a ``depth.Grown``, the width plan's tensors placed by the depth plan."""
-    src, out = str(src), None if out is None else str(out)
-    shard_size = _size(shard_size)
-    deep = depth_args(width, layers, depth_method, insert_at) is not None
-    r = recipes.load(recipe, recipes.parse_set(sets)) if not isinstance(recipe, dict) else recipe
-    n_new = f"+{len(str(insert_at).split(','))}" if deep and layers is None else layers
-    out = out or default_out(src, width, folder=shard_size is not None, layers=n_new)
-    checkpoint.check_destination(out, [src], force)  # fail before any work
+    q = request
+    src, out = str(src), None if q.out is None else str(q.out)
+    shard_size = _size(q.shard_size)
+    deep = q.depth() is not None
+    r = q.loaded_recipe()
+    n_new = f"+{len(str(q.insert_at).split(','))}" if deep and q.layers is None else q.layers
+    out = out or default_out(src, q.width, folder=shard_size is not None, layers=n_new)
+    check_destination(out, [src], q.force)  # fail before any work
     ck = checkpoint.load(src)  # the header and config; tensors are read on demand
-    untie = untie and ck.config.tie
+    untie = q.untie and ck.config.tie
     if untie:
         ck = checkpoint.untied(ck)  # the head read from the embedding
-    carry = tokenizer.carry(ck, tokenizer_path)  # tokenizer files and record travel with the output
-    dt = _dtype(dtype) or ck.main_dtype()
-    if width is not None:
-        limits.check_growth(ck.config, width, ffn, dt.itemsize)  # an absurd width: one line, before the plan
-    if layers is not None and ck.config.n_params() * dt.itemsize * layers / ck.config.layers > limits.MAX_BYTES:
-        raise GrowError(f"--layers {layers}: the grown model would be beyond any machine")
+    carry = tokenizer.carry(ck, q.tokenizer_path)  # tokenizer files and record travel with the output
+    dt = _dtype(q.dtype) or ck.main_dtype()
+    if q.width is not None:
+        limits.check_growth(ck.config, q.width, q.ffn, dt.itemsize)  # an absurd width: one line, before the plan
+    if q.layers is not None and ck.config.n_params() * dt.itemsize * q.layers / ck.config.layers > limits.MAX_BYTES:
+        raise GrowError(f"--layers {q.layers}: the grown model would be beyond any machine")
     try:
         plan = None
-        if width is not None:
-            plan = growth.build_plan(
-                ck.config,
-                r,
-                width,
-                ffn,
-                heads,
-                seed=seed,
-                allow_lossy=allow_lossy,
-                dtype=dt,
-                gate_values=growth.gate_values(ck),
-            )
+        if q.width is not None:
+            kw = dict(seed=q.seed, allow_lossy=q.allow_lossy, dtype=dt, gate_values=gate_values(ck))
+            plan = build_plan(ck.config, r, q.width, q.ffn, q.heads, **kw)
         if deep:
-            plan = depth.build(ck.config, plan, layers, depth_method, insert_at, r, seed, dt, growth.gate_values(ck))
+            plan = depth.build(ck.config, plan, q.layers, q.depth_method, q.insert_at, r, q.seed, dt, gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
-    return Expansion(src, ck, plan, out, carry, force, shard_size, untie)
+    return Expansion(src, ck, plan, out, carry, q.force, shard_size, untie)
 
 
 def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) -> Expansion:
@@ -163,7 +175,7 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
     t_all = time.perf_counter()
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is grown and written
     lineage = ck.lineage + [lineage_entry(plan, source_hash.token, job.untied)]
-    work = growth.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
+    work = engine.Workspace(machine.surgery_threads())  # memory reused from tensor to tensor
     read = functools.partial(ck.get, into=work.source)  # each tensor's source read into reused memory
     produce = producer(plan, ck, work, read)
     deep = isinstance(plan, depth.Grown)
@@ -176,26 +188,13 @@ def run_expand(job: Expansion, *, progress=None, timings: dict | None = None) ->
             machine.surgery_threading(streaming=True) as producers,
             _bar(progress, len(specs), checkpoint.specs_nbytes(specs)) as bar,
         ):
-            workers = plan.producers(producers, machine.resident_bytes())  # fewer where memory is short
+            workers = _producers(plan, producers, machine.resident_bytes())  # fewer where memory is short
             t_save = time.perf_counter()
-            job.path = checkpoint.save(
-                out,
-                plan.cfg,
-                lineage,
-                specs,
-                produce,
-                force=job.force,
-                inputs=[job.src],
-                shard_size=job.shard_size,
-                progress=bar,
-                tokenizer=job.carry.record,
-                files=lambda: job.carry.files(plan.cfg, source_hash.fill(lineage), job.src, Path(out).name),
-                source_hash=source_hash,
-                recycle=work.recycle,
-                workers=workers,
-                place=None if deep else work.place,  # (depth: outputs are made under their sources' names)
-                pieces=plan.pieces,
-            )
+            files = lambda: job.carry.files(plan.cfg, source_hash.fill(lineage), job.src, Path(out).name)  # noqa: E731
+            options = Output(job.force, [job.src], job.shard_size, files, bar, job.carry.record, source_hash)
+            place = None if deep else work.place  # (depth: outputs are made under their sources' names)
+            made = Producer(produce, work.recycle, workers, place, _pieces(plan))
+            job.path = checkpoint.save(out, plan.cfg, lineage, specs, made, options)
             t_save = time.perf_counter() - t_save
     finally:
         source_hash.cancel()
@@ -214,19 +213,33 @@ def producer(plan, ck, work=None, read=None):
     if width is None:
         grow = lambda n, rows=None: ck.get(n) if rows is None else ck.get(n, rows=rows)  # noqa: E731
     else:
-        grow = lambda n, rows=None: growth.grow_tensor(n, width, ck.get, work, read, rows)  # noqa: E731
+        grow = lambda n, rows=None: engine.grow_tensor(n, width, ck.get, work, read, rows)  # noqa: E731
     if isinstance(plan, depth.Grown):
         return lambda n, rows=None: plan.grow_tensor(n, grow, rows)
     return grow
+
+
+def _pieces(plan):
+    """``pieces(name)`` of a width plan (``engine.pieces``) or a depth plan (``depth.Grown.pieces``)."""
+    return plan.pieces if isinstance(plan, depth.Grown) else functools.partial(engine.pieces, plan)
+
+
+def _producers(plan, threads: int, resident: int) -> int:
+    """How many of ``threads`` may produce at once (``engine.producers``, for a depth plan its own)."""
+    return (
+        plan.producers(threads, resident)
+        if isinstance(plan, depth.Grown)
+        else engine.producers(plan, threads, resident)
+    )
 
 
 def lineage_entry(plan, token: str, untied: bool = False) -> dict:
     """The one lineage entry of an expand (width, depth or both); ``untie`` true when the tied head
     was made a tensor of its own."""
     if isinstance(plan, depth.Grown):
-        entry = depth.lineage_entry(plan, token, plan.width and growth.lineage_entry(plan.width, token))
+        entry = depth.lineage_entry(plan, token, plan.width and width_entry(plan.width, token))
     else:
-        entry = growth.lineage_entry(plan, token)
+        entry = width_entry(plan, token)
     return {**entry, "untie": True} if untied else entry
 
 
@@ -247,7 +260,7 @@ def _timed_producer(job: Expansion, work, timings: dict):
                 spent[0] += time.perf_counter() - t0
 
         t0 = time.perf_counter()
-        y = growth.grow_tensor(name, plan, get, work, functools.partial(get, into=work.source), rows)
+        y = engine.grow_tensor(name, plan, get, work, functools.partial(get, into=work.source), rows)
         with lock:
             timings["read"] += spent[0]
             timings["grow"] += time.perf_counter() - t0 - spent[0]
@@ -287,16 +300,55 @@ def expand(
 ) -> Path:
     """Grow the checkpoint ``src`` (a .safetensors file, an HF folder, a nanoGPT ckpt.pt) to residual
     width ``width``; returns the written path (``out``; by default beside ``src``, named after the width).
+    A training run folder (``last.safetensors`` + ``last.pt``) grows into the new run folder ``out``
+    (``grow_run_folder``).
 
-    Options (keywords, as ``prepare_expand``): ``sets`` ("KEY=VALUE" recipe overrides), ``ffn``,
+    Options (keywords, the fields of ``Request``): ``sets`` ("KEY=VALUE" recipe overrides), ``ffn``,
     ``heads``, ``seed``, ``allow_lossy`` (else a plan that does not keep the function is refused),
     ``dtype`` ("float32" / "bfloat16" / "float16" or a torch dtype; default the input's),
     ``shard_size`` (bytes or "2GB": shards in a folder ``out``), ``force`` (replace ``out``),
     ``tokenizer_path``, ``untie`` (a tied head becomes a tensor of its own); depth: ``layers``,
     ``depth_method`` ("stack", "interleave", "middle", "identity"), ``insert_at`` ("P[:S],...").
     ``progress``: see the module docstring."""
-    job = run_expand(prepare_expand(src, width=width, out=out, recipe=recipe, **options), progress=progress)
+    request = Request(width=width, out=out, recipe=recipe, **options)
+    if is_run_folder(src):
+        return grow_run_folder(src, request).out
+    job = run_expand(prepare_expand(src, request), progress=progress)
     return Path(job.path)
+
+
+def is_run_folder(src) -> bool:
+    """A training run folder (it holds the resumable state ``last.pt``)."""
+    return Path(src).is_dir() and (Path(src) / "last.pt").exists()
+
+
+@dataclass
+class RunGrowth:
+    """What ``grow_run_folder`` did: the plan, the step the run is at, the new run folder."""
+
+    plan: object
+    step: int
+    out: Path
+
+
+def grow_run_folder(src, request: Request) -> RunGrowth:
+    """Grow a run's resumable state (model + AdamW moments) into the new run folder ``request.out``
+    (``training.stages.expand_run``), to continue with ``growtool train --resume``."""
+    from growtool.io import confine
+    from growtool.training.stages import expand_run
+
+    q = request
+    if q.shard_size is not None or q.dtype or q.tokenizer_path or q.untie:
+        raise GrowError(
+            f"{src}: a run folder grows into a run folder: shard_size, dtype, untie and tokenizer do not apply"
+        )
+    if q.out in (None, "-"):
+        raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
+    confine.check_output(q.out, [src])  # not inside the source run, nor holding it
+    with machine.surgery_threading():
+        args = (q.seed, q.ffn, q.heads, q.allow_lossy, q.force, q.depth())
+        plan, step = expand_run(Path(src), Path(q.out), q.width, q.loaded_recipe(), *args)
+    return RunGrowth(plan, step, Path(q.out))
 
 
 @dataclass
@@ -322,37 +374,25 @@ def run_fold(
     """``fold``, returning what the command line reports."""
     grown, out = str(grown), str(out)
     shard_size = _size(shard_size)
-    checkpoint.check_destination(out, [grown], force)  # fail before any work
+    check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
     carry = tokenizer.carry(ck, tokenizer_path)
     dt = _dtype(dtype) or ck.main_dtype()
-    cfg = growth.fold_config(ck.config)
-    specs = [(n, shp, dt) for n, shp in checkpoint.expected_shapes(cfg).items()]
+    cfg = fold_config(ck.config)
+    specs = [(n, shp, dt) for n, shp in expected_shapes(cfg).items()]
     source_hash = checkpoint.SourceHash(ck)  # hashed while the output is written
     lineage = ck.lineage + [{"op": "fold", "alpha": alpha, "source_sha256": source_hash.token}]
-    work = growth.Workspace()  # memory reused from tensor to tensor
+    work = engine.Workspace()  # memory reused from tensor to tensor
     try:
         with (
             machine.surgery_threading(streaming=True),
             _bar(progress, len(specs), checkpoint.specs_nbytes(specs)) as bar,
         ):
-            path = checkpoint.save(
-                out,
-                cfg,
-                lineage,
-                specs,
-                lambda n: growth.fold_tensor(n, ck.config, alpha, ck.get, dt, work),
-                force=force,
-                inputs=[grown],
-                shard_size=shard_size,
-                progress=bar,
-                tokenizer=carry.record,
-                files=lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name),
-                source_hash=source_hash,
-                recycle=work.recycle,
-                workers=1,  # reading and writing: on a disk one producer was faster than two, in less memory
-                place=work.place,
-            )
+            files = lambda: carry.files(cfg, source_hash.fill(lineage), grown, Path(out).name)  # noqa: E731
+            options = Output(force, [grown], shard_size, files, bar, carry.record, source_hash)
+            fold_one = lambda n: fold_tensor(n, ck.config, alpha, ck.get, dt, work)  # noqa: E731
+            # reading and writing: on a disk one producer was faster than two, in less memory
+            path = checkpoint.save(out, cfg, lineage, specs, Producer(fold_one, work.recycle, 1, work.place), options)
     finally:
         source_hash.cancel()
     return Folding(path, ck.config.gated, carry.note)

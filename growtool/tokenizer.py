@@ -139,13 +139,13 @@ def carry(ck, explicit: str | None = None) -> Carry:
 
 def write_files(folder: Path, files: dict[str, bytes]) -> None:
     """Write ``files`` into ``folder``, each atomically."""
-    from growtool.io.checkpoint import atomic_file
+    from growtool.io.files import atomic_file
 
     for n, b in files.items():
         atomic_file(folder / n, lambda fh, b=b: fh.write(b))
 
 
-__all__ = ["CARRIED", "TokenizerFiles", "resolve", "carry", "from_path", "write_files"]
+__all__ = ["TokenizerFiles", "resolve", "carry", "from_path", "write_files"]
 
 
 # ---- the tokenizer itself ------------------------------------------------------------------

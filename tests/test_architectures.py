@@ -1,6 +1,7 @@
 """Every supported architecture against transformers' own forward pass.
 
-For each architecture (tiny random models that transformers creates and saves here, with norm
+For each row of the architecture table (tests/arch_cases.py: the first architectures and the
+families of issue 31) (tiny random models that transformers creates and saves here, with norm
 gains and biases perturbed): growtool's forward equals transformers' logits on the source;
 ``expand`` 64 -> 96 (a non-integer ratio) then ``verify`` passes at gate 0; ``fold --alpha 0``
 to a folder loads with ``AutoModelForCausalLM`` as the same class with the source's logits;
@@ -18,145 +19,26 @@ transformers = pytest.importorskip("transformers")
 
 from growtool.io import checkpoint  # noqa: E402
 
-from conftest import cli, perturbed, verify_json  # noqa: E402
-
-V, T = 128, 24
-X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
-SMALL = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
-
-
-def _llama_like(cls_name, model_cls=None, **kw):
-    def make(tie=False, **over):
-        cfg = getattr(transformers, cls_name + "Config")(
-            **{**SMALL, "intermediate_size": 160, **kw, **over}, tie_word_embeddings=tie
-        )
-        return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
-
-    return make
-
-
-def _gpt2(tie=True, **over):
-    cfg = transformers.GPT2Config(
-        n_embd=64, n_layer=2, n_head=4, vocab_size=V, n_positions=64, n_inner=160, tie_word_embeddings=tie, **over
-    )
-    return transformers.GPT2LMHeadModel(cfg)
-
-
-def _neox(tie=False, **over):
-    cfg = transformers.GPTNeoXConfig(**{**SMALL, "intermediate_size": 160, **over}, tie_word_embeddings=tie)
-    return transformers.GPTNeoXForCausalLM(cfg)
-
-
-# name -> (factory, kwargs): each row a model transformers builds; the variants cover the features
-CASES = {
-    "gpt2": (_gpt2, {}),
-    "gpt2-untied-gelu": (_gpt2, {"tie": False, "activation_function": "gelu"}),
-    "gpt2-relu": (_gpt2, {"activation_function": "relu"}),
-    "gpt2-silu": (_gpt2, {"activation_function": "silu"}),
-    "gpt2-gelu_pytorch_tanh": (_gpt2, {"activation_function": "gelu_pytorch_tanh"}),
-    "llama": (_llama_like("Llama", num_key_value_heads=2), {}),
-    "llama-tied-biases": (
-        _llama_like("Llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True),
-        {"tie": True},
-    ),
-    "mistral-window": (_llama_like("Mistral", num_key_value_heads=2, sliding_window=8, head_dim=16), {}),
-    "qwen2": (_llama_like("Qwen2", num_key_value_heads=2), {}),
-    "qwen2-tied": (_llama_like("Qwen2", num_key_value_heads=2), {"tie": True}),
-    "qwen3": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=16), {"tie": True}),
-    "qwen3-untied-hd24": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=24), {}),
-    "phi3-partial-rotary": (
-        _llama_like(
-            "Phi3",
-            num_key_value_heads=2,
-            pad_token_id=0,
-            eos_token_id=1,
-            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
-        ),
-        {},
-    ),
-    "gpt_neox": (_neox, {}),
-    "gpt_neox-sequential-tied": (_neox, {"use_parallel_residual": False, "tie": True}),
-    "starcoder2-window": (
-        _llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0, eos_token_id=0),
-        {"tie": True},
-    ),
-    "gemma": (
-        _llama_like("Gemma", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2),
-        {"tie": True},
-    ),
-    "gemma-untied-hd24": (
-        _llama_like("Gemma", num_key_value_heads=1, head_dim=24, pad_token_id=0, bos_token_id=1, eos_token_id=2),
-        {},
-    ),
-    "gemma2-softcap-window": (
-        _llama_like(
-            "Gemma2",
-            num_key_value_heads=2,
-            head_dim=16,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            sliding_window=8,
-            query_pre_attn_scalar=24,
-            attn_logit_softcapping=5.0,
-            final_logit_softcapping=3.0,
-        ),
-        {"tie": True},
-    ),
-    "gemma3": (
-        _llama_like(
-            "Gemma3Text",
-            "Gemma3ForCausalLM",
-            num_key_value_heads=2,
-            head_dim=16,
-            pad_token_id=0,
-            bos_token_id=1,
-            eos_token_id=2,
-            sliding_window=8,
-            layer_types=["sliding_attention", "full_attention"],
-            rope_parameters={
-                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
-                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
-            },
-        ),
-        {"tie": True},
-    ),
-    "olmo2": (_llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
-    "olmo2-tied-bias": (
-        _llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, attention_bias=True),
-        {"tie": True},
-    ),
-}
-
-
-def hf_logits(model, x=X):
-    with torch.no_grad():
-        return model(x).logits.float()
-
-
-def rel(a, b):
-    return float((a - b).abs().max() / b.std())
+from arch_cases import CASES, X, _gpt2, _neox, hf_logits, inputs_for, make_source, rel  # noqa: E402
+from helpers import cli, perturbed, verify_json  # noqa: E402
 
 
 @pytest.fixture(scope="module", params=sorted(CASES))
 def source(request, tmp_path_factory):
-    make, kw = CASES[request.param]
-    torch.manual_seed(0)
-    model = perturbed(make(**kw)).eval()
     path = tmp_path_factory.mktemp(request.param) / "src"
-    model.save_pretrained(path)
-    return path, model
+    return path, make_source(request.param, path)
 
 
 def test_our_forward_equals_transformers(source):
     path, model = source
-    ours = checkpoint.load(path).model()
+    ours, x = checkpoint.load(path).model(), inputs_for(model)
     with torch.no_grad():
-        assert rel(ours(X), hf_logits(model)) <= 1e-5
+        assert rel(ours(x), hf_logits(model, x)) <= 1e-5
 
 
 def test_grow_verify_fold_round_trip(source, tmp_path):
     path, model = source
+    x = inputs_for(model)
     grown = tmp_path / "g.safetensors"
     r = cli("expand", path, "--width", 96, "-o", grown)
     assert r.exit_code == 0, r.stderr
@@ -169,15 +51,15 @@ def test_grow_verify_fold_round_trip(source, tmp_path):
     assert json.loads((f0 / "config.json").read_text())["architectures"] == [type(model).__name__]
     back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
     assert type(back) is type(model)
-    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+    assert rel(hf_logits(back, x), hf_logits(model, x)) <= 1e-4
     # gate 1 folded: transformers computes growtool's own open-gate forward
     f1 = tmp_path / "f1"
     assert cli("fold", grown, "--alpha", 1, "-o", f1).exit_code == 0
     back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
     with torch.no_grad():
-        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
-    assert rel(hf_logits(back1), ours1) <= 1e-5
-    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
+        ours1 = checkpoint.load(grown).model()(x, alpha=1.0)
+    assert rel(hf_logits(back1, x), ours1) <= 1e-5
+    assert rel(ours1, hf_logits(model, x)) > 1e-3  # the open gate really is another function
 
 
 def test_the_plan_names_the_residual_map_and_why(tmp_path):
@@ -276,13 +158,14 @@ def test_bf16_growth_error_is_below_the_sources_own_bf16_noise(name, tmp_path):
 def test_embedding_scale_compensation_uses_the_dtype_rounded_factor():
     """Gemma multiplies embeddings by sqrt(width) cast to the weights' dtype: in bf16 sqrt(96) is
     9.8125, not 9.798; the grown embedding takes sqrt(64) / 9.8125 there, the exact ratio in float32."""
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.plan import build_plan, embed_factor
     from growtool.nn.config import ModelConfig
 
     cfg = ModelConfig("gemma", 32, 64, 1, 4, 4, 16, 128, context=16, tie=True)
-    plans = {dt: growth.build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
-    assert growth.embed_factor(plans[torch.bfloat16]) == 8.0 / 9.8125
-    assert abs(growth.embed_factor(plans[torch.float32]) - (64 / 96) ** 0.5) < 1e-7
+    plans = {dt: build_plan(cfg, recipes.load("srio"), 96, dtype=dt) for dt in (torch.float32, torch.bfloat16)}
+    assert embed_factor(plans[torch.bfloat16]) == 8.0 / 9.8125
+    assert abs(embed_factor(plans[torch.float32]) - (64 / 96) ** 0.5) < 1e-7
 
 
 def test_every_recipe_is_exact_or_refused(source, tmp_path):

@@ -21,11 +21,13 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan
 from growtool.io import checkpoint
 from growtool.nn.families import ARCHS
 
-from helpers_hardening import (
+from helpers import (
     cli,
     listing,
     make_config,
@@ -367,8 +369,8 @@ def lossy_option_refused(tmp, mp):
 def source_gates_open(tmp, mp):
     cfg = make_config()
     src = random_tensors(cfg)
-    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    t = {n: growth.grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, recipes.load("srio"), 48)
+    t = {n: grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
     t[ARCHS["llama"].gate_name(0)].fill_(0.5)
     g = tmp / "g.safetensors"
     checkpoint.save_tensors(str(g), plan.cfg, [], t)

@@ -12,23 +12,13 @@ from growtool.lab.compare import bin_tokens, compare_models, js_divergence, toke
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 
+from helpers import make_config
+
 V = 32
 
 
 def tiny(seed=0, family="llama"):
-    cfg = ModelConfig(
-        family=family,
-        vocab_size=V,
-        width=16,
-        layers=1,
-        heads=2,
-        kv_heads=2,
-        head_dim=8,
-        ffn=32,
-        context=32,
-        norm_eps=1e-5,
-        tie=False,
-    )
+    cfg = make_config(family, width=16, layers=1, heads=2, ffn=32, vocab=V, context=32)
     return init_model(cfg, gamma=0.5, seed=seed)
 
 

@@ -22,11 +22,12 @@ from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
 from growtool.tokenizer import get_tokenizer
 from growtool.training import corpus, data, schedule
-from growtool.training.loop import lr_at, train
+from growtool.training.loop import train
+from growtool.training.readers import expand_inputs, line_safe, read_text
 from growtool.training.run_folder import read_metrics
+from growtool.training.schedule import lr_at
 
-from conftest import cli
-from helpers_hardening import make_config
+from helpers import cli, make_config
 
 ROOT = Path(__file__).resolve().parent.parent
 WORDS = "the a cat dog fox king bird sees likes finds helps über naïve café 42 1999 (x) [y] {z} ok! why? yes.".split()
@@ -134,7 +135,7 @@ def test_long_text_file_in_blocks_equals_the_whole_file(tmp_path, bpe, small_siz
     assert len(text.encode()) > 30 * corpus.BLOCK  # many blocks, many pieces
     c = corpus.load([tmp_path / "big.txt"], bpe, tmp_path / "cache", bpe.vocab_size)
     assert c.tokens.tolist() == bpe.hf.encode(text, add_special_tokens=False).ids + [0]
-    assert corpus.line_safe(bpe)
+    assert line_safe(bpe)
 
 
 @pytest.mark.parametrize("shape", ["lines", "one line", "paragraphs"])
@@ -151,7 +152,7 @@ def test_a_text_file_is_read_and_encoded_in_bounded_pieces(tmp_path, bpe, small_
     (tmp_path / "t.txt").write_text(text)
     size = len(text.encode())
     assert size > 20 * corpus.BLOCK
-    blocks = [p for _, p, *_ in corpus.read_text(tmp_path / "t.txt", 0, corpus.BLOCK)]
+    blocks = [p for _, p, *_ in read_text(tmp_path / "t.txt", 0, corpus.BLOCK)]
     assert b"".join(blocks) == text.encode() and len(blocks) > 15
     assert max(map(len, blocks)) <= corpus.BLOCK + 200
     pieces = [q for b in blocks for q in corpus._pieces(b.decode(), corpus.PIECE)]
@@ -169,7 +170,7 @@ def test_other_tokenizers_encode_documents_whole(tmp_path, small_sizes):
     tok.train_from_iterator(make_docs(100), trainers.BpeTrainer(vocab_size=300, special_tokens=["</s>"]))
     tok.save(str(tmp_path / "tok.json"))
     t = get_tokenizer(str(tmp_path / "tok.json"))
-    assert not corpus.line_safe(t)
+    assert not line_safe(t)
     docs = make_docs(20, seed=5) + ["x" * 50 + "\n" + "y " * 200]  # one document longer than 2 pieces
     src = write_kind(tmp_path, "jsonl", docs)
     c = corpus.load([src], t, tmp_path / "cache", t.vocab_size)
@@ -214,7 +215,7 @@ def test_folders_and_globs_expand_in_order(tmp_path):
     (tmp_path / "a" / "b").mkdir(parents=True)
     for name in ("a/2.txt", "a/b/1.txt", "a/1.txt", "a/.hidden", "x.jsonl", "y.jsonl"):
         (tmp_path / name).write_text("x")
-    got = corpus.expand_inputs([tmp_path / "a", str(tmp_path / "*.jsonl")])
+    got = expand_inputs([tmp_path / "a", str(tmp_path / "*.jsonl")])
     assert [p.relative_to(tmp_path).as_posix() for p in got] == [
         "a/1.txt",
         "a/2.txt",
@@ -223,7 +224,7 @@ def test_folders_and_globs_expand_in_order(tmp_path):
         "y.jsonl",
     ]
     with pytest.raises(GrowError, match="no file matches"):
-        corpus.expand_inputs([str(tmp_path / "*.parquet")])
+        expand_inputs([str(tmp_path / "*.parquet")])
 
 
 def test_validation_split_falls_on_a_document_boundary():

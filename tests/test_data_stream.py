@@ -4,14 +4,14 @@ continues the data stream where its source's training stopped instead of replayi
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.training.data import Dataset
-from growtool.training.loop import STATE, read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE, read_metrics
 
-from conftest import cli
+from helpers import cli, make_text, tiny_cfg
 
 KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
 

@@ -12,7 +12,7 @@ import torch
 from growtool.io import checkpoint
 from growtool.training.loop import train
 
-from conftest import grown_gpt2
+from helpers import grown_gpt2
 
 ARGS = dict(steps=12, batch=8, seq=16, eval_every=4, eval_batches=2, lr=3e-3, seed=1)
 

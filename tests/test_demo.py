@@ -9,7 +9,7 @@ import torch
 from growtool.demo import make_corpus
 from growtool.io import checkpoint
 
-from conftest import cli
+from helpers import cli
 
 
 def test_demo_quick(tmp_path):

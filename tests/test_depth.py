@@ -18,19 +18,18 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from test_architectures import CASES, V, _llama_like, hf_logits, rel  # noqa: E402
-from test_families import CASES as FAMILY_CASES  # noqa: E402
-from test_families import QWEN2_MOE, _bloom  # noqa: E402
-from test_train import make_text, tiny_cfg  # noqa: E402
-
-from growtool.grow import depth, growth, recipes  # noqa: E402
+from growtool.grow import depth, recipes  # noqa: E402
 from growtool.grow import moments as grow_state  # noqa: E402
+from growtool.grow.engine import grow_tensor  # noqa: E402
+from growtool.grow.plan import build_plan  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import ARCHS  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
-from conftest import cli, perturbed  # noqa: E402
+from arch_cases import ARCH_CASES as CASES  # noqa: E402
+from arch_cases import FAMILY_CASES, QWEN2_MOE, V, _bloom, _llama_like, hf_logits, rel  # noqa: E402
+from helpers import cli, make_text, perturbed, tiny_cfg  # noqa: E402  # noqa: E402
 
 X = torch.randint(V, (2, 24), generator=torch.Generator().manual_seed(1))  # longer than the windows (8)
 
@@ -132,9 +131,9 @@ def grow(path, layers, method="stack", width=None, noise=0.0, insert_at=None, se
     if key not in WIDTH_GROWN:
         ck = checkpoint.load(path)
         r = recipes.load("srio", recipes.parse_set([f"noise={noise}"]))
-        wplan = growth.build_plan(ck.config, r, width, seed=seed) if width else None
+        wplan = build_plan(ck.config, r, width, seed=seed) if width else None
         names = [n for n, _, _ in wplan.outputs()] if wplan else ck.names()
-        t = {n: growth.grow_tensor(n, wplan, ck.get) if wplan else ck.get(n) for n in names}
+        t = {n: grow_tensor(n, wplan, ck.get) if wplan else ck.get(n) for n in names}
         WIDTH_GROWN[key] = (ck.config, r, wplan, t)
     src, r, wplan, t = WIDTH_GROWN[key]
     g = depth.build(src, wplan, layers, method, insert_at, r, seed, torch.float32)
@@ -440,7 +439,8 @@ def strip(records):
 
 @pytest.mark.parametrize("target", ["layers=3,method=interleave", "width=48,layers=4"])
 def test_grow_at_depth_end_to_end_and_resume_exactly(world, target):
-    from growtool.training.loop import read_metrics, train
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
 
     d, text, base = world["dir"], world["text"], world["base"]
     tag = target.replace("=", "").replace(",", "_")
@@ -465,7 +465,8 @@ def test_copied_blocks_take_their_sources_moments(world, tmp_path):
     """``expand RUN_DIR --layers``: the grown run's AdamW state at the first step after the growth
     has each copied block's moments equal to its source block's (grown with the width), identity
     blocks at zero; the run then resumes at the source's loss."""
-    from growtool.training.loop import STATE, read_metrics, train
+    from growtool.training.loop import train
+    from growtool.training.run_folder import STATE, read_metrics
 
     text, base = world["text"], world["base"]
     kw = dict(KW, steps=8, grow_schedule="continue")

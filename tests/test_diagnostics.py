@@ -6,15 +6,18 @@ import json
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan, lineage_entry
 from growtool.init import init_model
 from growtool.io import checkpoint
+from growtool.io.stream import Producer
 from growtool.training import diagnostics
-from growtool.training.loop import read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import read_metrics
 
-from conftest import cli
+from helpers import cli, make_text, tiny_cfg
 
 KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
 
@@ -34,14 +37,14 @@ def world(tmp_path_factory):
 
 def grow(world, recipe: str, name: str, **over) -> str:
     src = checkpoint.load(world["base"])
-    plan = growth.build_plan(src.config, recipes.load(recipe, over or None), 48, seed=3)
+    plan = build_plan(src.config, recipes.load(recipe, over or None), 48, seed=3)
     return checkpoint.save(
         str(world["dir"] / name),
         plan.cfg,
-        src.lineage + [growth.lineage_entry(plan, src.sha256())],
+        src.lineage + [lineage_entry(plan, src.sha256())],
         plan.outputs(),
-        lambda n: growth.grow_tensor(n, plan, src.get),
-        force=True,
+        Producer(lambda n: grow_tensor(n, plan, src.get)),
+        checkpoint.Output(force=True),
     )
 
 
@@ -49,7 +52,7 @@ def grow(world, recipe: str, name: str, **over) -> str:
 def test_unit_map_is_the_plans_own(world, recipe):
     path = grow(world, recipe, f"{recipe}.safetensors")
     ck = checkpoint.load(path)
-    plan = growth.build_plan(checkpoint.load(world["base"]).config, recipes.load(recipe), 48, seed=3)
+    plan = build_plan(checkpoint.load(world["base"]).config, recipes.load(recipe), 48, seed=3)
     umap = diagnostics.unit_map(ck.config, ck.lineage)
     assert umap is not None and len(umap) == 2
     for m, units in zip(umap, plan.units):

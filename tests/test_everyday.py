@@ -16,10 +16,10 @@ import time
 import pytest
 
 from growtool import console
-from growtool.grow import growth
+from growtool.grow import engine
 from growtool.io import checkpoint
 
-from helpers_hardening import cli, listing, make_config, run, sha256, write_ckpt
+from helpers import cli, listing, make_config, run, sha256, write_ckpt
 
 
 def bar(text: str) -> bool:
@@ -205,7 +205,7 @@ def test_internal_error_is_exit_3_names_itself_and_leaves_nothing(tmp_path, monk
     tb_dir = tmp_path / "tmp"
     tb_dir.mkdir()
     monkeypatch.setattr("tempfile.tempdir", str(tb_dir))
-    monkeypatch.setattr(growth, "grow_tensor", boom)  # a bug in the middle of writing the output
+    monkeypatch.setattr(engine, "grow_tensor", boom)  # a bug in the middle of writing the output
     digest = sha256(src)
     r = cli("expand", src, "--width", 48, "-q", "-o", work / "b.safetensors")
     line = one_error_line(r.stderr, "growtool: internal error: ZeroDivisionError: division by zero")
@@ -227,15 +227,15 @@ def test_internal_error_is_exit_3_names_itself_and_leaves_nothing(tmp_path, monk
 
 SLOW = """
 import sys, time
-from growtool.grow import growth
+from growtool.grow import engine
 import growtool.cli as c
-grow = growth.grow_tensor
+grow = engine.grow_tensor
 made = []
 def slow(*a):  # a stand-in for a big checkpoint: each tensor takes a while, and a minute in all,
     made.append(1)  # so that a signal sent mid-write cannot meet the end of the run
     time.sleep(0.05 if len(made) < 5 else 1.0)
     return grow(*a)
-growth.grow_tensor = slow
+engine.grow_tensor = slow
 c.main()
 """
 

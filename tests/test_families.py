@@ -1,11 +1,7 @@
-"""The families of issue 31 against transformers' own forward pass (as tests/test_architectures.py).
-
-For each case (a tiny random model that transformers creates and saves here, 2 layers, vocabulary
-256, norm gains and biases perturbed): growtool's forward equals transformers' logits on the
-source (<= 1e-5 x logit scale); ``expand`` 64 -> 96 verifies at gate 0 (<= 1e-4); ``fold --alpha
-0`` loads with ``AutoModelForCausalLM`` as the same class with the source's logits (<= 1e-4);
-``fold --alpha 1`` equals growtool's gate-1 forward (<= 1e-5). Then what each family refuses,
-with its one line.
+"""The families of issue 31, what is particular to each: its rows of the architecture table
+(tests/arch_cases.py, vocabulary 256) go through test_architectures.py's forward, round trip and
+recipes like every row; here, what each family carries, grows specially or refuses, with its one
+line, and BLOOM (ALiBi, its embedding norm), which has its own cases.
 """
 
 from __future__ import annotations
@@ -18,200 +14,32 @@ import torch
 
 transformers = pytest.importorskip("transformers")
 
-from growtool.grow import growth, recipes  # noqa: E402
+from growtool.grow import recipes  # noqa: E402
+from growtool.grow.engine import grow_tensor  # noqa: E402
+from growtool.grow.plan import build_plan  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import arch_of  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
-from conftest import cli, perturbed, verify_json  # noqa: E402
-
-V, T = 256, 20
-X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
-
-
-def _opt(tie=True, **over):
-    kw = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=160)
-    kw.update(max_position_embeddings=64, pad_token_id=1, bos_token_id=2, eos_token_id=2, dropout=0.0)
-    return transformers.OPTForCausalLM(transformers.OPTConfig(**{**kw, **over}, tie_word_embeddings=tie))
-
-
-def _llama_like(cls_name, model_cls=None, **kw):
-    def make(tie=False, **over):
-        base = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=160)
-        cfg = getattr(transformers, cls_name + "Config")(
-            **{**base, "max_position_embeddings": 64, **kw, **over}, tie_word_embeddings=tie
-        )
-        return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
-
-    return make
-
-
-def _bigcode(tie=True, **over):
-    kw = dict(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64)
-    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(**{**kw, **over}, tie_word_embeddings=tie))
-
-
-GRANITE_MULT = dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05, logits_scaling=4.0)
-
-
-def _gptj(tie=False, **over):
-    kw = dict(vocab_size=V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64, rotary_dim=8)
-    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
-    return transformers.GPTJForCausalLM(transformers.GPTJConfig(**{**kw, **over}, tie_word_embeddings=tie))
-
-
-def _falcon(tie=True, **over):
-    kw = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_hidden_size=160)
-    kw.update(max_position_embeddings=64, new_decoder_architecture=True, bos_token_id=0, eos_token_id=0)
-    return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
-
-
-MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
-QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
-
-# name -> (factory, kwargs): each a model transformers builds; the variants cover the features
-CASES = {
-    "opt": (_opt, {}),
-    "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
-    "gpt_bigcode-mqa": (_bigcode, {}),
-    "gpt_bigcode-mqa-untied-gelu": (_bigcode, {"tie": False, "activation_function": "gelu"}),
-    "granite": (_llama_like("Granite", num_key_value_heads=2, **GRANITE_MULT), {}),
-    "granite-tied-biases": (
-        _llama_like("Granite", attention_bias=True, mlp_bias=True, **GRANITE_MULT),
-        {"tie": True},
-    ),
-    "phi-partial-rotary": (_llama_like("Phi", resid_pdrop=0.0, embd_pdrop=0.0), {}),
-    "phi-gqa-tied-quarter-rotary": (
-        _llama_like(
-            "Phi",
-            num_key_value_heads=2,
-            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
-        ),
-        {"tie": True},
-    ),
-    "gptj-rotary8": (_gptj, {}),
-    "gptj-rotary16-tied-relu": (_gptj, {"tie": True, "rotary_dim": 16, "activation_function": "relu"}),
-    "cohere": (
-        _llama_like("Cohere", num_key_value_heads=2, logit_scale=0.5, pad_token_id=0, bos_token_id=1),
-        {"tie": True},
-    ),
-    "cohere-untied-bias": (
-        _llama_like("Cohere", logit_scale=2.0, attention_bias=True, pad_token_id=0, bos_token_id=1),
-        {},
-    ),
-    "falcon-gqa": (_falcon, {"num_kv_heads": 2}),
-    "falcon-mha-untied-bias-relu": (_falcon, {"tie": False, "num_kv_heads": 4, "bias": True, "activation": "relu"}),
-    "mixtral-top2": (
-        _llama_like("Mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48),
-        {},
-    ),
-    "mixtral-tied-top1-window": (
-        _llama_like("Mixtral", num_key_value_heads=4, num_local_experts=3, num_experts_per_tok=1, sliding_window=8),
-        {"tie": True},
-    ),
-    "qwen2_moe-shared": (_llama_like("Qwen2Moe", num_key_value_heads=2, **QWEN2_MOE), {}),
-    "qwen2_moe-shared-normtopk-tied": (
-        _llama_like("Qwen2Moe", num_key_value_heads=4, norm_topk_prob=True, **QWEN2_MOE),
-        {"tie": True},
-    ),
-    "qwen3_moe": (_llama_like("Qwen3Moe", num_key_value_heads=2, head_dim=16, **MOE), {}),
-    "qwen3_moe-normtopk-tied": (_llama_like("Qwen3Moe", norm_topk_prob=True, head_dim=24, **MOE), {"tie": True}),
-    "olmoe": (_llama_like("Olmoe", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, **MOE), {}),
-    "olmoe-tied-clip-bias-normtopk": (
-        _llama_like(
-            "Olmoe", clip_qkv=0.05, attention_bias=True, norm_topk_prob=True, pad_token_id=0, eos_token_id=1, **MOE
-        ),
-        {"tie": True},
-    ),
-    "smollm3-tied": (
-        _llama_like("SmolLM3", num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1),
-        {"tie": True},
-    ),
-    "smollm3-untied-biases": (
-        _llama_like(
-            "SmolLM3", no_rope_layers=[0, 1], attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1
-        ),
-        {},
-    ),
-    "olmo": (_llama_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
-    "olmo-clip-bias": (
-        _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
-        {},
-    ),
-}
-
-
-def hf_logits(model, x=X):
-    with torch.no_grad():
-        return model(x).logits.float()
-
-
-def rel(a, b):
-    return float((a - b).abs().max() / b.std())
-
-
-def make_source(name, path):
-    make, kw = CASES[name]
-    torch.manual_seed(0)
-    model = perturbed(make(**kw)).eval()
-    model.save_pretrained(path)
-    return model
-
-
-@pytest.fixture(scope="module", params=sorted(CASES))
-def source(request, tmp_path_factory):
-    path = tmp_path_factory.mktemp(request.param) / "src"
-    return path, make_source(request.param, path)
-
-
-def test_our_forward_equals_transformers(source):
-    path, model = source
-    ours = checkpoint.load(path).model()
-    with torch.no_grad():
-        assert rel(ours(X), hf_logits(model)) <= 1e-5
-
-
-def test_grow_verify_fold_round_trip(source, tmp_path):
-    path, model = source
-    grown = tmp_path / "g.safetensors"
-    r = cli("expand", path, "--width", 96, "-o", grown)
-    assert r.exit_code == 0, r.stderr
-    assert "residual map:" in r.stderr
-    code, rep = verify_json(path, grown)
-    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
-    f0 = tmp_path / "f0"
-    assert cli("fold", grown, "--alpha", 0, "-o", f0).exit_code == 0
-    assert json.loads((f0 / "config.json").read_text())["architectures"] == [type(model).__name__]
-    back = transformers.AutoModelForCausalLM.from_pretrained(f0).eval()
-    assert type(back) is type(model)
-    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
-    f1 = tmp_path / "f1"
-    assert cli("fold", grown, "--alpha", 1, "-o", f1).exit_code == 0
-    back1 = transformers.AutoModelForCausalLM.from_pretrained(f1).eval()
-    with torch.no_grad():
-        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
-    assert rel(hf_logits(back1), ours1) <= 1e-5
-    assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
-
-
-def test_every_recipe_is_exact_or_refused(source, tmp_path):
-    """Each shipped recipe: verified at gate 0, or refused with its reason (never silently lossy);
-    a lossy-declared recipe (nrio) fails verify when its loss is real."""
-    path, _ = source
-    for recipe in ("copy", "nrio"):
-        out = tmp_path / f"{recipe}.safetensors"
-        r = cli("expand", path, "--width", 96, "--recipe", recipe, "-q", "-o", out)
-        if r.exit_code == 2:
-            assert "refused" in r.stderr and not out.exists(), r.stderr
-            continue
-        assert r.exit_code == 0, r.stderr
-        code, rep = verify_json(path, out)
-        lossy = checkpoint.load(out).lineage[-1]["exact"] is False
-        assert code == (1 if lossy and rep["results"][0]["rel"] > 1e-4 else 0), (recipe, rep)
-        assert lossy or rep["results"][0]["rel"] <= 1e-4, (recipe, rep)
+from arch_cases import (  # noqa: E402
+    CASES,
+    GRANITE_MULT,
+    QWEN2_MOE,
+    _bigcode,
+    _bloom,
+    _falcon,
+    _opt,
+    hf_logits,
+    make_source,
+    rel,
+)
+from arch_cases import FAMILY_T as T  # noqa: E402
+from arch_cases import FAMILY_V as V  # noqa: E402
+from arch_cases import FAMILY_X as X  # noqa: E402
+from arch_cases import _family_like as _llama_like  # noqa: E402
+from helpers import cli, perturbed, verify_json  # noqa: E402
 
 
 def _refused(hf: dict, match: str):
@@ -271,7 +99,7 @@ def test_olmo_layernorm_without_parameters_grows_by_scaling_readers(tmp_path):
         assert rel(LM.from_tensors(unclipped, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-2
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g.safetensors")
     assert r.exit_code == 0 and "sqrt(D/d) x R(0.8165)" in r.stderr, r.stderr
-    ops = dict((pat, op) for pat, _, _, op in growth.build_plan(ck.config, recipes.load("srio"), 96).rows())
+    ops = dict((pat, op) for pat, _, _, op in build_plan(ck.config, recipes.load("srio"), 96).rows())
     assert ops["model.layers.{i}.self_attn.q_proj.weight"].startswith("x 0.816497 (norm without gain)")
     assert ops["lm_head.weight"].startswith("x 0.816497 (norm without gain)")
     g = checkpoint.load(tmp_path / "g.safetensors")
@@ -316,7 +144,7 @@ def test_bigcode_multi_query_keeps_one_kv_head_and_grows_query_heads(tmp_path):
     ck = checkpoint.load(tmp_path / "src")
     assert ck.config.kv_heads == 1 and ck.get("transformer.h.0.attn.c_attn.weight").shape == (64 + 32, 64)
     for recipe in ("srio", "copy"):
-        plan = growth.build_plan(ck.config, recipes.load(recipe), 96)
+        plan = build_plan(ck.config, recipes.load(recipe), 96)
         assert (plan.cfg.heads, plan.cfg.kv_heads) == (6, 1)
         assert plan.shapes["transformer.h.0.attn.c_attn.weight"] == (96 + 32, 96)
         assert plan.units[0]["q"].n_new == 6 and plan.units[0]["kv"].added == 0
@@ -422,10 +250,10 @@ def test_falcon_fused_qkv_is_grown_by_whole_kv_groups(tmp_path):
     bit for bit, the new ones sit after them."""
     make_source("falcon-gqa", tmp_path / "src")
     ck = checkpoint.load(tmp_path / "src")
-    plan = growth.build_plan(ck.config, recipes.load("srio"), 128)
+    plan = build_plan(ck.config, recipes.load("srio"), 128)
     assert (plan.cfg.heads, plan.cfg.kv_heads) == (8, 4)
     name = "transformer.h.0.self_attention.query_key_value.weight"
-    w_old, w_new = ck.get(name), growth.grow_tensor(name, plan, ck.get)
+    w_old, w_new = ck.get(name), grow_tensor(name, plan, ck.get)
     assert w_old.shape == (2 * 4 * 16, 64) and w_new.shape == (4 * 4 * 16, 128)
     assert torch.equal(w_new[: 2 * 4 * 16, :64], w_old)
 
@@ -543,11 +371,6 @@ def test_smollm3_layers_without_rope(tmp_path):
 
 
 # ---- BLOOM ----------------------------------------------------------------------------------
-
-
-def _bloom(tie=True, **over):
-    kw = dict(vocab_size=V, hidden_size=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
-    return transformers.BloomForCausalLM(transformers.BloomConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
 # BLOOM grows by copying at whole factors and by a refit of its embedding norm otherwise (untied, or

@@ -15,8 +15,9 @@ from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers  # 
 
 from growtool import tokenizer  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
+from growtool.io.carried import CARRIED as CARRIED_ALL  # noqa: E402
 
-from conftest import FIXTURES, cli, perturbed  # noqa: E402
+from helpers import FIXTURES, cli, perturbed  # noqa: E402
 
 CARRIED = ["tokenizer.json", "tokenizer_config.json", "generation_config.json"]
 PROMPTS = ["the cat sees", "some dogs", "=========="]
@@ -93,7 +94,7 @@ def greedy(model, tok, prompt: str, n: int = 12) -> list[int]:
 
 def test_expand_and_fold_folders_carry_tokenizer_files_and_a_card(world):
     for out in (world["grown"], world["folded"]):
-        carried = [p.name for p in world["src"].iterdir() if p.name in tokenizer.CARRIED]
+        carried = [p.name for p in world["src"].iterdir() if p.name in CARRIED_ALL]
         assert set(carried) >= set(CARRIED)
         for name in carried:
             assert (out / name).read_bytes() == (world["src"] / name).read_bytes(), (out, name)

@@ -15,9 +15,10 @@ import torch.distributed.checkpoint as dcp
 
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
-from growtool.training.loop import STATE, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE
 
-from conftest import grown_gpt2
+from helpers import grown_gpt2
 
 ARGS = dict(steps=20, batch=8, seq=16, eval_every=5, eval_batches=2, lr=3e-3, seed=1, save_every=4)
 ARGS["gate_warmup_tokens"] = 10 * ARGS["batch"] * ARGS["seq"]  # the gates ramp over the first 10 steps

@@ -6,12 +6,14 @@ units take the source's moments by the stated rule, and the second-moment rotati
 import pytest
 import torch
 
-from growtool.grow import growth, ops, recipes
+from growtool.grow import ops, recipes
+from growtool.grow.engine import grow_tensor
 from growtool.grow.moments import grow_moment, rotate_sq_
+from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.nn.model import LM
 
-from helpers_hardening import make_config
+from helpers import make_config
 
 WRITES_RESIDUAL = ("writer", "embedding", "writer_bias")
 
@@ -35,8 +37,8 @@ def grown_pair(cfg, recipe, width=48, seed=0):
             if p.dim() == 1 and "growth_gate" not in n:
                 p.add_(0.3 * torch.randn(p.shape, generator=g))
     t = {n: v.detach().clone() for n, v in src.tensors().items()}
-    plan = growth.build_plan(cfg, recipe, width, seed=seed)
-    grown = LM.from_tensors(plan.cfg, {n: growth.grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()})
+    plan = build_plan(cfg, recipe, width, seed=seed)
+    grown = LM.from_tensors(plan.cfg, {n: grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()})
     grown.set_gates(0.0)
     return src.train(), grown.train(), plan, t
 
@@ -82,7 +84,7 @@ def test_first_moment_rule_is_the_grown_models_gradient(kv_heads, recipe):
 def test_copied_and_padded_units_take_the_sources_moments():
     cfg = make_config(width=32, layers=1, heads=4, vocab=64)
     recipe = recipes.load("copy", recipes.parse_set(["rotation.eps=1"]))
-    plan = growth.build_plan(cfg, recipe, 48, seed=0)
+    plan = build_plan(cfg, recipe, 48, seed=0)
     src = {n: v.detach() for n, v in init_model(cfg, seed=0).tensors().items()}
     e = plan.units[0]["ffn"]
     split = plan.split[0]["ffn"]
@@ -105,7 +107,7 @@ def test_copied_and_padded_units_take_the_sources_moments():
         # padded residual coordinates start at zero
         assert gm.narrow(spec.res_axis, cfg.width, 16).abs().max() == 0
     # gated (srio/nrio) new units: zero moments; old units' moments kept bit for bit (no rotation)
-    plan = growth.build_plan(cfg, recipes.load("nrio"), 48, seed=0)
+    plan = build_plan(cfg, recipes.load("nrio"), 48, seed=0)
     name = "model.layers.0.mlp.up_proj.weight"
     m = torch.randn(src[name].shape)
     gm = grow_moment(name, plan, src.__getitem__, m, second=False)

@@ -8,9 +8,10 @@ import torch
 
 from growtool.grow import engine, recipes
 from growtool.io import checkpoint
+from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 
-from conftest import FIXTURES, cli, sh, verify_json
+from helpers import FIXTURES, cli, sh, verify_json
 
 EXACT = [r for r in recipes.shipped() if not recipes.load(r)["lossy"]]
 
@@ -198,11 +199,12 @@ def test_inspect_reports_family_shapes_gates_and_lineage(tmp_path):
 
 def test_grown_model_is_a_bigger_trainable_model():
     """Gate open, the grown model is an ordinary width-D model: parameters scale as planned."""
-    from growtool.grow import growth
+    from growtool.grow.engine import grow_tensor
+    from growtool.grow.plan import build_plan
 
     ck = checkpoint.load(FIXTURES["llama-gqa"])
-    plan = growth.build_plan(ck.config, recipes.load("srio"), 96)
-    tensors = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+    plan = build_plan(ck.config, recipes.load("srio"), 96)
+    tensors = {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
     m = LM.from_tensors(plan.cfg, tensors)
     assert (m.cfg.heads, m.cfg.kv_heads, m.cfg.ffn) == (6, 3, 288)
     x = torch.randint(256, (2, 16))
@@ -225,10 +227,12 @@ def test_zero_filled_new_units_are_exact_but_warned_as_dead(tmp_path):
 def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
     """bfloat16 / float16 sources grow in float32 and are rounded once at the end: the result equals
     the float32 growth of the (exactly) upcast source, rounded; with or without a reused workspace."""
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.engine import Workspace, grow_tensor
+    from growtool.grow.plan import build_plan
     from growtool.nn.families import ARCHS
 
-    from helpers_hardening import make_config, random_tensors
+    from helpers import make_config, random_tensors
 
     if family not in ARCHS:
         pytest.skip(f"no {family}")
@@ -237,22 +241,22 @@ def test_low_precision_growth_is_float32_growth_rounded_once(family, recipe):
     for dt in (torch.bfloat16, torch.float16):
         low = {n: v.to(dt) for n, v in src.items()}
         up = {n: v.float() for n, v in low.items()}
-        p32 = growth.build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=torch.float32)
-        plow = growth.build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=dt)
-        work = growth.Workspace()
+        p32 = build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=torch.float32)
+        plow = build_plan(cfg, recipes.load(recipe), 48, seed=1, dtype=dt)
+        work = Workspace()
         work.POOL_MIN = 0  # every output from reused blocks, as in a streamed write
         for n, _, _ in plow.outputs():
-            want = growth.grow_tensor(n, p32, up.__getitem__).to(dt)
+            want = grow_tensor(n, p32, up.__getitem__).to(dt)
             for w in (None, work):
-                got = growth.grow_tensor(n, plow, low.__getitem__, w)
+                got = grow_tensor(n, plow, low.__getitem__, w)
                 assert got.dtype == dt and torch.equal(got.view(torch.uint8), want.view(torch.uint8)), n
             work.recycle(got)  # written: its block is reused for the next tensors
         assert all(torch.equal(low[n], src[n].to(dt)) for n in src)  # sources untouched
-    work, held = growth.Workspace(), []
+    work, held = Workspace(), []
     work.POOL_MIN = 0
     for n, _, _ in p32.outputs():  # float32 outputs are the built tensors themselves, from reused blocks
-        got = growth.grow_tensor(n, p32, up.__getitem__, work)
-        assert torch.equal(got, growth.grow_tensor(n, p32, up.__getitem__)), n
+        got = grow_tensor(n, p32, up.__getitem__, work)
+        assert torch.equal(got, grow_tensor(n, p32, up.__getitem__)), n
         held.append(got)
         if len(held) == 2:  # two outputs alive at a time, as write_stream holds them
             work.recycle(held.pop(0))
@@ -265,14 +269,16 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     source read into reused memory (Workspace.source): the bytes equal the whole-tensor path's,
     for each recipe and output dtype. ROW_BLOCK and BLOCKED_FROM are made tiny so that these small tensors take
     that path (1-row blocks, and blocks of several rows with a remainder). The same for pieces
-    (Plan.pieces: the embedding and the head grown a few rows at a time from those rows of the
+    (engine.pieces: the embedding and the head grown a few rows at a time from those rows of the
     source, one block of rows first); other tensors have no pieces."""
     import functools
 
-    from growtool.grow import growth
+    from growtool.grow.engine import Workspace, grow_tensor
+    from growtool.grow.plan import build_plan
+    from growtool.grow.steps import ExpandUnits
     from growtool.nn.families import ARCHS
 
-    from helpers_hardening import make_config, write_ckpt
+    from helpers import make_config, write_ckpt
 
     if family not in ARCHS:
         pytest.skip(f"no {family}")
@@ -282,34 +288,37 @@ def test_row_blocks_and_reused_memory_give_the_whole_tensor_bytes(family, tmp_pa
     blocked = pieced = gathered = 0
     for recipe, sets in (("srio", {}), ("copy", {}), ("srio", {"noise": 0.1})):
         for dt in (torch.float32, torch.bfloat16):
-            plan = growth.build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
+            plan = build_plan(cfg, recipes.load(recipe, sets), 48, seed=1, dtype=dt, allow_lossy=True)
             monkeypatch.setattr(engine, "BLOCKED_FROM", 1 << 40)  # every tensor whole
-            want = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+            want = {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
             for row_block in (40, 150):  # 48 grown columns: blocks of 1 row, then of 3 rows
                 monkeypatch.setattr(engine, "ROW_BLOCK", row_block)
                 monkeypatch.setattr(engine, "BLOCKED_FROM", 4 * row_block)
-                work = growth.Workspace(threads=3)
+                work = Workspace(threads=3)
                 work.POOL_MIN = 0  # every output and source read from reused blocks
                 read = functools.partial(ck.get, into=work.source)
                 for n, shape, _ in plan.outputs():
-                    got = growth.grow_tensor(n, plan, ck.get, work, read)
+                    got = grow_tensor(n, plan, ck.get, work, read)
                     assert got.dtype == dt and got.shape == want[n].shape, n
                     assert torch.equal(got.reshape(-1).view(torch.uint8), want[n].reshape(-1).view(torch.uint8)), n
                     work.recycle(got)
                     whole = engine._whole_steps(plan, n, shape)
                     blocked += whole < len(plan.steps[n])
-                    gathered += whole == 0 and any(isinstance(s, growth.ExpandUnits) for s in plan.steps[n])
-                monkeypatch.setattr(engine, "PIECE", 3 * row_block)  # pieces of a few rows (Plan.pieces)
+                    gathered += whole == 0 and any(isinstance(s, ExpandUnits) for s in plan.steps[n])
+                monkeypatch.setattr(engine, "PIECE", 3 * row_block)  # pieces of a few rows (engine.pieces)
                 for n, shape, _ in plan.outputs():
-                    parts = [growth.grow_tensor(n, plan, ck.get, work, read, rows) for rows in plan.pieces(n) or []]
+                    parts = [grow_tensor(n, plan, ck.get, work, read, rows) for rows in engine.pieces(plan, n) or []]
                     if parts:  # one block first (the disk starts sooner), then PIECE rows
-                        assert [k for _, k in plan.pieces(n)[:2]] == [max(1, row_block // 48), 3 * row_block // 48], n
+                        assert [k for _, k in engine.pieces(plan, n)[:2]] == [
+                            max(1, row_block // 48),
+                            3 * row_block // 48,
+                        ], n
                         got = torch.cat(parts)
                         assert torch.equal(got.view(torch.uint8), want[n].view(torch.uint8)), n
                         pieced += 1
                     elif len(shape) == 2:
                         with pytest.raises(ValueError, match="pieces"):
-                            growth.grow_tensor(n, plan, ck.get, rows=(0, 1))
+                            grow_tensor(n, plan, ck.get, rows=(0, 1))
     assert blocked >= 2 * 6  # at least the embedding and the head, in every case
     # readers [out, in] grown from copied rows (FFN "tile" in srio, every reader in copy), gathered
     # block by block: 2+ readers x 2 layers x 2 dtypes x 2 row blocks x 2 recipes; GPT-2's are [in, out]
@@ -327,10 +336,12 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
     gpt_neox) hold several unit kinds; GPT-2 rotates only its writers ([in, out] layout)."""
     import copy
 
-    from growtool.grow import growth
+    from growtool.grow.engine import Workspace, grow_tensor
+    from growtool.grow.plan import build_plan
+    from growtool.grow.steps import PadRotate
     from growtool.nn.families import ARCHS
 
-    from helpers_hardening import make_config, random_tensors
+    from helpers import make_config, random_tensors
 
     if family not in ARCHS:
         pytest.skip(f"no {family}")
@@ -340,13 +351,13 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
     for width in (48, 80):
         for dt in (torch.float32, torch.bfloat16, torch.float16):
             low = {n: v.to(dt) for n, v in src.items()}
-            plan = growth.build_plan(cfg, recipes.load("srio"), width, seed=1, dtype=dt)
+            plan = build_plan(cfg, recipes.load("srio"), width, seed=1, dtype=dt)
             parts = copy.copy(plan)
             parts.steps = {
-                n: [p for s in steps for p in (s.parts if isinstance(s, growth.PadRotate) else [s])]
+                n: [p for s in steps for p in (s.parts if isinstance(s, PadRotate) else [s])]
                 for n, steps in plan.steps.items()
             }
-            fused = [n for n, steps in plan.steps.items() if isinstance(steps[-1], growth.PadRotate)]
+            fused = [n for n, steps in plan.steps.items() if isinstance(steps[-1], PadRotate)]
             assert len(fused) >= 2 * cfg.layers, fused  # at least the FFN's reader(s) and writer in each block
             for row_block in (None, 250):
                 # blocks of 5 rows at width 48, 3 at 80 (the last block short; 16+ blocks, shared by
@@ -354,12 +365,12 @@ def test_pad_rotate_gives_the_bytes_of_its_parts(family, monkeypatch):
                 if row_block:
                     monkeypatch.setattr(engine, "ROW_BLOCK", row_block)
                     monkeypatch.setattr(engine, "BLOCKED_FROM", 4 * row_block)
-                work = growth.Workspace(threads=2)
+                work = Workspace(threads=2)
                 work.POOL_MIN = 0
                 for n, _, _ in plan.outputs():
-                    want = growth.grow_tensor(n, parts, low.__getitem__)
+                    want = grow_tensor(n, parts, low.__getitem__)
                     for w in (None, work):
-                        got = growth.grow_tensor(n, plan, low.__getitem__, w)
+                        got = grow_tensor(n, plan, low.__getitem__, w)
                         assert got.dtype == dt and got.shape == want.shape, n
                         assert torch.equal(got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)), n
                     work.recycle(got)
@@ -373,9 +384,10 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     without a workspace, for float32 and bfloat16 grown models folded at alpha 0.5 (gated writers
     scaled) into float32, bfloat16 and float16, also from a checkpoint held in memory (whose
     tensors are left unchanged); and the command reads every tensor into workspace memory."""
-    from growtool.grow import growth
+    from growtool.grow.engine import Workspace
+    from growtool.grow.fold import fold_config, fold_tensor
 
-    from helpers_hardening import make_config, write_ckpt
+    from helpers import make_config, write_ckpt
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=32, heads=4, ffn=72, vocab=80))
     grown = {}
@@ -385,13 +397,13 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     scaled = 0
     for path in grown.values():
         ck = checkpoint.load(path)
-        names = list(checkpoint.expected_shapes(growth.fold_config(ck.config)))
+        names = list(expected_shapes(fold_config(ck.config)))
         for dt in (torch.float32, torch.bfloat16, torch.float16):
-            work = growth.Workspace()
+            work = Workspace()
             work.POOL_MIN = 0  # every source and output in reused blocks
             for n in names:
-                want = growth.fold_tensor(n, ck.config, 0.5, ck.get, dt)
-                got = growth.fold_tensor(n, ck.config, 0.5, ck.get, dt, work)
+                want = fold_tensor(n, ck.config, 0.5, ck.get, dt)
+                got = fold_tensor(n, ck.config, 0.5, ck.get, dt, work)
                 assert got.dtype == dt and torch.equal(
                     got.reshape(-1).view(torch.uint8), want.reshape(-1).view(torch.uint8)
                 )
@@ -403,8 +415,8 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     before = {n: t.clone() for n, t in held.items()}
     mem = checkpoint.Checkpoint(ck.config, [], "held", ck.entries, held.__getitem__)
     for n in names:
-        got = growth.fold_tensor(n, ck.config, 0.5, mem.get, torch.float16, growth.Workspace())
-        assert torch.equal(got, growth.fold_tensor(n, ck.config, 0.5, ck.get, torch.float16)), n
+        got = fold_tensor(n, ck.config, 0.5, mem.get, torch.float16, Workspace())
+        assert torch.equal(got, fold_tensor(n, ck.config, 0.5, ck.get, torch.float16)), n
     assert all(torch.equal(held[n], before[n]) for n in held)
 
     reads = []
@@ -420,7 +432,7 @@ def test_fold_in_reused_memory_gives_the_same_bytes(tmp_path, monkeypatch):
     assert len(reads) >= len(names) and all(into is not None for into in reads)
     ck, folded = checkpoint.load(grown["float32"]), checkpoint.load(out)
     for n in names:
-        assert torch.equal(folded.get(n), growth.fold_tensor(n, ck.config, 0.5, ck.get, torch.bfloat16)), n
+        assert torch.equal(folded.get(n), fold_tensor(n, ck.config, 0.5, ck.get, torch.bfloat16)), n
 
 
 def _vm_flags(address: int) -> list[str] | None:
@@ -445,17 +457,17 @@ def test_workspace_memory_is_advised_as_huge_pages():
     2 MB pages (growth.fresh: madvise MADV_HUGEPAGE, the "hg" flag of its mapping), since a fresh 4 KB
     page costs a fault on first touch. The advice changes no byte (the tests above grow from these
     blocks); here the flag itself is checked, and that a block handed back is reused."""
-    from growtool.grow import growth
+    from growtool.grow.engine import HUGE, Workspace
 
-    work = growth.Workspace()
+    work = Workspace()
     made = [
         work.tensor((1024, 2048)),  # 8 MB float32
         work.source(6 << 20),
         work.output((2048, 2048), torch.bfloat16),
     ]
     for t in made:
-        inner = -(-t.data_ptr() // growth.HUGE) * growth.HUGE  # the first 2 MB boundary inside it
-        assert inner + growth.HUGE <= t.data_ptr() + t.untyped_storage().nbytes()
+        inner = -(-t.data_ptr() // HUGE) * HUGE  # the first 2 MB boundary inside it
+        assert inner + HUGE <= t.data_ptr() + t.untyped_storage().nbytes()
         flags = _vm_flags(inner)
         assert flags is not None and "hg" in flags, flags
     work.recycle(made[2])  # written: the next output of that size is made in the same block

@@ -4,31 +4,39 @@ a width-aware learning rate after growth (``--grow-lr mup``) and a re-warmed sch
 
 import pytest
 import torch
-from test_stages import KW, strip, world  # noqa: F401  (the module fixture)
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan
+from growtool.grow.steps import BreakSymmetry
 from growtool.init import init_model
-from growtool.nn.config import ModelConfig
 from growtool.nn.model import LM
-from growtool.training.loop import STATE, lr_at, read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE, read_metrics
+from growtool.training.schedule import lr_at
 
-from conftest import FIXTURES, cli
+from helpers import STAGES_KW as KW
+from helpers import FIXTURES, cli, make_config, stages_world, strip
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory):
+    return stages_world(tmp_path_factory.mktemp("stages"))
+
 
 
 def _cfg(family):
     if family == "gpt2":  # LayerNorm, tied head: the exact angle is sqrt(d/D)
-        return ModelConfig("gpt2", vocab_size=64, width=32, layers=2, heads=4, kv_heads=4, head_dim=8, ffn=128,
-                           context=64, norm_eps=1e-5, tie=True)  # fmt: skip
-    return ModelConfig("llama", vocab_size=64, width=32, layers=2, heads=4, kv_heads=2, head_dim=8, ffn=128,
-                       context=64, norm_eps=1e-5, tie=False)  # fmt: skip
+        return make_config("gpt2", 32, 2, 4, ffn=128, vocab=64, context=64, tie=True)
+    return make_config("llama", 32, 2, 4, kv_heads=2, ffn=128, vocab=64, context=64)
 
 
 def _grow(family, recipe, noise, over=None):
     cfg = _cfg(family)
     src = init_model(cfg, gamma=0.5, seed=0).eval()
     t = src.tensors()
-    plan = growth.build_plan(cfg, recipes.load(recipe, {"noise": noise, **(over or {})}), 48, seed=3)
-    grown = {n: growth.grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, recipes.load(recipe, {"noise": noise, **(over or {})}), 48, seed=3)
+    grown = {n: grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
     return src, plan, grown
 
 
@@ -69,10 +77,10 @@ def test_noise_zero_is_byte_identical_to_a_recipe_without_it():
     cfg = _cfg("llama")
     src = init_model(cfg, gamma=0.5, seed=0)
     r = recipes.load("srio")
-    plan = growth.build_plan(cfg, r, 48, seed=3)
-    b = {n: growth.grow_tensor(n, plan, src.tensors().__getitem__) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, r, 48, seed=3)
+    b = {n: grow_tensor(n, plan, src.tensors().__getitem__) for n, _, _ in plan.outputs()}
     assert all(torch.equal(a[n], b[n]) for n in a)
-    assert not any(isinstance(s, growth.BreakSymmetry) for steps in plan.steps.values() for s in steps)
+    assert not any(isinstance(s, BreakSymmetry) for steps in plan.steps.values() for s in steps)
 
 
 def test_noise_is_refused_out_of_range():

@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -29,10 +30,12 @@ from safetensors.torch import save_file
 from growtool.check import compare, random_batches
 from growtool.grow import engine, recipes
 from growtool.io import checkpoint, header, hf_remote
-from growtool.io.checkpoint import DTYPE_NAME
+from growtool.io.files import parse_size
+from growtool.io.header import DTYPE_NAME
+from growtool.io.stream import DirectSink, Producer, prefetch, write_stream
 from growtool.nn.config import ModelConfig
 
-from helpers_hardening import GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
+from helpers import CHILD, GROWTOOL, cli, listing, make_config, random_tensors, read_raw, sha256, write_ckpt
 
 SHARD = re.compile(r"model-(\d{5})-of-(\d{5})\.safetensors")
 
@@ -188,7 +191,7 @@ def test_shard_size_without_output_writes_a_folder_beside_the_input(tmp_path):
     "size,expect", [("500MB", 500 * 10**6), ("2GB", 2 * 10**9), ("1.5GiB", 3 * 2**29), ("123", 123), ("64 kb", 64_000)]
 )
 def test_parse_size(size, expect):
-    assert checkpoint.parse_size(size) == expect
+    assert parse_size(size) == expect
 
 
 def test_sharded_hf_input_reads_like_the_single_file(tmp_path):
@@ -291,7 +294,7 @@ def test_the_program_ends_without_teardown_and_loses_nothing(tmp_path):
     the outputs, their paths on stdout, the messages on stderr, a checkpoint sent to standard output
     and a run's metrics all arrive whole (equal to the in-process command's); errors keep their
     exit code."""
-    from helpers_hardening import run
+    from helpers import run
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, kv_heads=2, ffn=160, attn_gate=True))
     ref = tmp_path / "ref.safetensors"
@@ -375,23 +378,6 @@ def test_sigkill_mid_write_leaves_no_partial_output(tmp_path):
 
 # ---- peak memory ----------------------------------------------------------------------------
 
-CHILD = r"""
-import json, re, sys
-def hwm():
-    return int(re.search(r"VmHWM:\s+(\d+) kB", open("/proc/self/status").read()).group(1)) * 1024
-import torch, growtool.cli, growtool.grow.growth, growtool.check  # everything a run imports
-from growtool.cli import main
-res = {"baseline": hwm(), "peaks": [], "codes": []}
-for args in sys.argv[1:]:
-    try:
-        main(args.split("|"), standalone_mode=False)
-        res["codes"].append(0)
-    except SystemExit as e:
-        res["codes"].append(e.code)
-    res["peaks"].append(hwm())
-print("RESULT " + json.dumps(res))
-"""
-
 
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
 def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
@@ -421,13 +407,13 @@ def test_peak_memory_is_a_few_tensors_not_the_model(tmp_path):
     base, (p_small, p_big, p_fold) = res["baseline"], res["peaks"]
     # two producing threads: the 2-layer expand alone peaks 42-51 MB above the baseline, the 8-layer
     # fold 64-86 MB (its hashing thread too); with one thread the fold measured 35-49 MB
-    allowance = checkpoint.DirectSink.HELD + 64 * 2**20
+    allowance = DirectSink.HELD + 64 * 2**20
     assert p_big - base < 3 * largest + allowance, (base, res["peaks"], largest)
     assert p_fold - base < 3 * largest + allowance, (base, res["peaks"], largest)
     # the model's size (25x largest) does not show in the peak; the tensors made and not yet written
     # cost up to 2 x largest (checkpoint.write_stream), the producers hold a float32 block each, and
     # up to DirectSink.HELD bytes of written ones may wait for the disk: 2 layers fill none of these
-    assert p_big - p_small < 6 * largest + checkpoint.DirectSink.HELD, res
+    assert p_big - p_small < 6 * largest + DirectSink.HELD, res
 
 
 def test_outputs_are_byte_identical_across_thread_counts(tmp_path, monkeypatch):
@@ -461,7 +447,7 @@ def test_prefetch_keeps_order_bounds_what_is_alive_and_raises_the_first_error():
     for workers, ahead in ((1, 1), (2, 4), (3, 2)):
         made[0] = 0
         got = []
-        for k, x in enumerate(checkpoint.prefetch(names, produce, ahead=ahead, workers=workers)):
+        for k, x in enumerate(prefetch(names, produce, ahead=ahead, workers=workers)):
             assert made[0] - k <= ahead + workers  # k results released so far
             got.append(x)
         assert got == list(range(60))
@@ -473,7 +459,7 @@ def test_prefetch_keeps_order_bounds_what_is_alive_and_raises_the_first_error():
 
     got = []
     with pytest.raises(ValueError, match="seven"):
-        for x in checkpoint.prefetch(names, bad, ahead=4, workers=2):
+        for x in prefetch(names, bad, ahead=4, workers=2):
             got.append(x)
     assert got == list(range(7))
 
@@ -501,7 +487,7 @@ def test_prefetch_keeps_the_cost_of_what_is_alive_within_the_budget():
         over.clear()
         got = []
         costs = {"cost": sizes.__getitem__, "budget": budget} if budget else {}
-        for i in checkpoint.prefetch(list(range(80)), produce, ahead=2 * workers, workers=workers, **costs):
+        for i in prefetch(list(range(80)), produce, ahead=2 * workers, workers=workers, **costs):
             got.append(i)
             with lock:  # released when the loop asks for the next: counted gone already
                 del alive[i]
@@ -538,7 +524,7 @@ def test_streaming_writer_holds_twice_the_largest_tensor_whatever_the_workers():
             del alive[t.data_ptr()]
 
     buf = io.BytesIO()
-    checkpoint.write_stream(buf, specs, produce, {}, recycle=recycle, workers=8)
+    write_stream(buf, specs, Producer(produce, recycle=recycle, workers=8), {})
     assert not alive and len(buf.getvalue()) > 63 * mb
     assert most[0] <= 2 * 4 * mb + 1 * mb, most[0] / mb  # the budget, and the one being written
 
@@ -546,9 +532,9 @@ def test_streaming_writer_holds_twice_the_largest_tensor_whatever_the_workers():
 def test_split_tensors_share_the_workspace_threads():
     """Workspace.lend_threads: one tensor alone gets every thread; tensors split at the same time
     share them (each at least its own), so helpers do not multiply with the producers."""
-    from growtool.grow import growth
+    from growtool.grow.engine import Workspace
 
-    work = growth.Workspace(threads=8)
+    work = Workspace(threads=8)
     with work.lend_threads(8) as a:
         assert a == 8
         with work.lend_threads(8) as b:
@@ -560,29 +546,32 @@ def test_split_tensors_share_the_workspace_threads():
 
 
 def test_producers_fit_the_memory_bound():
-    """Plan.producers: every thread where the producers' memory fits beside the writer's and the
+    """engine.producers: every thread where the producers' memory fits beside the writer's and the
     process's own (a small float32 growth); one where the process already holds the allowance, or
     where a single producer's float32 tensor and source take the room (a d4096 bf16 Llama, whose
     6144 x 16512 down_proj is built whole in float32)."""
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.engine import producer_bytes, producers
+    from growtool.grow.plan import build_plan
     from growtool.nn.config import ModelConfig
 
     small = ModelConfig("llama", vocab_size=256, width=64, layers=2, heads=4, kv_heads=2, head_dim=16, ffn=128)
-    plan = growth.build_plan(small, recipes.load("srio"), 96, dtype=torch.float32)
-    assert plan.producers(8) == 8 and plan.producers(3) == 3
-    assert plan.producers(8, resident=1 << 30) == 1  # a process already past the bound: one producer
+    plan = build_plan(small, recipes.load("srio"), 96, dtype=torch.float32)
+    assert producers(plan, 8) == 8 and producers(plan, 3) == 3
+    assert producers(plan, 8, resident=1 << 30) == 1  # a process already past the bound: one producer
     big = ModelConfig("llama", vocab_size=32000, width=4096, layers=1, heads=32, kv_heads=8, head_dim=128, ffn=11008)
-    plan = growth.build_plan(big, recipes.load("srio"), 6144, dtype=torch.bfloat16)
-    assert plan.producer_bytes() > 4 * 6144 * 16512  # the whole float32 down_proj
-    assert plan.producers(8) == 1
+    plan = build_plan(big, recipes.load("srio"), 6144, dtype=torch.bfloat16)
+    assert producer_bytes(plan) > 4 * 6144 * 16512  # the whole float32 down_proj
+    assert producers(plan, 8) == 1
 
 
 def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
-    """With pieces (growth.Plan.pieces: the embedding and the head made and written a few rows at a
+    """With pieces (engine.pieces: the embedding and the head made and written a few rows at a
     time, each read from its own rows of the source) expand writes the same bytes as with whole
     tensors: one file, a sharded folder, and standard output; float32 and bfloat16; and the
     progress hook still hears each tensor once, with all of its bytes."""
-    from growtool.grow import growth
+    from growtool.grow.engine import pieces
+    from growtool.grow.plan import build_plan
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=2, vocab=200))
     low = tmp_path / "low.safetensors"
@@ -590,9 +579,9 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
     heard = []
     real_save = checkpoint.save
 
-    def save(*a, **kw):
-        kw["progress"] = lambda name, nbytes: heard.append((name, nbytes))
-        return real_save(*a, **kw)
+    def save(out, cfg, lineage, specs, producer, options):
+        hear = lambda name, nbytes: heard.append((name, nbytes))  # noqa: E731
+        return real_save(out, cfg, lineage, specs, producer, dataclasses.replace(options, progress=hear))
 
     monkeypatch.setattr(checkpoint, "save", save)
     outs = {}
@@ -614,10 +603,10 @@ def test_pieces_write_the_bytes_of_whole_tensors(tmp_path, monkeypatch):
             r = cli("expand", source, "--width", 72, "-q", "-o", "-")
             assert r.exit_code == 0
             outs[name, piece, "stdout"] = r.stdout_bytes
-        plan = growth.build_plan(checkpoint.load(src).config, recipes.load("srio"), 72)
-        pieced = [n for n, _, _ in plan.outputs() if plan.pieces(n)]
+        plan = build_plan(checkpoint.load(src).config, recipes.load("srio"), 72)
+        pieced = [n for n, _, _ in plan.outputs() if pieces(plan, n)]
         assert (len(pieced) == 2) == (piece == 400), pieced  # the embedding and the head
-        assert all(len(plan.pieces(n)) > 20 for n in pieced)
+        assert all(len(pieces(plan, n)) > 20 for n in pieced)
     for (name, piece, kind), got in outs.items():
         if piece == 400:
             assert got == outs[name, 1 << 40, kind], (name, kind)
@@ -659,7 +648,7 @@ def test_direct_writes_give_the_bytes_of_buffered_writes(tmp_path, n, shift):
     released = []
     out = tmp_path / "d.bin"
     with open(out, "wb") as fh:
-        sink = checkpoint.DirectSink.open(fh)
+        sink = DirectSink.open(fh)
         if sink is None:
             pytest.skip("no direct I/O on this file system")
         for k, (a, b) in enumerate(zip(cuts, cuts[1:])):
@@ -667,7 +656,7 @@ def test_direct_writes_give_the_bytes_of_buffered_writes(tmp_path, n, shift):
         sink.close()
     assert out.read_bytes() == data.numpy().tobytes()
     assert sorted(released) == list(range(len(cuts) - 1))
-    assert checkpoint.DirectSink.open(io.BytesIO()) is None
+    assert DirectSink.open(io.BytesIO()) is None
 
 
 # ---- the source hash, computed while the output is written ------------------------------------
@@ -750,7 +739,7 @@ def test_the_source_hashed_as_the_program_starts(tmp_path):
 
     from growtool.io import prehash
 
-    from helpers_hardening import run
+    from helpers import run
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=64, heads=4, layers=2, vocab=128))
     true = hashlib.sha256(src.read_bytes()).hexdigest()

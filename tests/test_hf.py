@@ -9,7 +9,7 @@ transformers = pytest.importorskip("transformers")
 
 from growtool.io import checkpoint  # noqa: E402
 
-from conftest import cli, perturbed  # noqa: E402
+from helpers import cli, perturbed  # noqa: E402
 
 V = 128
 

@@ -15,12 +15,12 @@ pytest.importorskip("accelerate")  # transformers.Trainer needs it
 
 from safetensors import safe_open  # noqa: E402
 
-from growtool.grow import growth  # noqa: E402
+from growtool.grow.plan import gate_values  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.training.hf_callback import GateRampCallback  # noqa: E402
 
-from conftest import cli, perturbed  # noqa: E402
+from helpers import cli, perturbed  # noqa: E402
 
 SEQ, BATCH, STEPS, RAMP_STEPS = 32, 4, 20, 10
 TEXT = b"the cat sees a hat; the dog sees the sea; the fox sees one tree. " * 60
@@ -124,7 +124,7 @@ def test_trainer_ramps_gates_and_the_saved_folder_folds(tmp_path, tie, count_tok
         assert [float(f.get_tensor(f"model.layers.{i}.growth_gate")) for i in (0, 1)] == [1.0, 1.0]
     assert ("lm_head.weight" in names) == (not tie)
     ck = checkpoint.load(out)  # growtool reads the Trainer's folder
-    assert ck.config.gated and ck.config.tie == tie and growth.gate_values(ck) == [1.0, 1.0]
+    assert ck.config.gated and ck.config.tie == tie and gate_values(ck) == [1.0, 1.0]
 
     r = cli("fold", out, "--alpha", 1, "-o", tmp_path / "plain")
     assert r.exit_code == 0, r.stderr

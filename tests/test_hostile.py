@@ -21,51 +21,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from helpers_hardening import GROWTOOL, cli, make_config, raw_safetensors, read_raw, run, write_ckpt
+from helpers import GROWTOOL, cli, make_config, raw_safetensors, read_raw, refused, run, text_file, tree, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
-def tree(folder) -> dict[str, str]:
-    """Every path under ``folder`` (hidden ones too) -> sha256 of its bytes ('dir' / 'link:...')."""
-    out = {}
-    for p in sorted(Path(folder).rglob("*")):
-        rel = str(p.relative_to(folder))
-        if p.is_symlink():
-            out[rel] = "link:" + os.readlink(p)
-        elif p.is_dir():
-            out[rel] = "dir"
-        elif p.is_file():
-            out[rel] = hashlib.sha256(p.read_bytes()).hexdigest()
-        else:
-            out[rel] = "special"
-    return out
-
-
-def refused(r, code: int, *fragments, folder=None, before=None) -> str:
-    """Assert the contract on a finished run (subprocess or CliRunner): exit ``code``, one stderr line
-    containing ``fragments``, no traceback, and (with ``folder``) the folder's tree as ``before``."""
-    if hasattr(r, "returncode"):
-        rc, err = r.returncode, r.stderr.decode(errors="replace")
-    else:
-        rc, err = r.exit_code, r.stderr
-    lines = err.strip().splitlines()
-    assert rc == code, err
-    assert "Traceback" not in err, err
-    assert len(lines) == 1, err
-    for f in fragments:
-        assert f.lower() in lines[0].lower(), (f, lines[0])
-    if folder is not None:
-        assert tree(folder) == before
-    return lines[0]
-
-
-def text_file(path: Path) -> Path:
-    path.write_text(" ".join(f"the cat {i % 7} sees the dog." for i in range(200)))
-    return path
 
 
 # ---- 1: no code execution from a run folder ---------------------------------------------------
@@ -299,8 +260,9 @@ def test_outputs_never_overlap_inputs(tmp_path, monkeypatch, sharded_run):
     )
 
     from growtool.io import checkpoint
+    from growtool.io.stream import write_stream
 
-    real = checkpoint.write_stream
+    real = write_stream
     out = tmp_path / "race.safetensors"
 
     def racing(fh, *a, **kw):  # another growtool finishes the same output meanwhile
@@ -360,10 +322,11 @@ def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path
     import errno
 
     from growtool.training import loop as train_mod
+    from growtool.training.run_folder import save_bytes as real
 
     src = write_ckpt(tmp_path / "a.safetensors", make_config(width=16, heads=2, layers=1, vocab=256, context=8))
     text = text_file(tmp_path / "t.txt")
-    real, calls, pair = train_mod.save_bytes, [], {}
+    calls, pair = [], {}
 
     def full_disk_at(n):
         def save_bytes(path, obj):
@@ -489,12 +452,12 @@ def test_malformed_inputs_are_bad_input_not_bugs(tmp_path, src, sharded_run, mon
         r = runner("expand", src, "--width", width, "--dry-run", "-q", **({"timeout": 60} if runner is run else {}))
         refused(r, 2, f"--width {width}", "beyond any machine", folder=tmp_path, before=before)
 
-    from growtool.grow import growth
+    from growtool.grow import engine
 
     def oom(*a, **kw):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
 
-    monkeypatch.setattr(growth, "grow_tensor", oom)
+    monkeypatch.setattr(engine, "grow_tensor", oom)
     refused(
         cli("expand", src, "--width", 48, "-q", "-o", tmp_path / "o.safetensors"),
         2,
@@ -586,7 +549,7 @@ def test_smaller_items(tmp_path, src, monkeypatch):
 
 
 def _tensors(cfg):
-    from helpers_hardening import random_tensors
+    from helpers import random_tensors
 
     return random_tensors(cfg)
 

@@ -17,9 +17,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from test_hostile import refused, text_file, tree
 
-from helpers_hardening import GROWTOOL, make_config, run, write_ckpt
+from helpers import GROWTOOL, make_config, refused, run, text_file, tree, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
@@ -383,7 +382,7 @@ def test_a_native_base_exception_anywhere_is_one_line_exit_3(w, monkeypatch):
         raise PanicException("called `Option::unwrap()` on a `None` value")
 
     monkeypatch.setattr(loop, "train", boom)
-    from helpers_hardening import cli
+    from helpers import cli
 
     r = cli("train", w / "a.safetensors", "--data", w / "t.txt", "--out", w / "run", *TRAIN)
     assert r.exit_code == 3 and "Traceback" not in r.stderr, r.stderr

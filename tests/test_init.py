@@ -12,28 +12,15 @@ import torch
 
 from growtool.init import init_model
 from growtool.io import checkpoint
-from growtool.nn.config import ModelConfig
 
-from conftest import cli
+from helpers import cli, make_config
 
 EMBEDS = ("wte.weight", "wpe.weight", "embed_tokens.weight")
 
 
 def make_cfg(family, tie=False):
-    return ModelConfig(
-        family=family,
-        vocab_size=256,
-        width=64,
-        layers=2,
-        heads=4,
-        kv_heads=4 if family == "gpt2" else 2,
-        head_dim=16,
-        ffn=256,
-        context=128,
-        norm_eps=1e-12,
-        tie=tie,
-        attn_gate=True,
-    )
+    kv = 4 if family == "gpt2" else 2
+    return make_config(family, 64, 2, 4, kv, 16, 256, 256, 128, tie=tie, attn_gate=True, norm_eps=1e-12)
 
 
 def fan_in(name, t, family):

@@ -6,7 +6,9 @@ import pytest
 import torch
 
 from growtool.check import compare, random_batches
-from growtool.grow import growth, ops, recipes
+from growtool.grow import ops, recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.lab import learned
@@ -15,7 +17,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes, tensor_specs, unit_count
 from growtool.nn.model import LM
 
-from conftest import perturbed
+from helpers import perturbed
 
 D = 36  # 24 -> 36: a non-integer ratio (1.5x), heads 4 -> 6, KV groups 2 -> 3
 
@@ -66,8 +68,8 @@ def batch(vocab=48, seed=0, n=4, T=24):
 
 
 def grown_loss(cfg, tensors, eps, xy, alpha=1.0):
-    plan = growth.build_plan(cfg, recipes.load("srio", {"rotation": {"eps": eps}}), D, seed=0)
-    t = {n: growth.grow_tensor(n, plan, tensors.__getitem__) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, recipes.load("srio", {"rotation": {"eps": eps}}), D, seed=0)
+    t = {n: grow_tensor(n, plan, tensors.__getitem__) for n, _, _ in plan.outputs()}
     return float(learned.lm_loss(LM(plan.cfg), t, *xy, alpha=alpha))
 
 
@@ -77,12 +79,12 @@ def grown_loss(cfg, tensors, eps, xy, alpha=1.0):
 def test_tensor_eps_grows_the_same_tensors_as_float_eps():
     cfg = llama()
     T = source(cfg)
-    plan = growth.build_plan(cfg, recipes.load("srio", {"rotation": {"eps": 0.6}}), D, seed=0)
+    plan = build_plan(cfg, recipes.load("srio", {"rotation": {"eps": 0.6}}), D, seed=0)
     import dataclasses
 
     tplan = dataclasses.replace(plan, eps=torch.tensor(0.6, requires_grad=True))
     for n, _, _ in plan.outputs():
-        a, b = growth.grow_tensor(n, plan, T.__getitem__), growth.grow_tensor(n, tplan, T.__getitem__)
+        a, b = grow_tensor(n, plan, T.__getitem__), grow_tensor(n, tplan, T.__getitem__)
         assert torch.allclose(a, b, atol=1e-6, rtol=0), n
 
 
@@ -121,9 +123,9 @@ def test_srio_lo_learns_an_angle_that_lowers_the_lookahead_loss_and_stays_exact(
     c = compare(src, ck.model(), random_batches(48, 32, 6, seed=3), alpha=0.0)
     assert c.rel <= 1e-4 and c.top1 == 1.0
     # the learned angle is really in the file: its weights differ from the closed-form angle's
-    plan0 = growth.build_plan(cfg, recipes.load("srio"), D, seed=0)
+    plan0 = build_plan(cfg, recipes.load("srio"), D, seed=0)
     q = "model.layers.0.self_attn.q_proj.weight"
-    assert (growth.grow_tensor(q, plan0, T.__getitem__) - ck.get(q)).abs().max() > 1e-3
+    assert (grow_tensor(q, plan0, T.__getitem__) - ck.get(q)).abs().max() > 1e-3
 
 
 @pytest.mark.parametrize("cfg", [gpt2(), llama(tie=True)], ids=["gpt2-layernorm", "llama-tied"])
@@ -143,7 +145,7 @@ def test_srio_lo_refuses_a_closed_gate():
 def static_expansion(cfg, T, seed):
     """The static growth LiGO starts from, built with ops.expand_axis from the plan's expansions."""
     r = recipes.load("srio", {"gate": False, "rotation": {"eps": 1.0}})
-    plan = growth.build_plan(cfg, r, D, seed=seed, allow_lossy=True)
+    plan = build_plan(cfg, r, D, seed=seed, allow_lossy=True)
     out = {}
     for name, spec in tensor_specs(cfg).items():
         t = T[name].float()
@@ -214,8 +216,8 @@ def test_ligo_folded_checkpoint_loads_with_the_target_shapes(tmp_path):
 
 def test_ligo_refuses_a_gated_source():
     cfg = llama()
-    plan = growth.build_plan(cfg, recipes.load("srio"), D)
+    plan = build_plan(cfg, recipes.load("srio"), D)
     T = source(cfg)
-    grown = {n: growth.grow_tensor(n, plan, T.__getitem__) for n, _, _ in plan.outputs()}
+    grown = {n: grow_tensor(n, plan, T.__getitem__) for n, _, _ in plan.outputs()}
     with pytest.raises(GrowError, match="fold"):
         learned.LiGO(plan.cfg, grown, 48)

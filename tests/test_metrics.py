@@ -10,8 +10,7 @@ import torch
 from growtool.io import checkpoint
 from growtool.metrics import matrix_metrics, row_cosine, stable_rank
 
-from conftest import cli
-from helpers_hardening import make_config, random_tensors, write_ckpt
+from helpers import cli, make_config, random_tensors, write_ckpt
 
 
 @pytest.mark.parametrize("shape", [(7, 7), (24, 96), (96, 24), (300, 40)])

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from growtool.io import checkpoint
 
-from conftest import cli
+from helpers import cli
 
 ARGS = dict(n_layer=2, n_head=4, n_embd=64, block_size=32, vocab_size=96, dropout=0.0)
 X = torch.randint(96, (2, 24), generator=torch.Generator().manual_seed(5))

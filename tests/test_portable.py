@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ROOT
+from helpers import ROOT
 
 # An absolute path starts a word: not preceded by a path character (so `out/rfull/work` and
 # `<out>/tmp/x` are relative and pass).

@@ -26,7 +26,7 @@ from click.testing import CliRunner
 
 from growtool.cli import main
 
-from conftest import ROOT
+from helpers import ROOT
 
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUNNABLE = ("console", "bash", "python")

@@ -12,7 +12,7 @@ transformers = pytest.importorskip("transformers")
 
 from growtool.io import checkpoint  # noqa: E402
 
-from conftest import cli, perturbed  # noqa: E402
+from helpers import cli, perturbed  # noqa: E402
 
 X = torch.randint(256, (2, 20), generator=torch.Generator().manual_seed(3))
 

@@ -9,7 +9,6 @@ import json
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
 from growtool.grow import growth, recipes
 from growtool.init import init_model
@@ -18,7 +17,7 @@ from growtool.nn.errors import GrowError
 from growtool.training.loop import STATE, train
 from growtool.training.settings import Settings
 
-from helpers_hardening import cli, listing
+from helpers import cli, listing, make_text, tiny_cfg
 
 KW = dict(batch=4, seq=16, eval_batches=2, device="cpu", progress=False, lr=3e-3, warmup=2, gate_warmup_tokens=256)
 

@@ -24,7 +24,7 @@ from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
-from conftest import cli, perturbed, verify_json  # noqa: E402
+from helpers import cli, perturbed, verify_json  # noqa: E402
 
 V = 128
 LONG = torch.randint(V, (2, 24), generator=torch.Generator().manual_seed(1))

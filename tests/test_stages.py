@@ -7,15 +7,16 @@ import shutil
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
 from growtool.init import init_model
 from growtool.io import checkpoint
-from growtool.training.loop import STATE, lr_at, read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import MODEL, STATE, read_metrics
+from growtool.training.schedule import lr_at
 
-from conftest import cli
+from helpers import STAGES_KW, cli, stages_world, strip, tiny_cfg
 
-KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
+KW = STAGES_KW
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
@@ -23,17 +24,7 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thr
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
-    d = tmp_path_factory.mktemp("stages")
-    text = d / "toy.txt"
-    text.write_text(make_text(1500))
-    base = checkpoint.save_tensors(
-        str(d / "base.safetensors"), tiny_cfg(), [], init_model(tiny_cfg(), seed=0).tensors()
-    )
-    return {"dir": d, "text": text, "base": base}
-
-
-def strip(records):
-    return [{k: v for k, v in r.items() if k != "tok_s"} for r in records]
+    return stages_world(tmp_path_factory.mktemp("stages"))
 
 
 def test_grown_run_folder_resumes_at_the_sources_loss_without_rewarm(world):
@@ -183,3 +174,25 @@ def test_inspect_takes_a_run_folder_as_expand_does(world, tmp_path):
     r = cli("inspect", run)
     assert r.exit_code == 0 and "a training run folder" in r.stderr and "last.safetensors" in r.stderr, r.stderr
     assert json.loads(cli("inspect", world["base"], "--json").stdout)["run_folder"] is None
+
+
+def test_library_expand_grows_a_run_folder_as_the_cli_does(world, tmp_path):
+    """``growtool.expand(RUN_DIR, ...)`` (the library, not only the command line) grows a run folder
+    into a new one: the same model bytes and state as ``growtool expand RUN_DIR``; without ``out``,
+    or with an option for files (``dtype``), it is refused with one line and writes nothing."""
+    import growtool
+    from growtool.nn.errors import GrowError
+
+    train(world["base"], [world["text"]], tmp_path / "run", steps=4, stop_at=2, **KW)
+    lib = growtool.expand(tmp_path / "run", width=48, out=tmp_path / "lib")
+    assert lib == tmp_path / "lib"
+    assert cli("expand", tmp_path / "run", "--width", 48, "-o", tmp_path / "cli", "-q").exit_code == 0
+    assert (lib / MODEL).read_bytes() == (tmp_path / "cli" / MODEL).read_bytes()
+    a, b = (torch.load(p / STATE, weights_only=True) for p in (lib, tmp_path / "cli"))
+    assert a["step"] == b["step"] == 2 and a["growths"] == b["growths"] == [
+        {"step": 2, "width": 48, "recipe": "srio", "from": 32}
+    ]
+    for kw, msg in (({}, "give -o NEW_RUN_DIR"), ({"out": tmp_path / "x", "dtype": "bfloat16"}, "do not apply")):
+        with pytest.raises(GrowError, match=msg):
+            growtool.expand(tmp_path / "run", width=48, **kw)
+    assert not (tmp_path / "x").exists()

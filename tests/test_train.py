@@ -3,23 +3,25 @@ warm-up, exact resume, gate-free final checkpoints, data handling and bad input.
 
 import json
 import math
-import random
 
 import numpy as np
 import pytest
 import torch
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan, lineage_entry
 from growtool.init import init_model
 from growtool.io import checkpoint
-from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
+from growtool.tokenizer import get_tokenizer
 from growtool.training import data
-from growtool.training.loop import evaluate, gate_at, lr_at, train
+from growtool.training.loop import evaluate, train
+from growtool.training.schedule import gate_at, lr_at
 
-from conftest import cli
+from helpers import SEQ, cli, make_text, tiny_cfg
 
-SEQ, BATCH = 32, 8
+BATCH = 8
 KW = dict(batch=BATCH, seq=SEQ, eval_batches=4, device="cpu", progress=False)
 
 
@@ -29,36 +31,6 @@ def one_thread():
     torch.set_num_threads(1)  # tiny models: threads only add contention
     yield
     torch.set_num_threads(n)
-
-
-def make_text(n_sentences: int, seed: int = 0) -> str:
-    """A learnable toy language: fixed sentence frames, number agreement, a few word lists."""
-    r = random.Random(seed)
-    nouns = [("cat", "cats"), ("dog", "dogs"), ("fox", "foxes"), ("king", "kings"), ("bird", "birds")]
-    verbs = [("sees", "see"), ("likes", "like"), ("finds", "find"), ("helps", "help")]
-    out = []
-    for _ in range(n_sentences):
-        pl = r.random() < 0.5
-        out.append(f"{'some' if pl else 'the'} {r.choice(nouns)[pl]} {r.choice(verbs)[pl]} the {r.choice(nouns)[0]}.")
-    return " ".join(out) + "\n"
-
-
-def tiny_cfg(**kw):
-    base = dict(
-        family="llama",
-        vocab_size=256,
-        width=32,
-        layers=1,
-        heads=4,
-        kv_heads=4,
-        head_dim=8,
-        ffn=128,
-        context=SEQ,
-        norm_eps=1e-12,
-        tie=False,
-        attn_gate=True,
-    )
-    return ModelConfig(**{**base, **kw})
 
 
 @pytest.fixture(scope="module")
@@ -72,12 +44,12 @@ def world(tmp_path_factory):
     )
     src = train(base, [text], d / "src", steps=80, lr=1e-2, eval_every=20, **KW)
     ck = checkpoint.load(src["final"])
-    plan = growth.build_plan(ck.config, recipes.load("srio"), 48)
+    plan = build_plan(ck.config, recipes.load("srio"), 48)
     grown = checkpoint.save_tensors(
         str(d / "grown.safetensors"),
         plan.cfg,
-        ck.lineage + [growth.lineage_entry(plan, ck.sha256())],
-        {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
+        ck.lineage + [lineage_entry(plan, ck.sha256())],
+        {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()},
     )
     return {"dir": d, "text": text, "base": base, "src": src, "grown": grown}
 
@@ -101,7 +73,7 @@ def test_first_eval_of_grown_model_equals_source(world, grown_run):
     assert first["step"] == 0 and first["gate"] == 0.0
     # the source's last evaluation in its own run, and an independent forward pass on the same windows
     assert first["val_loss"] == pytest.approx(world["src"]["val_loss"], rel=1e-5)
-    ds = data.Dataset(data.load_tokens([world["text"]], data.get_tokenizer("byte"), None), SEQ, BATCH)
+    ds = data.Dataset(data.load_tokens([world["text"]], get_tokenizer("byte"), None), SEQ, BATCH)
     src = checkpoint.load(world["src"]["final"]).model()
     with torch.no_grad():
         losses = [float(src(x, y)[1]) for x, y in ds.val_batches(4)]
@@ -142,7 +114,7 @@ def test_final_checkpoint_is_plain_and_keeps_the_trained_function(world, grown_r
     assert not any("growth_gate" in n for n in ck.names())
     assert ck.lineage[-1]["op"] == "train" and ck.lineage[-1]["gates_folded_at"] == 1.0
     assert [e["op"] for e in ck.lineage][-2:] == ["expand", "train"]
-    ds = data.Dataset(data.load_tokens([world["text"]], data.get_tokenizer("byte"), None), SEQ, BATCH)
+    ds = data.Dataset(data.load_tokens([world["text"]], get_tokenizer("byte"), None), SEQ, BATCH)
     assert evaluate(ck.model(), ds.val_batches(4), torch.device("cpu")) == pytest.approx(recs[-1]["val_loss"], rel=1e-5)
     assert (world["dir"] / "grown-run" / "loss.png").stat().st_size > 1000
 

@@ -21,7 +21,7 @@ from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.training.progress import Progress
 
-from helpers_hardening import make_config
+from helpers import make_config
 
 REC = {"loss": 4.123456, "lr": 3e-3, "gate": 0.5, "tok_s": 123456.0}
 FIELDS = r"train step (\d+)/(\d+) \(\d+%\)  tokens [\d,]+  loss [\d.]+(  val [\d.]+)?  lr [\d.e+-]+  gate [\d.]+  "

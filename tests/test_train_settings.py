@@ -10,14 +10,17 @@ import pytest
 import torch
 
 from growtool.cli import main
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
-from growtool.training.loop import STATE, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE
 from growtool.training.settings import IDENTITY, Settings, option, resume_keys
 
-from helpers_hardening import cli, listing, make_config
+from helpers import cli, listing, make_config
 
 FIELDS = {f.name: f for f in fields(Settings)}
 IO_OPTIONS = {"ckpt", "data_files", "val_data", "out", "resume", "quiet"}  # where, not how: not settings
@@ -81,9 +84,9 @@ def stopped_run(tmp_path_factory):
     )
     cfg = make_config(width=32, layers=1, vocab=256, context=16, attn_gate=True)
     ck = checkpoint.load(checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg).tensors()))
-    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
+    plan = build_plan(cfg, recipes.load("srio"), 48)
     grown = checkpoint.save_tensors(
-        str(d / "g.safetensors"), plan.cfg, [], {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+        str(d / "g.safetensors"), plan.cfg, [], {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
     )
     tok = Tokenizer(models.WordLevel(unk_token="[UNK]"))
     tok.pre_tokenizer = pre_tokenizers.Whitespace()

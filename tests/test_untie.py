@@ -12,8 +12,9 @@ import pytest
 import torch
 
 from growtool.io import checkpoint
+from growtool.nn.families import expected_shapes
 
-from conftest import FIXTURES, cli, verify_json
+from helpers import FIXTURES, cli, verify_json
 
 transformers = pytest.importorskip("transformers")
 
@@ -24,7 +25,7 @@ def test_the_untied_view_reads_the_head_from_the_embedding():
     ck = checkpoint.load(TIED)
     u = checkpoint.untied(ck)
     assert ck.config.tie and not u.config.tie and checkpoint.untied(u) is u
-    assert list(u.entries) == list(checkpoint.expected_shapes(u.config))  # canonical order, head included
+    assert list(u.entries) == list(expected_shapes(u.config))  # canonical order, head included
     assert torch.equal(u.get("lm_head.weight"), ck.get("transformer.wte.weight"))
     assert torch.equal(u.get("lm_head.weight", rows=(3, 5)), ck.get("transformer.wte.weight")[3:8])
     x = torch.randint(ck.config.vocab_size, (2, 12), generator=torch.Generator().manual_seed(0))

@@ -14,9 +14,7 @@ import torch
 from growtool.check import compare, figures, random_batches, streamed_logits
 from growtool.io import checkpoint
 
-from conftest import FIXTURES, cli
-from helpers_hardening import make_config, write_ckpt
-from test_hardening import CHILD
+from helpers import CHILD, FIXTURES, cli, make_config, write_ckpt
 
 
 @pytest.mark.parametrize("name", sorted(FIXTURES))

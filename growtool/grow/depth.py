@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from growtool.grow import engine
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, expected_shapes, tensor_specs
@@ -205,7 +206,7 @@ class Grown:
     src: ModelConfig
     cfg: ModelConfig
     depth: DepthPlan
-    width: object | None  # growth.Plan, or None for depth alone
+    width: object | None  # plan.Plan, or None for depth alone
     dtype: torch.dtype
     recipe: dict
     seed: int
@@ -246,10 +247,10 @@ class Grown:
 
     def pieces(self, name: str):
         spec, j = self.specs[name]
-        return self.width.pieces(name) if (self.width and j is None) else None
+        return engine.pieces(self.width, name) if (self.width and j is None) else None
 
     def producers(self, threads: int, resident: int) -> int:
-        return self.width.producers(threads, resident) if self.width else max(1, threads)
+        return engine.producers(self.width, threads, resident) if self.width else max(1, threads)
 
     def source_name(self, name: str) -> str | None:
         """The (width-grown) source tensor an output is made from; None for gates and zero writers."""

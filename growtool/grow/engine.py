@@ -16,6 +16,7 @@ import torch
 from growtool.grow import ops
 from growtool.grow.steps import Ctx, ExpandUnits
 from growtool.machine import linux_call
+from growtool.nn.families import expected_shapes
 
 if TYPE_CHECKING:
     from growtool.grow.plan import Plan
@@ -32,7 +33,7 @@ def fresh(nbytes: int) -> torch.Tensor:
     /sys/kernel/mm/transparent_hugepage/enabled = "madvise" or "always"). Fresh memory costs a page
     fault on its first touch, one per 4 KB page: on this machine 300 MB of new memory took 230-410 ms
     to fill the first time and 25-45 ms the second; as 2 MB pages, 56-69 ms the first time
-    (bench/README, round 7). Only whole 2 MB pages can be huge, so the memory starts on a 2 MB
+    (bench/results/surgery/ROUNDS.md, round 7). Only whole 2 MB pages can be huge, so the memory starts on a 2 MB
     boundary and the advice covers it to the end of its last 2 MB page (up to 2 MB more of
     resident memory per block; the space before the boundary is never touched). The result is a
     view: its storage starts earlier. Under 1 MB, or without madvise, plain memory; the bytes
@@ -55,7 +56,7 @@ class Workspace:
       dtype is built (its float32 result is rounded into the output, so the block is free again);
     * ``source``: a block per producing thread that each tensor's source is read into;
     * ``output``: the output tensors themselves, in blocks handed back by ``recycle(t)`` once ``t``
-      is written (``checkpoint.save(..., recycle=)``); up to KEEP idle blocks are kept. Outputs
+      is written (the writer's ``Producer.recycle``); up to KEEP idle blocks are kept. Outputs
       under 1 MB are plain new tensors, and blocks over 64 MB are not kept.
 
     Thread-safe: producing threads (``checkpoint.prefetch``'s workers) each have their own float32
@@ -137,7 +138,7 @@ class Workspace:
 
     def place(self, offsets: dict[tuple, int]) -> None:
         """The file offsets at which the outputs will be written, keyed (name, first row)
-        (``checkpoint.save(place=)``)."""
+        (the writer's ``Producer.place``)."""
         self._offsets = dict(offsets)
 
     def recycle(self, t: torch.Tensor) -> None:
@@ -163,13 +164,13 @@ def grow_tensor(
     ``work.recycle`` once written). ``read(name)`` (default ``get``) reads the tensor's own source,
     e.g. into ``work.source`` memory; steps read anything else (norm gains) with ``get``. On a large
     2-D tensor whose residual axis is the last, the trailing row-local steps run one block of rows
-    at a time (``_row_blocks``). ``rows=(r0, n)``, one of ``plan.pieces(name)``: only those rows
+    at a time (``_row_blocks``). ``rows=(r0, n)``, one of ``pieces(plan, name)``: only those rows
     of the grown tensor, from the same rows of the source (``get(name, rows=)``)."""
     spec, layer = plan.specs[name]
     steps, shape = plan.steps[name], plan.shapes.get(name)
     if rows is not None:
-        if rows not in (plan.pieces(name) or []):
-            raise ValueError(f"{name}: rows {rows} are not one of plan.pieces({name!r})")
+        if rows not in (pieces(plan, name) or []):
+            raise ValueError(f"{name}: rows {rows} are not one of pieces(plan, {name!r})")
         shape = (rows[1], *shape[1:])
     held = {}
 
@@ -211,7 +212,7 @@ def grow_tensor(
 # a block takes costs about 5-10 us of dispatch whatever its size.
 ROW_BLOCK = 1 << 20
 BLOCKED_FROM = 1 << 20  # grown elements from which a tensor is made by blocks of rows (q_proj of d1536: 2.4M)
-PIECE = 8 * ROW_BLOCK  # grown elements of a piece of a large row-local tensor (``Plan.pieces``)
+PIECE = 8 * ROW_BLOCK  # grown elements of a piece of a large row-local tensor (``pieces``)
 
 
 def _whole_steps(plan: Plan, name: str, shape) -> int:
@@ -232,6 +233,57 @@ def _whole_steps(plan: Plan, name: str, shape) -> int:
     return k
 
 
+# ---- pieces and producers: how the writer asks for tensors ---------------------------------------
+
+
+def pieces(plan: Plan, name: str) -> list[tuple[int, int]] | None:
+    """The row ranges (r0, n) in which a streaming writer makes ``name`` (the writer's
+    ``Producer.pieces``, ``grow_tensor(..., rows=)``): a tensor of more than PIECE grown elements whose
+    steps are all row-local (the embedding and the head), so that no vocabulary-sized block
+    is needed and its first rows are written while the last are grown. None: whole."""
+    shape = plan.shapes.get(name)
+    gathers = any(isinstance(s, ExpandUnits) for s in plan.steps[name])  # rows that are not the source's
+    if gathers or _whole_steps(plan, name, shape) != 0 or shape[0] * shape[1] <= PIECE:
+        return None
+    rows = max(1, PIECE // shape[1])
+    first = max(1, ROW_BLOCK // shape[1])  # the first piece one block:
+    starts = [0, *range(first, shape[0], rows)]  # the disk starts sooner (the embedding opens the file)
+    return [(a, b - a) for a, b in zip(starts, starts[1:] + [shape[0]])]
+
+
+def producer_bytes(plan: Plan) -> int:
+    """About the most memory one producing thread holds while it makes a tensor (``Workspace``):
+    the float32 tensor it builds a whole tensor in when the output is in another dtype (for a
+    float32 output that tensor is the output itself), or one block of rows; plus the source
+    read and its float32 copy (6 bytes per element for a 2-byte dtype; 4 for float32, whose
+    copy is the read itself)."""
+    old, most = expected_shapes(plan.src), 0
+    for name, shape, _ in plan.outputs():
+        steps = plan.steps[name]
+        parts = pieces(plan, name)
+        rows = parts[0][1] if parts else shape[0]
+        src = math.prod(old[name]) * rows // shape[0] if name in old else 0
+        if _whole_steps(plan, name, shape) < len(steps):
+            f32 = 4 * ROW_BLOCK
+        else:
+            f32 = 4 * math.prod(shape) if plan.dtype != torch.float32 else 0
+        most = max(most, f32 + src * (4 if plan.dtype == torch.float32 else 4 + plan.dtype.itemsize))
+    return most
+
+
+def producers(plan: Plan, threads: int, resident: int = 256 << 20) -> int:
+    """How many of ``threads`` may produce tensors at once (the writer's ``Producer.workers``) within
+    the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB. The writer
+    holds up to 2 x that tensor (``checkpoint.write_stream``); ``resident`` is what the process
+    holds before the work (the interpreter and torch: 227 MB with torch's CPU build, 496 MB
+    with a CUDA build); the producers get the rest, 1 x that tensor + 0.5 GB - ``resident``,
+    and at least one producer. (Without this cap a d4096 bf16 model on 8 producers would need
+    about 6 GB against a bound of 1.7 GB.)"""
+    largest = max(math.prod(shape) * plan.dtype.itemsize for _, shape, _ in plan.outputs())
+    room = largest + (512 << 20) - resident
+    return max(1, min(threads, room // max(1, producer_bytes(plan))))
+
+
 def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     """Run row-local ``steps`` on ``t`` (its rows are the output's rows) one block of about
     ROW_BLOCK grown elements at a time, each block rounded into the output as soon as it is built
@@ -243,7 +295,7 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
     never straddling two runs of copied rows (a view of the source, no copy). A tensor of 16 blocks
     or more is split among the threads ``work.lend_threads`` grants (contiguous runs of blocks): the
     largest readers (FFN) would otherwise be grown on one core while the other producers wait for
-    the writer. (The embedding and the head come in pieces of fewer blocks, ``Plan.pieces``, which
+    the writer. (The embedding and the head come in pieces of fewer blocks, ``pieces``, which
     the producers share.)"""
     plan, shape = c.plan, c.shape
     rows = max(1, ROW_BLOCK // shape[1])
@@ -281,6 +333,14 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
             if not ops.same_view(x, dst):
                 dst.copy_(x)  # the one rounding (as .to: the same conversion)
 
+    _over_threads(c.work, len(spans), run)
+    return out
+
+
+def _over_threads(work, blocks: int, run) -> None:
+    """``run(first, last)`` over ``blocks`` spans: split into contiguous runs among the threads
+    ``work.lend_threads`` grants when there are 16 or more, else in this thread; the first error
+    of any thread is raised here."""
     errors: list[BaseException] = []
 
     def guarded(first: int, last: int) -> None:
@@ -289,9 +349,8 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
         except BaseException as e:  # raised in the calling thread below
             errors.append(e)
 
-    blocks = len(spans)
-    split = c.work is not None and blocks >= 16
-    with c.work.lend_threads(min(c.work.threads, blocks)) if split else contextlib.nullcontext(1) as parts:
+    split = work is not None and blocks >= 16
+    with work.lend_threads(min(work.threads, blocks)) if split else contextlib.nullcontext(1) as parts:
         bounds = [blocks * k // parts for k in range(parts + 1)]
         helpers = [threading.Thread(target=guarded, args=bounds[k : k + 2], daemon=True) for k in range(1, parts)]
         for h in helpers:
@@ -301,7 +360,6 @@ def _row_blocks(t: torch.Tensor, steps: list, c: Ctx) -> torch.Tensor:
             h.join()
     if errors:
         raise errors[0]
-    return out
 
 
 def _runs(src_rows: torch.Tensor) -> list[tuple[int, int, int]]:

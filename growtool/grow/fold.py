@@ -23,6 +23,24 @@ def fold_config(cfg: ModelConfig) -> ModelConfig:
     return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, new_layers=None)
 
 
+def _head_order(cfg: ModelConfig, spec) -> tuple | None:
+    """ALiBi (BLOOM): (order, block) taking a query tensor's heads from growth order to the
+    positions of their slopes; None elsewhere."""
+    if arch_of(cfg).features.positions == "alibi" and cfg.base_heads < cfg.heads:
+        if spec.units and spec.units[0] in ("q", "qkv", "qgate"):
+            return alibi_order(cfg.base_heads, cfg.heads), unit_count(cfg, spec.units[0])[1]
+    return None
+
+
+def _gated_part(cfg: ModelConfig, spec) -> tuple | None:
+    """(axis, start, length) of a writer's gated units' weights; None where none is gated."""
+    if spec.role != "writer":
+        return None
+    kind = spec.units[0]
+    base, (n, block) = cfg.base_units(kind), unit_count(cfg, kind)
+    return (spec.unit_axis, base * block, (n - base) * block) if base != n else None
+
+
 def fold_tensor(
     name: str, cfg: ModelConfig, alpha: float, get, dtype: torch.dtype, work: Workspace | None = None
 ) -> torch.Tensor:
@@ -48,18 +66,7 @@ def fold_tensor(
             return t
         cfg = width_only
     spec = tensor_specs(cfg)[name]
-    order = None  # ALiBi (BLOOM): heads go from growth order to the positions of their slopes
-    if arch_of(cfg).features.positions == "alibi" and cfg.base_heads < cfg.heads:
-        if spec.units and spec.units[0] in ("q", "qkv", "qgate"):
-            order = (alibi_order(cfg.base_heads, cfg.heads), unit_count(cfg, spec.units[0])[1])
-    part = None  # (axis, start, length) of the gated units' weights
-    if spec.role == "writer":
-        kind = spec.units[0]
-        base = cfg.base_units(kind)
-        n = unit_count(cfg, kind)[0]
-        if base != n:
-            block = unit_count(cfg, kind)[1]
-            part = (spec.unit_axis, base * block, (n - base) * block)
+    order, part = _head_order(cfg, spec), _gated_part(cfg, spec)
     if work is None or order is not None:
         t = get(name)
         if part is None and order is None:

@@ -1,6 +1,6 @@
 """Growing the training state: the AdamW moments grow with the model (DESIGN section 8).
 
-The grown weights come from ``growth.grow_tensor`` (the plan's steps). The moments of each grown
+The grown weights come from ``engine.grow_tensor`` (the plan's steps). The moments of each grown
 tensor are made by walking the *same* steps with a moment rule for each one. Let G be the source
 gradient of a weight W and m, v its first and second moments (averages of G and G*G):
 
@@ -35,7 +35,24 @@ import math
 
 import torch
 
-from growtool.grow import growth, ops
+from growtool.grow import ops
+from growtool.grow.plan import Plan
+from growtool.grow.steps import (
+    BreakSymmetry,
+    Ctx,
+    ExpandResidual,
+    ExpandUnits,
+    FoldGain,
+    Keep,
+    NormGain,
+    PadRotate,
+    PadZero,
+    Rotate,
+    Scale,
+    UnitNormGain,
+    ZeroNewUnits,
+    ZeroOldWrites,
+)
 from growtool.nn.errors import GrowError
 from growtool.nn.families import unit_count
 
@@ -69,36 +86,36 @@ def rotate_sq_(v: torch.Tensor, d: int, eps: float, axis: int) -> torch.Tensor:
     return v
 
 
-def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
+def _step_moment(step, t: torch.Tensor, c: Ctx, p: int) -> torch.Tensor:
     """One plan step's moment rule (module docstring); ``p`` = 1 for m, 2 for v."""
     plan, spec = c.plan, c.spec
-    if isinstance(step, growth.PadRotate):  # its parts, one after another
+    if isinstance(step, PadRotate):  # its parts, one after another
         for part in step.parts:
             t = _step_moment(part, t, c, p)
         return t
-    if isinstance(step, (growth.Keep, growth.ZeroNewUnits, growth.PadZero, growth.ZeroOldWrites)):
+    if isinstance(step, (Keep, ZeroNewUnits, PadZero, ZeroOldWrites)):
         return step.apply(t, c)  # keeps or zeroes entries: the same on the moments
-    if isinstance(step, growth.BreakSymmetry):  # noise on the weights, not their gradients' history
+    if isinstance(step, BreakSymmetry):  # noise on the weights, not their gradients' history
         return t
-    if isinstance(step, growth.Scale):
+    if isinstance(step, Scale):
         return t / step.factor**p
-    if isinstance(step, growth.NormGain):
+    if isinstance(step, NormGain):
         D = plan.cfg.width
         if step.uniform:
             return t.new_zeros(D)
         a = math.sqrt(plan.src.width / D) * step.extra
         return torch.cat([t / a**p, t.new_zeros(D - t.shape[0])])
-    if isinstance(step, growth.UnitNormGain):
+    if isinstance(step, UnitNormGain):
         kind = spec.units[0]
         e, block = plan.units[c.layer][kind], unit_count(plan.src, kind)[1]
         out = ops.expand_axis(t, 0, _zero_exp(e), block)
         out[: e.n * block] /= (e.n / e.n_new) ** (0.5 * p)
         return out
-    if isinstance(step, growth.FoldGain):
+    if isinstance(step, FoldGain):
         gain = c.get(step.norm.format(i=c.layer) + ".weight").float() + plan.offset
         inv = torch.where(gain != 0, 1.0 / gain, torch.zeros_like(gain)) ** p
         return ops.fold_gain(t, inv, spec.res_axis)
-    if isinstance(step, growth.ExpandUnits):
+    if isinstance(step, ExpandUnits):
         sizes = [n * b for n, b in (unit_count(plan.src, k) for k in spec.units)]
         parts = []
         for kind, seg in zip(spec.units, t.split(sizes, dim=spec.unit_axis)):
@@ -112,9 +129,9 @@ def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
                     seg = ops.scale_axis(seg, spec.unit_axis, split**p, block)
             parts.append(seg)
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
-    if isinstance(step, growth.ExpandResidual):  # new residual entries (mean / convex / tiled) start at 0
+    if isinstance(step, ExpandResidual):  # new residual entries (mean / convex / tiled) start at 0
         return ops.expand_axis(t, spec.res_axis, _zero_exp(plan.res[step.key]))
-    if isinstance(step, growth.Rotate):
+    if isinstance(step, Rotate):
         if p == 1:
             return ops.rotate_(t, plan.src.width, plan.eps, spec.res_axis)
         return rotate_sq_(t, plan.src.width, plan.eps, spec.res_axis)
@@ -131,11 +148,11 @@ def _split(plan, layer: int, kind: str, e: ops.Expansion):
     return ops.split_factors(e) if kind == "kv" else q if kind in ("q", "qkv", "qgate") else plan.split[layer].get(kind)
 
 
-def grow_moment(name: str, plan: growth.Plan, get, moment: torch.Tensor, second: bool) -> torch.Tensor:
+def grow_moment(name: str, plan: Plan, get, moment: torch.Tensor, second: bool) -> torch.Tensor:
     """The grown moment of tensor ``name``: the source ``moment`` (m, or v if ``second``) through the
     moment rules of the plan's steps. ``get`` reads the source *weights* (a folded norm gain)."""
     spec, layer = plan.specs[name]
-    c = growth.Ctx(plan, get, name, spec, layer)
+    c = Ctx(plan, get, name, spec, layer)
     t = moment.detach().float().clone()
     for step in plan.steps[name]:
         t = _step_moment(step, t, c, 2 if second else 1)

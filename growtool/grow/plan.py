@@ -7,13 +7,11 @@ gate values of a checkpoint.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
-from growtool.grow import engine, ops
+from growtool.grow import ops
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -41,10 +39,6 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
 from growtool.nn.model import alibi_order
 from growtool.nn.rope import describe as describe_rope
-
-if TYPE_CHECKING:
-    from growtool.io.checkpoint import Checkpoint
-
 
 # ---- the plan -------------------------------------------------------------------------------
 
@@ -90,51 +84,6 @@ class Plan:
 
     def outputs(self) -> list[tuple[str, tuple, torch.dtype]]:
         return [(n, shp, self.dtype) for n, shp in expected_shapes(self.cfg).items()]
-
-    def pieces(self, name: str) -> list[tuple[int, int]] | None:
-        """The row ranges (r0, n) in which a streaming writer makes ``name`` (``checkpoint.save(
-        pieces=)``, ``grow_tensor(..., rows=)``): a tensor of more than engine.PIECE grown elements whose
-        steps are all row-local (the embedding and the head), so that no vocabulary-sized block
-        is needed and its first rows are written while the last are grown. None: whole."""
-        shape = self.shapes.get(name)
-        gathers = any(isinstance(s, ExpandUnits) for s in self.steps[name])  # rows that are not the source's
-        if gathers or engine._whole_steps(self, name, shape) != 0 or shape[0] * shape[1] <= engine.PIECE:
-            return None
-        rows = max(1, engine.PIECE // shape[1])
-        first = max(1, engine.ROW_BLOCK // shape[1])  # the first piece one block:
-        starts = [0, *range(first, shape[0], rows)]  # the disk starts sooner (the embedding opens the file)
-        return [(a, b - a) for a, b in zip(starts, starts[1:] + [shape[0]])]
-
-    def producer_bytes(self) -> int:
-        """About the most memory one producing thread holds while it makes a tensor (``Workspace``):
-        the float32 tensor it builds a whole tensor in when the output is in another dtype (for a
-        float32 output that tensor is the output itself), or one block of rows; plus the source
-        read and its float32 copy (6 bytes per element for a 2-byte dtype; 4 for float32, whose
-        copy is the read itself)."""
-        old, most = expected_shapes(self.src), 0
-        for name, shape, _ in self.outputs():
-            steps = self.steps[name]
-            pieces = self.pieces(name)
-            rows = pieces[0][1] if pieces else shape[0]
-            src = math.prod(old[name]) * rows // shape[0] if name in old else 0
-            if engine._whole_steps(self, name, shape) < len(steps):
-                f32 = 4 * engine.ROW_BLOCK
-            else:
-                f32 = 4 * math.prod(shape) if self.dtype != torch.float32 else 0
-            most = max(most, f32 + src * (4 if self.dtype == torch.float32 else 4 + self.dtype.itemsize))
-        return most
-
-    def producers(self, threads: int, resident: int = 256 << 20) -> int:
-        """How many of ``threads`` may produce tensors at once (``checkpoint.save(workers=)``) within
-        the memory bound of a streaming expand, 3 x the largest output tensor + 0.5 GB. The writer
-        holds up to 2 x that tensor (``checkpoint.write_stream``); ``resident`` is what the process
-        holds before the work (the interpreter and torch: 227 MB with torch's CPU build, 496 MB
-        with a CUDA build); the producers get the rest, 1 x that tensor + 0.5 GB - ``resident``,
-        and at least one producer. (Without this cap a d4096 bf16 model on 8 producers would need
-        about 6 GB against a bound of 1.7 GB.)"""
-        largest = max(math.prod(shape) * self.dtype.itemsize for _, shape, _ in self.outputs())
-        room = largest + (512 << 20) - resident
-        return max(1, min(threads, room // max(1, self.producer_bytes())))
 
     def rows(self) -> list[tuple[str, str, str, str]]:
         """(tensor pattern, old shape, new shape, operation) - one row per pattern, from the steps."""
@@ -385,19 +334,7 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
                 f"not eps={eps:g}"
             )
     elif src.norm == "layernorm":
-        exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
-        if arch_of(src).features.embed_norm:
-            exact_map += (
-                "; the embeddings' LayerNorm is refit: each table row is its old output, centered, plus a filler on "
-                "the new dims (every row of one norm), under a uniform gain on the old dims and 0 on the new"
-            )
-        if arch_of(src).features.fixed_eps:
-            exact_map = f"sqrt(D/d) x {exact_map}; the norm eps is fixed: the residual is scaled to keep its variance"
-        if abs(eps - exact) > 1e-9:
-            lossy.append(
-                f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} "
-                "keeps the function"
-            )
+        exact_map = _layernorm_map(src, eps, exact, lossy)
     elif tied_rms:
         exact_map = (
             "eps 1 (zero padding): a tied RMSNorm head cannot absorb a rotation "
@@ -418,6 +355,25 @@ def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
     return eps, why, lossy
 
 
+def _layernorm_map(src: ModelConfig, eps: float, exact: float, lossy: list) -> str:
+    """The exact map of a LayerNorm model (R(sqrt(d/D)), the embedding norm refit, the residual
+    scaled under a fixed norm eps); appends to ``lossy`` when ``eps`` is another angle."""
+    exact_map = f"R({exact:.4f}) = R(sqrt(d/D)): LayerNorm removes the mean, and only this angle maps it onto 1_D"
+    if arch_of(src).features.embed_norm:
+        exact_map += (
+            "; the embeddings' LayerNorm is refit: each table row is its old output, centered, plus a filler on "
+            "the new dims (every row of one norm), under a uniform gain on the old dims and 0 on the new"
+        )
+    if arch_of(src).features.fixed_eps:
+        exact_map = f"sqrt(D/d) x {exact_map}; the norm eps is fixed: the residual is scaled to keep its variance"
+    if abs(eps - exact) > 1e-9:
+        lossy.append(
+            f"LayerNorm cannot absorb rotation eps={eps:g}: only the exact angle eps=sqrt(d/D)={exact:.6f} "
+            "keeps the function"
+        )
+    return exact_map
+
+
 def build_plan(
     src: ModelConfig,
     recipe: dict,
@@ -429,82 +385,18 @@ def build_plan(
     dtype: torch.dtype = torch.float32,
     gate_values: list[float] | None = None,
 ) -> Plan:
+    """The plan of growing ``src`` to ``width`` (and ``ffn`` neurons, ``heads`` query heads) by
+    ``recipe``, its random expansions drawn from ``seed``; refused (GrowError) where the source
+    cannot grow so, or where the result does not keep the function and neither the recipe
+    (``lossy: true``) nor ``allow_lossy`` allows that."""
     cfg = target_config(src, width, ffn, heads)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
-    gated = recipe["gate"]
     alibi = arch_of(src).features.positions == "alibi"
-    if alibi and src.base_heads < src.heads:  # gated heads (new blocks alone keep every head in place)
-        raise GrowError(
-            f"a grown {src.family} with growth gates must be folded before it grows again (growtool fold --alpha "
-            "0|1): its heads take their ALiBi positions in the fold"
-        )
-    if src.gated:
-        if not gated:
-            raise GrowError(
-                f"recipe {recipe['name']!r} adds ungated units but the source has growth gates: "
-                "fold it first (growtool fold --alpha 0|1)"
-            )
-        if gate_values and any(v != 0.0 for v in gate_values):
-            raise GrowError(
-                f"the source's growth gates are open (values up to {max(gate_values):g}): "
-                "fold it first (growtool fold --alpha ...)"
-            )
-    if gated:
-        cfg = cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn)
-    else:
-        cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
-        if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
-            lossy.append(
-                "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
-                "shared by all heads), so split copies no longer compute their sources' outputs"
-            )
-        for sec, key in (("attention", "new_heads"), ("ffn", "new_units")):
-            mode = recipe[sec][key]
-            added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
-            if added and not ops.KINDS[mode].exact_without_gate:
-                lossy.append(f"new {sec} units filled by {mode!r} write without a warm-up gate")
-        if alibi and cfg.heads > src.heads and ops.KINDS[recipe["attention"]["new_heads"]].splits_writers:
-            lossy.append(
-                "ALiBi gives every head its own slope, so a copied head attends otherwise than its source "
-                "and the split of their outputs no longer adds up"
-            )
-    k = recipe["convex_k"]
-    units, split = [], []
-    r = src.heads // src.kv_heads
-    for i in range(src.layers):
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
-        q = ops.group_to_heads(kv, r)
-        if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
-            q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
-        f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
-        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
-        if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
-            units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
-        split.append(
-            {
-                kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
-                if e is not None
-            }
-        )
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
-    d, D = src.width, cfg.width
-    res = {
-        "attn": ops.make_expansion(recipe["attention"]["new_columns"], d, D, gen, k),
-        "ffn": ops.make_expansion(recipe["ffn"]["new_columns"], d, D, gen, k),
-        "tile": ops.make_expansion("tile", d, D, gen),
-        "zero": ops.make_expansion("zero", d, D, gen),
-        "mean": ops.make_expansion("mean", d, D, gen),
-    }
-    warnings = []
-    for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
-        added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
-        if added and ops.KINDS[recipe[sec][key]].dead:
-            warnings.append(
-                f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
-                "zero-gradient saddle, so training never moves them (dead capacity)"
-            )
+    _check_source(src, recipe, gate_values, alibi)
+    cfg = _gated_config(src, cfg, recipe, lossy, alibi)
+    units, split = _unit_expansions(src, cfg, recipe, seed)
+    res = _residual_expansions(src, cfg, recipe, seed)
+    warnings = _dead_units(src, cfg, recipe)
     if recipe["lossy"] is False and lossy and not allow_lossy:
         raise GrowError(f"refused: {lossy[0]} (pass --allow-lossy to grow anyway)")
     plan = Plan(
@@ -533,6 +425,105 @@ def build_plan(
     return plan
 
 
+def _check_source(src: ModelConfig, recipe: dict, gate_values: list[float] | None, alibi: bool) -> None:
+    """Refuse a source that must be folded first: a gated ALiBi model, gates under an ungated
+    recipe, or open gates."""
+    if alibi and src.base_heads < src.heads:  # gated heads (new blocks alone keep every head in place)
+        raise GrowError(
+            f"a grown {src.family} with growth gates must be folded before it grows again (growtool fold --alpha "
+            "0|1): its heads take their ALiBi positions in the fold"
+        )
+    if src.gated:
+        if not recipe["gate"]:
+            raise GrowError(
+                f"recipe {recipe['name']!r} adds ungated units but the source has growth gates: "
+                "fold it first (growtool fold --alpha 0|1)"
+            )
+        if gate_values and any(v != 0.0 for v in gate_values):
+            raise GrowError(
+                f"the source's growth gates are open (values up to {max(gate_values):g}): "
+                "fold it first (growtool fold --alpha ...)"
+            )
+
+
+def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list, alibi: bool) -> ModelConfig:
+    """``cfg`` with its growth-gate state (the unit counts before any gate: the source's under a
+    gated recipe, the new counts else); appends to ``lossy`` why ungated new units lose the function."""
+    if recipe["gate"]:
+        return cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn)
+    cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
+    if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
+        lossy.append(
+            "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
+            "shared by all heads), so split copies no longer compute their sources' outputs"
+        )
+    for sec, key in (("attention", "new_heads"), ("ffn", "new_units")):
+        mode = recipe[sec][key]
+        added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
+        if added and not ops.KINDS[mode].exact_without_gate:
+            lossy.append(f"new {sec} units filled by {mode!r} write without a warm-up gate")
+    if alibi and cfg.heads > src.heads and ops.KINDS[recipe["attention"]["new_heads"]].splits_writers:
+        lossy.append(
+            "ALiBi gives every head its own slope, so a copied head attends otherwise than its source "
+            "and the split of their outputs no longer adds up"
+        )
+    return cfg
+
+
+def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int) -> tuple[list, list]:
+    """Per block: each unit kind's expansion (drawn from the block's own generator) and the writer
+    multipliers of a Net2Net split (None where the units are gated or not split)."""
+    k, gated = recipe["convex_k"], recipe["gate"]
+    units, split = [], []
+    r = src.heads // src.kv_heads
+    for i in range(src.layers):
+        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
+        kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
+        q = ops.group_to_heads(kv, r)
+        if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
+            q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
+        f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
+        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
+        if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
+            units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
+        split.append(
+            {
+                kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
+                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
+                if e is not None
+            }
+        )
+    return units, split
+
+
+def _residual_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int) -> dict:
+    """The residual axis's expansions by kind ("attn", "ffn": the recipe's new columns; "tile",
+    "zero", "mean"), drawn from one generator of their own."""
+    k = recipe["convex_k"]
+    gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
+    d, D = src.width, cfg.width
+    return {
+        "attn": ops.make_expansion(recipe["attention"]["new_columns"], d, D, gen, k),
+        "ffn": ops.make_expansion(recipe["ffn"]["new_columns"], d, D, gen, k),
+        "tile": ops.make_expansion("tile", d, D, gen),
+        "zero": ops.make_expansion("zero", d, D, gen),
+        "mean": ops.make_expansion("mean", d, D, gen),
+    }
+
+
+def _dead_units(src: ModelConfig, cfg: ModelConfig, recipe: dict) -> list[str]:
+    """Warnings for new units filled with zeros: exact, but never trained (a zero-gradient saddle)."""
+    warnings = []
+    for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
+        added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
+        if added and ops.KINDS[recipe[sec][key]].dead:
+            warnings.append(
+                f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
+                "zero-gradient saddle, so training never moves them (dead capacity)"
+            )
+    return warnings
+
+
 def lineage_entry(plan: Plan, source_sha256: str) -> dict:
     from growtool import __version__
 
@@ -553,7 +544,7 @@ def lineage_entry(plan: Plan, source_sha256: str) -> dict:
     }
 
 
-def gate_values(ck: Checkpoint) -> list[float]:
+def gate_values(ck) -> list[float]:
     if not ck.config.gated:
         return []
     a = arch_of(ck.config)

@@ -18,31 +18,25 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
 import torch
 
 from growtool.grow import ops
 from growtool.nn.families import TensorSpec, arch_of, unit_count
 
-if TYPE_CHECKING:
-    from growtool.grow.engine import Workspace
-    from growtool.grow.plan import Plan
-
-
 # ---- steps ----------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Ctx:
-    plan: Plan
+    plan: object  # the plan.Plan the tensor is made for (steps.py is below plan.py: no import)
     get: object  # source tensor by name
     name: str
     spec: TensorSpec
     layer: int | None
     shape: tuple | None = None  # the grown tensor's shape: steps that grow it build it in place (``canvas``)
     buf: list = field(default_factory=list)  # the float32 tensor of that shape, once allocated
-    work: Workspace | None = None  # memory to build it in, reused from tensor to tensor
+    work: object = None  # an engine.Workspace: memory to build it in, reused from tensor to tensor
     scratch: bool = False  # the built float32 tensor is rounded into the output (else it is the output)
     row0: int = 0  # a piece / block of rows (``_row_blocks``): the index of its first row in the whole tensor
     rows_from: torch.Tensor | None = None  # a block gathered from the source: each row's source row (-1: none)
@@ -76,7 +70,7 @@ class Step:
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
 
-    def describe(self, plan: Plan, spec: TensorSpec) -> str:  # pragma: no cover - interface
+    def describe(self, plan, spec: TensorSpec) -> str:  # pragma: no cover - interface
         raise NotImplementedError
 
 
@@ -318,7 +312,7 @@ class ExpandUnits(Step):
             off_out += e.n_new * block
         return out
 
-    def source_rows(self, plan: Plan, spec: TensorSpec, layer: int) -> torch.Tensor | None:
+    def source_rows(self, plan, spec: TensorSpec, layer: int) -> torch.Tensor | None:
         """The source row each grown row copies (-1: a row of zeros), when the unit axis is the rows
         (readers) and the growth only copies units (old units, "tile", "copy", "zero"): the tensor is
         then grown by blocks of rows, each gathered from the source (``_row_blocks``). None for
@@ -401,7 +395,7 @@ class PadRotate(Step):
     same bytes as running ``parts`` and rounding (``ops.rotate_half_into``). Every vector along
     the residual axis is [x; 0], or [0; tile(x)] for a tiled unit, so its zero half is never added
     to or converted, nor, with the residual axis last (readers, embedding, head), written or summed:
-    a third of the elements of the FFN and the embedding (bf16 1 GB: bench/README, round 9).
+    a third of the elements of the FFN and the embedding (bf16 1 GB: bench/results/surgery/ROUNDS.md, round 9).
     Writers [out, in] still write and sum the zeros (``ops.rotate_half_into``: ``sums``)."""
 
     parts: tuple

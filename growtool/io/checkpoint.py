@@ -27,38 +27,23 @@ from pathlib import Path
 import torch
 
 from growtool.io import confine, hf_remote, nanogpt, one_config, overflow, prehash, stdout
-from growtool.io.files import (  # noqa: F401 (kept importable here)
-    SIZE_UNITS,
-    _clobbers,
-    _fsync_dir,
+from growtool.io.files import (
     _replace,
     _umask,
     atomic_file,
     check_destination,
     is_folder_target,
-    parse_size,
 )
-from growtool.io.header import (  # noqa: F401
+from growtool.io.header import (
     DTYPE_NAME,
     DTYPES,
     FLOATS,
-    MAX_HEADER,
     Progress,
-    _header_bytes,
     _nbytes,
-    _tensor_bytes,
     parse_header,
     read_file_header,
 )
-from growtool.io.stream import (  # noqa: F401
-    WRITE_CHUNK,
-    WRITEBACK_EVERY,
-    BufferedSink,
-    DirectSink,
-    prefetch,
-    start_writeback,
-    write_stream,
-)
+from growtool.io.stream import Producer, write_stream
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, arch_of, expected_shapes
@@ -93,7 +78,7 @@ class Checkpoint:
         self, name: str, into: Callable[[int], torch.Tensor] | None = None, rows: tuple[int, int] | None = None
     ) -> torch.Tensor:
         """One tensor, checked for NaN / Inf. ``into(nbytes)``: memory to read it into (a uint8
-        tensor of ``nbytes``, e.g. ``growth.Workspace.source``) instead of new memory; the caller
+        tensor of ``nbytes``, e.g. ``engine.Workspace.source``) instead of new memory; the caller
         must be done with the tensor before that memory is handed out again. Ignored for
         checkpoints held in memory. ``rows=(r0, n)``: only rows r0 .. r0+n-1 (along the first
         axis), read from the file on their own."""
@@ -465,57 +450,52 @@ def _write_folder(
         atomic_file(folder / name, lambda fh, data=data: fh.write(data))
 
 
-def save(
-    out: str,
-    cfg: ModelConfig,
-    lineage: list,
-    specs,
-    produce,
-    force: bool = False,
-    inputs: Iterable[str] = (),
-    shard_size: int | None = None,
-    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None,
-    progress: Progress | None = None,
-    tokenizer: dict | None = None,
-    source_hash: SourceHash | None = None,
-    recycle: Callable[[torch.Tensor], None] | None = None,
-    workers: int = 1,
-    place: Callable[[dict], None] | None = None,
-    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None,
-) -> str:
+@dataclass(frozen=True)
+class Output:
+    """How ``save`` writes, beside what: ``force`` replaces an existing output; ``inputs`` are the
+    paths it must not clobber; ``shard_size`` (bytes) splits a folder's weights into shards;
+    ``files`` (name -> bytes, or a function called after the weights are written that returns
+    them) go into a folder target beside the weights (ignored for a single file);
+    ``progress(name, nbytes)`` is called after each tensor is written; ``tokenizer`` (a record from
+    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects;
+    ``source_hash`` (a ``SourceHash`` whose token the lineage holds): its digest replaces the token
+    in every written header before the file is fsynced (``files`` may then be a function that
+    fills it in too)."""
+
+    force: bool = False
+    inputs: Iterable[str] = ()
+    shard_size: int | None = None
+    files: dict[str, bytes] | Callable[[], dict[str, bytes]] | None = None
+    progress: Progress | None = None
+    tokenizer: dict | None = None
+    source_hash: SourceHash | None = None
+
+
+def save(out: str, cfg: ModelConfig, lineage: list, specs, producer: Producer, options: Output = Output()) -> str:
     """Write a checkpoint to a .safetensors file, an HF folder (config.json + model.safetensors, or
-    shards + index when the tensors exceed ``shard_size`` bytes), or ``-`` (standard output).
+    shards + index when the tensors exceed ``options.shard_size`` bytes), or ``-`` (standard
+    output), its tensors made by ``producer`` (``stream.Producer``) in the order of ``specs``.
 
     Tensors are produced one at a time and streamed to a temporary file (a temporary folder for a
     folder target) beside the destination, fsynced, then renamed into place: the destination is
-    either absent, the earlier complete file, or the new complete one. ``files`` (name -> bytes)
-    are written into a folder target beside the weights (ignored for a single file).
-    ``progress(name, nbytes)`` is called after each tensor is written. ``tokenizer`` (a record from
-    ``growtool.tokenizer``) is kept in the metadata: which tokenizer the model expects.
-    ``source_hash`` (a ``SourceHash`` whose token the lineage holds): its digest replaces the token
-    in every written header before the file is fsynced (``files`` may then be a function, called
-    after the weights are written, that fills it in too). ``recycle(t)``: called with each produced
-    tensor once written (``growth.Workspace.recycle``); ``workers``: threads producing tensors;
-    ``place(offsets)``: told where each tensor goes in its file (``growth.Workspace.place``);
-    ``pieces(name)``: the row ranges a tensor is made and written in (``write_stream``).
-    Returns the written path.
+    either absent, the earlier complete file, or the new complete one. Returns the written path.
     """
     specs = list(specs)
     cfg = one_config.with_dtype(cfg, specs[0][2]) if specs else cfg  # config.json names the dtype written
-    meta = metadata(cfg, lineage, tokenizer)
-    inputs = [str(i) for i in inputs]
+    meta = metadata(cfg, lineage, options.tokenizer)
+    inputs, force = [str(i) for i in options.inputs], options.force
     dest = check_destination(out, inputs, force)
-    shards = plan_shards(specs, shard_size)
+    shards = plan_shards(specs, options.shard_size)
     if len(shards) > 1 and (dest is None or not is_folder_target(out)):
         total = sum(_nbytes(sh, dt) for _, sh, dt in specs)
         raise GrowError(
-            f"{out}: the output ({total:,} bytes) exceeds --shard-size {shard_size:,}: "
+            f"{out}: the output ({total:,} bytes) exceeds --shard-size {options.shard_size:,}: "
             "give a folder as -o to write shards"
         )
 
     def write(fh, part):
         try:
-            write_stream(fh, part, produce, meta, progress, source_hash, recycle, workers, place, pieces)
+            write_stream(fh, part, producer, meta, options.progress, options.source_hash)
         except overflow.Overflow as e:
             raise GrowError(f"{out}: {e}") from None
 
@@ -529,43 +509,28 @@ def save(
     try:
         if not is_folder_target(out):
             atomic_file(dest, lambda fh: write(fh, specs), confine.place(dest, inputs, force))  # checked again
-            return str(dest)
-        tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
-        try:
-            _write_folder(tmpdir, cfg, shards, write, files)
-            os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
-            confine.place(dest, inputs, force, _replace)(tmpdir, dest)  # checked again at the rename
-        except BaseException:
-            shutil.rmtree(tmpdir, ignore_errors=True)
-            raise
+        else:
+            rename = lambda tmpdir: confine.place(dest, inputs, force, _replace)(tmpdir, dest)  # noqa: E731
+            _write_folder_into(dest, rename, cfg, shards, write, options.files)
         return str(dest)
     except OSError as e:
         raise GrowError(f"{dest}: cannot write ({e.strerror or e})") from None
 
 
-def save_tensors(
-    out: str,
-    cfg: ModelConfig,
-    lineage: list,
-    tensors: dict[str, torch.Tensor],
-    force: bool = False,
-    inputs: Iterable[str] = (),
-    shard_size: int | None = None,
-    files: dict[str, bytes] | None = None,
-    tokenizer: dict | None = None,
-) -> str:
-    """Save in-memory tensors (in the family's canonical order)."""
-    order = [n for n in expected_shapes(cfg)]
-    specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in order]
-    return save(
-        out,
-        cfg,
-        lineage,
-        specs,
-        tensors.__getitem__,
-        force=force,
-        inputs=inputs,
-        shard_size=shard_size,
-        files=files,
-        tokenizer=tokenizer,
-    )
+def _write_folder_into(dest: Path, rename, cfg: ModelConfig, shards: list, write, files) -> None:
+    """A folder target: written into a temporary folder beside ``dest``, then ``rename(tmpdir)``
+    (checked again at the rename); a failure removes the temporary folder."""
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".tmp", dir=dest.parent))
+    try:
+        _write_folder(tmpdir, cfg, shards, write, files)
+        os.chmod(tmpdir, 0o777 & ~_umask())  # mkdtemp makes 0700; a written folder gets the usual mode
+        rename(tmpdir)
+    except BaseException:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+        raise
+
+
+def save_tensors(out: str, cfg: ModelConfig, lineage: list, tensors: dict[str, torch.Tensor], **options) -> str:
+    """Save in-memory tensors (in the family's canonical order); ``options``: the fields of ``Output``."""
+    specs = [(n, tuple(tensors[n].shape), tensors[n].dtype) for n in expected_shapes(cfg)]
+    return save(out, cfg, lineage, specs, Producer(tensors.__getitem__), Output(**options))

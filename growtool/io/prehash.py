@@ -29,7 +29,7 @@ CHUNK = 1 << 20
 # Bytes the hashing child maps at a time. Through maps the 3.9 GB of the 4 GB folder's first two
 # shards (in the page cache) took 3.61 s of CPU to hash, against 4.10 s through ``readinto``
 # (the kernel's copy into the buffer); the rest is sha256 itself, about 1 GB/s on one core with
-# the CPU's SHA instructions (bench/README, round 10). A window's pages count in the child's
+# the CPU's SHA instructions (bench/results/surgery/ROUNDS.md, round 10). A window's pages count in the child's
 # resident memory until it is unmapped: 16 MB at most.
 WINDOW = 16 << 20
 

@@ -11,7 +11,7 @@ import io
 import os
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
 
 import torch
 
@@ -19,9 +19,6 @@ from growtool.io import header as fmt
 from growtool.io import overflow
 from growtool.io.header import Progress, _header_bytes, _nbytes
 from growtool.machine import linux_call
-
-if TYPE_CHECKING:
-    from growtool.io.checkpoint import SourceHash
 
 # bench/write_chunks.py: on a quiet disk 1 MB writes were as fast as a kernel file copy and several
 # times faster than 4-16 MB ones; on a slow disk the size made no consistent difference. Whole
@@ -71,7 +68,7 @@ class DirectSink:
     4 KB-aligned memory, lengths and file offsets:
 
     * bytes whose memory sits at the same place within a 4 KB page as their file offset (outputs
-      from ``growth.Workspace.output`` after ``place``) go to the disk straight from that memory,
+      from ``engine.Workspace.output`` after ``place``) go to the disk straight from that memory,
       all but the unaligned first and last few bytes, written by the thread (the memory is
       ``release``d after; up to HELD bytes wait);
     * other bytes are copied into page-aligned 4 MB buffers, and the thread writes each buffer to
@@ -231,81 +228,99 @@ class DirectSink:
         os.ftruncate(self.fd, end)
 
 
+@dataclass(frozen=True)
+class Producer:
+    """What a streaming writer asks for its tensors. ``produce(name)`` makes a tensor (``produce(name,
+    (r0, n))`` a piece: rows r0 .. r0+n-1 along the first axis); ``recycle(t)`` is called with each
+    produced tensor once it is written and no longer read (its memory may then be reused);
+    ``workers`` threads produce at once; ``place(offsets)`` is told the file offset of every piece,
+    keyed ``(name, r0)`` (``r0`` 0 for a whole tensor), before any is produced
+    (``engine.Workspace.place``); ``pieces(name)``: the row ranges ``[(r0, n), ...]`` a tensor is
+    made in, or None for whole (``engine.pieces``)."""
+
+    produce: Callable[..., torch.Tensor]
+    recycle: Callable[[torch.Tensor], None] | None = None
+    workers: int = 1
+    place: Callable[[dict], None] | None = None
+    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None
+
+
+def _layout(specs, producer: Producer, start: int) -> tuple[list, dict]:
+    """The items written, (name, shape, dtype, rows or None) in file order, and each one's offset
+    keyed (name, r0), for tensors laid out from byte ``start``."""
+    items, offsets, off = [], {}, start
+    for name, shape, dt in specs:
+        for rows in (producer.pieces(name) if producer.pieces else None) or [None]:
+            items.append((name, shape, dt, rows))
+            offsets[name, rows[0] if rows else 0] = off + (rows[0] * _nbytes(shape[1:], dt) if rows else 0)
+        off += _nbytes(shape, dt)
+    return items, offsets
+
+
 def write_stream(
     fh,
     specs,
-    produce: Callable[[str], torch.Tensor],
+    producer: Producer,
     meta: dict,
     progress: Progress | None = None,
-    source_hash: SourceHash | None = None,
-    recycle: Callable[[torch.Tensor], None] | None = None,
-    workers: int = 1,
-    place: Callable[[dict], None] | None = None,
-    pieces: Callable[[str], list[tuple[int, int]] | None] | None = None,
+    source_hash=None,
 ) -> None:
-    """Write a safetensors stream: header from ``specs``, then each tensor from ``produce(name)``;
-    ``progress(name, nbytes)`` after each. With ``source_hash`` the header is written with its
-    token and rewritten in place with the digest once the tensors are written (``fh`` must be a
-    seekable file: the caller fsyncs it afterwards). ``recycle(t)`` is called with each produced
-    tensor once it is written and no longer read (its memory may then be reused).
+    """Write a safetensors stream: header from ``specs``, then each tensor (or each of its pieces,
+    written as soon as it is made: a vocabulary-sized tensor then needs neither a block of its own
+    size nor a wait for its last row before its first is written) from ``producer``;
+    ``progress(name, nbytes)`` after each tensor. With ``source_hash`` (a ``checkpoint.SourceHash``)
+    the header is written with its token and rewritten in place with the digest once the tensors
+    are written (``fh`` must be a seekable file: the caller fsyncs it afterwards).
 
-    ``pieces(name)``: the row ranges ``[(r0, n), ...]`` a tensor is made in, or None for whole.
-    A piece is ``produce(name, (r0, n))``, rows r0 .. r0+n-1 along the first axis: a contiguous
-    run of the tensor's bytes, written as soon as it is made (a vocabulary-sized tensor then needs
-    neither a block of its own size nor a wait for its last row before its first is written).
-    ``place(offsets)`` is told the file offset of every piece, keyed ``(name, r0)`` (``r0`` 0 for
-    a whole tensor), before any is produced (``growth.Workspace.place``).
-
-    Producing and writing overlap: ``workers`` threads produce the next pieces while piece k is
-    written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a time
-    (made and not yet written: a worker may run ahead past small tensors while another makes a
+    Producing and writing overlap: ``producer.workers`` threads produce the next pieces while piece
+    k is written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a
+    time (made and not yet written: a worker may run ahead past small tensors while another makes a
     large one) and together at most twice the largest tensor's bytes (so that memory does not grow
     with the number of cores); the bytes are the same as producing them one after another. A
     regular file is written past the page cache where the system allows it (``DirectSink``), else
     through it (``BufferedSink``).
     """
     header = _header_bytes(specs, meta)
-    items, offsets, off = [], {}, len(header)  # (name, shape, dtype, rows or None), in file order
-    for name, shape, dt in specs:
-        for rows in (pieces(name) if pieces else None) or [None]:
-            items.append((name, shape, dt, rows))
-            offsets[name, rows[0] if rows else 0] = off + (rows[0] * _nbytes(shape[1:], dt) if rows else 0)
-        off += _nbytes(shape, dt)
-    if place is not None:
-        place(offsets)
-
-    def make(item):
-        name, _, _, rows = item
-        return produce(name) if rows is None else produce(name, rows)
-
+    items, offsets = _layout(specs, producer, len(header))
+    if producer.place is not None:
+        producer.place(offsets)
     sink = DirectSink.open(fh) or BufferedSink(fh)
     try:
         sink.write(memoryview(bytearray(header)))
-        done = 0  # bytes of the current tensor written
-        budget = 2 * max((_nbytes(shape, dt) for _, shape, dt in specs), default=0)
-        made = prefetch(items, make, ahead=2 * workers, workers=workers, cost=_item_nbytes, budget=budget)
-        for item, t in zip(items, made):
-            name, shape, dt, rows = item
-            want = _item_shape(item)
-            if tuple(t.shape) != want or t.dtype != dt:
-                raise RuntimeError(
-                    f"internal: {name} {rows or ''} made {tuple(t.shape)} {t.dtype}, planned {want} {dt}"
-                )
-            overflow.check_finite(name, t)  # float16 outputs: no value beyond its range
-            b = fmt._tensor_bytes(t)  # looked up here: tests count the tensors alive at each write
-            sink.write(b, release=None if recycle is None else functools.partial(recycle, t))
-            del t
-            done += b.nbytes
-            if rows is None or rows[0] + rows[1] == shape[0]:  # the tensor's last piece
-                if progress:
-                    progress(name, done)
-                done = 0
+        _write_items(sink, items, producer, specs, progress)
     except BaseException:
         sink.close(abandon=True)
         raise
     sink.close()
     if source_hash is not None and source_hash.token.encode() in header:
         os.pwrite(fh.fileno(), source_hash.patch(header), 0)  # same length: only these bytes change
+
+
+def _write_items(sink, items: list, producer: Producer, specs, progress: Progress | None) -> None:
+    """Produce ``items`` ahead on the producer's threads and write each in order into ``sink``."""
+
+    def make(item):
+        name, _, _, rows = item
+        return producer.produce(name) if rows is None else producer.produce(name, rows)
+
+    recycle, workers = producer.recycle, producer.workers
+    done = 0  # bytes of the current tensor written
+    budget = 2 * max((_nbytes(shape, dt) for _, shape, dt in specs), default=0)
+    made = prefetch(items, make, ahead=2 * workers, workers=workers, cost=_item_nbytes, budget=budget)
+    for item, t in zip(items, made):
+        name, shape, dt, rows = item
+        want = _item_shape(item)
+        if tuple(t.shape) != want or t.dtype != dt:
+            raise RuntimeError(f"internal: {name} {rows or ''} made {tuple(t.shape)} {t.dtype}, planned {want} {dt}")
+        overflow.check_finite(name, t)  # float16 outputs: no value beyond its range
+        b = fmt._tensor_bytes(t)  # looked up here: tests count the tensors alive at each write
+        sink.write(b, release=None if recycle is None else functools.partial(recycle, t))
+        del t
+        done += b.nbytes
+        if rows is None or rows[0] + rows[1] == shape[0]:  # the tensor's last piece
+            if progress:
+                progress(name, done)
+            done = 0
 
 
 def _item_shape(item) -> tuple:
@@ -316,6 +331,38 @@ def _item_shape(item) -> tuple:
 
 def _item_nbytes(item) -> int:
     return _nbytes(_item_shape(item), item[2])
+
+
+class _Room:
+    """``prefetch``'s claims: the next index, and the results alive (made, not yet released) with
+    their summed cost, under one condition; ``close`` stops every claim."""
+
+    def __init__(self, names: list, most: int, cost: Callable[..., int], budget: int):
+        self.names, self.most, self.cost, self.budget = names, most, cost, budget
+        self.cond, self.stop = threading.Condition(), threading.Event()
+        self.next = self.alive = self.spent = 0
+
+    def claim(self) -> int | None:
+        """The next index once there is room for its result (in order: no result waits on a later one)."""
+        with self.cond:
+            while not self.stop.is_set() and self.next < len(self.names):
+                i, c = self.next, self.cost(self.names[self.next])
+                if self.alive < self.most and (self.alive == 0 or self.spent + c <= self.budget):
+                    self.next, self.alive, self.spent = i + 1, self.alive + 1, self.spent + c
+                    return i
+                self.cond.wait(0.1)
+        return None
+
+    def release(self, i: int) -> None:
+        with self.cond:
+            self.alive -= 1
+            self.spent -= self.cost(self.names[i])
+            self.cond.notify_all()
+
+    def close(self) -> None:
+        self.stop.set()
+        with self.cond:
+            self.cond.notify_all()
 
 
 def prefetch(
@@ -333,39 +380,16 @@ def prefetch(
     exceed it). With ``ahead`` 0 every result is made in the caller's thread when asked for. An
     error in ``produce`` is raised here (in order: the first failing name's); leaving the loop
     early stops the workers."""
-    import threading
-
     if ahead < 1 or len(names) < 2:
         yield from (produce(n) for n in names)
         return
     workers = max(1, min(workers, len(names)))
-    cost = cost or (lambda name: 0)
-    budget = budget if budget is not None else 0
-    room = threading.Condition()  # guards claims: the next index, and the results alive with their cost
-    claims = {"next": 0, "alive": 0, "spent": 0}
+    room = _Room(names, ahead + workers, cost or (lambda name: 0), budget if budget is not None else 0)
     done = threading.Condition()
     results: dict[int, tuple[bool, object]] = {}
-    stop = threading.Event()
-
-    def claim() -> int | None:
-        """The next index once there is room for its result (in order: no result waits on a later one)."""
-        with room:
-            while not stop.is_set() and claims["next"] < len(names):
-                i, c = claims["next"], cost(names[claims["next"]])
-                if claims["alive"] < ahead + workers and (claims["alive"] == 0 or claims["spent"] + c <= budget):
-                    claims.update(next=i + 1, alive=claims["alive"] + 1, spent=claims["spent"] + c)
-                    return i
-                room.wait(0.1)
-        return None
-
-    def release(i: int) -> None:
-        with room:
-            claims["alive"] -= 1
-            claims["spent"] -= cost(names[i])
-            room.notify_all()
 
     def work():
-        while (i := claim()) is not None:
+        while (i := room.claim()) is not None:
             try:
                 item = (True, produce(names[i]))
             except BaseException as e:  # handed to the consumer, raised in its thread
@@ -393,10 +417,8 @@ def prefetch(
                 raise item
             yield item
             del item
-            release(i)
+            room.release(i)
     finally:
-        stop.set()
-        with room:
-            room.notify_all()
+        room.close()
         for t in threads:
             t.join(timeout=5)

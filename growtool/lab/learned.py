@@ -4,10 +4,10 @@ Two operators, each fitted for ~100 forward/backward passes of the grown model o
 modelling loss while the source weights stay fixed, each ending in an ordinary static checkpoint:
 
 * **SRIO-LO** (``learn_srio_eps``): only the SRIO angle is learned. eps = sigmoid(t) and the
-  grown weights are ``growth.grow_tensor(name, plan, ...)`` with a tensor eps, so they are a
+  grown weights are ``engine.grow_tensor(name, plan, ...)`` with a tensor eps, so they are a
   differentiable function of t and nothing else receives gradients (the expansions, the source
   weights, the gates are fixed). ``save_srio_lo`` then writes the checkpoint the ordinary way
-  (``growth.build_plan`` with ``rotation.eps=<learned>``): exact at gate 0, like any SRIO growth.
+  (``plan.build_plan`` with ``rotation.eps=<learned>``): exact at gate 0, like any SRIO growth.
   Only an RMSNorm family with an untied head is accepted (there every eps is exact at gate 0).
 
   What the loss can and cannot see: on such a model every reader, writer and embedding of the
@@ -31,7 +31,7 @@ modelling loss while the source weights stay fixed, each ending in an ordinary s
   head_dim blocks, so head_dim and the query-per-KV ratio are kept) or its FFN expansion.
   Norm gains and biases on the residual are expanded by B too. All matrices start from the
   tool's static expansions ([I; M], M the recipe's convex / tiled mixtures, seeded as in
-  ``growth.build_plan``): at initialisation the grown tensors are exactly ``ops.expand_axis``
+  ``plan.build_plan``): at initialisation the grown tensors are exactly ``ops.expand_axis``
   of the source tensors. No gates and no function preservation (LiGO does not keep the
   function: new residual dims are read and written by everything from the start). After
   training, ``fold`` gives the plain grown tensors, saved with ``checkpoint.save_tensors``.
@@ -51,8 +51,12 @@ from dataclasses import dataclass, field
 import torch
 from torch.func import functional_call
 
-from growtool.grow import growth, ops, recipes
-from growtool.io.checkpoint import save, save_tensors
+from growtool.grow import ops, recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.fold import fold_config
+from growtool.grow.plan import Plan, build_plan, lineage_entry
+from growtool.io.checkpoint import Output, save, save_tensors
+from growtool.io.stream import Producer
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, tensor_specs, unit_count
@@ -105,9 +109,9 @@ def _srio_plan(
     seed: int,
     ffn: int | None,
     heads: int | None,
-) -> growth.Plan:
+) -> Plan:
     over = recipes._merge(overrides or {}, {"rotation": {"eps": float(eps)}})
-    return growth.build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
+    return build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
 
 
 class SrioObjective:
@@ -147,7 +151,7 @@ class SrioObjective:
     def grown(self, eps) -> dict:
         eps = eps if isinstance(eps, torch.Tensor) else torch.tensor(float(eps))
         p = dataclasses.replace(self.plan, eps=eps)
-        return {n: growth.grow_tensor(n, p, self.get) for n in self.names}
+        return {n: grow_tensor(n, p, self.get) for n in self.names}
 
     def __call__(self, eps, inner: tuple, outer: tuple) -> torch.Tensor:
         w0 = self.grown(eps)
@@ -250,7 +254,7 @@ def save_srio_lo(
 ) -> str:
     """Write the static SRIO growth at the learned angle (``rotation.eps=<learned>``): exact at gate 0."""
     plan = _srio_plan(src, width, learned.eps, recipe, overrides, seed, ffn, heads)
-    entry = growth.lineage_entry(plan, source_sha256)
+    entry = lineage_entry(plan, source_sha256)
     entry["learned"] = {
         "op": "srio-lo",
         "eps0": learned.eps0,
@@ -258,14 +262,8 @@ def save_srio_lo(
         "tokens": learned.tokens,
         "lookahead": learned.lookahead,
     }
-    return save(
-        out_path,
-        plan.cfg,
-        list(lineage) + [entry],
-        plan.outputs(),
-        lambda n: growth.grow_tensor(n, plan, tensors.__getitem__),
-        force=force,
-    )
+    grow = Producer(lambda n: grow_tensor(n, plan, tensors.__getitem__))
+    return save(out_path, plan.cfg, list(lineage) + [entry], plan.outputs(), grow, Output(force=force))
 
 
 # ---- LiGO-style learned linear growth operator --------------------------------------------
@@ -313,8 +311,8 @@ class LiGO(torch.nn.Module):
         if src.gated:
             raise GrowError("LiGO grows plain models: fold the source's growth gates first (growtool fold)")
         r = _recipe(recipe, {"gate": False, "rotation": {"eps": 1.0}})
-        plan = growth.build_plan(src, r, width, ffn, heads, seed=seed, allow_lossy=True)
-        self.src, self.cfg = src, growth.fold_config(plan.cfg)
+        plan = build_plan(src, r, width, ffn, heads, seed=seed, allow_lossy=True)
+        self.src, self.cfg = src, fold_config(plan.cfg)
         self.source = {n: t.detach().float() for n, t in tensors.items()}
         self.recipe = r["name"]
         self.steps = 0  # optimiser steps taken so far

@@ -491,4 +491,4 @@ def count_params(model: nn.Module) -> int:
     return sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
 
 
-__all__ = ["LM", "Block", "ModelConfig", "logit_scale", "count_params", "build", "run", "hidden", "head_logits"]
+__all__ = ["LM", "Block", "logit_scale", "count_params", "build", "run", "hidden", "head_logits"]

@@ -60,11 +60,10 @@ from pathlib import Path
 
 import numpy as np
 
-from growtool.io.checkpoint import atomic_file
 from growtool.io.confine import create_new, open_regular, read_regular, same_file
+from growtool.io.files import atomic_file
 from growtool.nn.errors import GrowError
-from growtool.training.readers import (  # noqa: F401 (the readers' names, as corpus.X)
-    EOT_NAMES,
+from growtool.training.readers import (
     FORCE,
     TOKEN_KINDS,
     Stale,
@@ -624,4 +623,4 @@ def load(
     return Corpus(tokens, ends, files, shas, meta["max"], sep, None if private else cache)
 
 
-__all__ = ["expand_inputs", "kind_of", "doc_separator", "load", "build", "Corpus", "Encoder", "line_safe"]
+__all__ = ["load", "build", "Corpus", "Encoder"]

@@ -23,16 +23,8 @@ import numpy as np
 import torch
 
 from growtool.nn.errors import GrowError
-from growtool.tokenizer import (  # noqa: F401 (the tokenizer lives in growtool.tokenizer; kept importable here)
-    AGREE,
-    CHUNK,
-    OVERLAP,
+from growtool.tokenizer import (
     Tokenizer,
-    _cuts,
-    _stitch,
-    encode_text,
-    get_tokenizer,
-    tokenizer_for,
 )
 
 
@@ -183,4 +175,4 @@ class Dataset:
         return w[:, :-1], w[:, 1:]
 
 
-__all__ = ["Tokenizer", "get_tokenizer", "tokenizer_for", "encode_text", "load_tokens", "Dataset", "file_sha256"]
+__all__ = ["load_tokens", "Dataset", "file_sha256"]

@@ -5,7 +5,7 @@ sources (symmetric gradients keep exact copies on the "cloned-unit" manifold), a
 gradient do new units get while the warm-up gates are low? This module measures both.
 
 * The unit map. A growth's ``expand`` lineage entry records the recipe (``recipe_full``), the plan
-  seed and the unit counts (``heads``, ``ffn``); ``growth.build_plan`` is a pure function of those
+  seed and the unit counts (``heads``, ``ffn``); ``plan.build_plan`` is a pure function of those
   and the source config, so ``unit_map`` rebuilds the plan (no tensors are read) and reads which
   source unit each new unit copies: ``copy`` and ``tile`` units their one source, ``convex`` units
   the source with the largest weight; ``zero`` units have none and are left out. Nothing new is
@@ -64,7 +64,7 @@ def unit_map(cfg, lineage: list) -> list[dict] | None:
     """Per block: {"ffn": (old count, source of each new unit), "head": (...), "kv": (...)} for the
     latest growth in ``lineage``, rebuilt from its plan; None when the lineage has no such growth or
     the model's unit counts are no longer the growth's (another growth or a change since)."""
-    from growtool.grow import growth
+    from growtool.grow.plan import build_plan
 
     entry = latest_growth(lineage)
     if entry is None:
@@ -76,7 +76,7 @@ def unit_map(cfg, lineage: list) -> list[dict] | None:
     try:
         src = cfg.replace(width=entry["width_from"], heads=h0, kv_heads=h0 // r, ffn=f0, base_heads=h0, base_ffn=f0)
         recipe, seed = entry["recipe_full"], entry["seed"]
-        plan = growth.build_plan(src, recipe, entry["width_to"], f1, h1, seed=seed, allow_lossy=True)
+        plan = build_plan(src, recipe, entry["width_to"], f1, h1, seed=seed, allow_lossy=True)
     except (GrowError, KeyError, TypeError, ValueError):
         return None
     out = []

@@ -1,5 +1,5 @@
 """Scale-out pieces of the bundled trainer: FSDP2 sharding, the sharded resumable state, micro-batches
-(gradient accumulation) and activation checkpointing. ``train.py`` calls these; nothing here knows
+(gradient accumulation) and activation checkpointing. ``loop.py`` calls these; nothing here knows
 about data, schedules or metrics.
 
 What holds:

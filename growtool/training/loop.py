@@ -47,17 +47,19 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from growtool.grow import growth
+from growtool.grow.fold import fold_config, fold_tensor
+from growtool.grow.plan import gate_values
 from growtool.io import checkpoint, confine
 from growtool.metrics import matrix_metrics
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, run_folder, runfiles, stages, stream
+from growtool.training import data, dcp_safe, diagnostics, fsdp, run_folder, runfiles, stages, stream
 from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
 from growtool.training.progress import Progress
+from growtool.training.readers import expand_inputs
 from growtool.training.run_folder import (
     FINAL,
     MODEL,
@@ -68,7 +70,7 @@ from growtool.training.run_folder import (
     save_bytes,
     write_metrics,
 )
-from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
+from growtool.training.schedule import lr_at, run_gate
 from growtool.training.settings import Settings
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -125,8 +127,8 @@ def folded(model: LM, gate: float, tensors: dict | None = None) -> tuple:
     cfg, t = model.cfg, cpu_tensors(model) if tensors is None else tensors
     if not cfg.gated:
         return cfg, t
-    plain = growth.fold_config(cfg)
-    return plain, {n: growth.fold_tensor(n, cfg, gate, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
+    plain = fold_config(cfg)
+    return plain, {n: fold_tensor(n, cfg, gate, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
 
 
 # ---- the run: check and load, restore, loop, finish ------------------------------------------
@@ -177,8 +179,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     """Check everything before writing anything; load the data; resolve the settings."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
     rank, local_rank = int(os.environ.get("RANK", "0")), int(os.environ.get("LOCAL_RANK", "0"))
-    files = corpus.expand_inputs(data_files)
-    val_files = corpus.expand_inputs(val_data, "--val-data") if val_data else []
+    files = expand_inputs(data_files)
+    val_files = expand_inputs(val_data, "--val-data") if val_data else []
     dev = pick_device(opts.device, local_rank)
     ck = checkpoint.load(ckpt)
     confine.check_run_folder(out, run_inputs(ckpt, data_files, files, val_data, val_files, opts.tokenizer))
@@ -195,9 +197,9 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(
             f"--grad-accum {opts.grad_accum} does not divide each process's {opts.batch // world} sequences"
         )
-    if cfg.gated and any(v != 0.0 for v in growth.gate_values(ck)):
+    if cfg.gated and any(v != 0.0 for v in gate_values(ck)):
         raise GrowError(
-            f"{ckpt}: its growth gates are already open ({max(growth.gate_values(ck)):g}); "
+            f"{ckpt}: its growth gates are already open ({max(gate_values(ck)):g}); "
             "fold it first (growtool fold) or resume the run that wrote it"
         )
     if out.exists() and not out.is_dir():
@@ -533,15 +535,4 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     return summary
 
 
-__all__ = [
-    "train",
-    "evaluate",
-    "lr_at",
-    "gate_at",
-    "run_gate_for",
-    "make_optimizer",
-    "Settings",
-    "MODEL",
-    "STATE",
-    "FINAL",
-]
+__all__ = ["train", "evaluate"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import torch
 
 from growtool.io import confine
-from growtool.io.checkpoint import atomic_file
+from growtool.io.files import atomic_file
 from growtool.nn.errors import GrowError
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"

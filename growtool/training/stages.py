@@ -7,7 +7,7 @@ What holds:
 
 * A growth at step s happens before update s (0-based). The model's gates (if it was grown before)
   must be fully open (1) by then; they fold away, and the plain model grows by the recipe's plan
-  (``growth.build_plan``, seed = the run's seed + the stage number, so a repeat is identical). The
+  (``plan.build_plan``, seed = the run's seed + the stage number, so a repeat is identical). The
   AdamW moments grow by ``moments``'s rules; step counts, learning-rate schedule and RNG carry
   on: no optimizer reset and no LR re-warm. The new gates ramp 0 -> 1 over ``gate_warmup_tokens``
   from step s, so the first update after the growth sees the source's function.
@@ -28,16 +28,18 @@ from pathlib import Path
 
 import torch
 
-from growtool.grow import growth, moments, recipes
+from growtool.grow import moments, recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.fold import fold_config, fold_tensor
+from growtool.grow.plan import build_plan, lineage_entry
 from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
-from growtool.training.schedule import last_growth, mup, run_gate, run_gate_for  # noqa: F401 (last_growth: kept importable here)
-from growtool.training.settings import (  # noqa: F401
+from growtool.training.schedule import last_growth, mup, run_gate, run_gate_for
+from growtool.training.settings import (
     default_gate_tokens,
     parse_grow_at,
-    resolve_grow_at,
     saved_setting,
     target_layers,
     target_width,
@@ -124,15 +126,15 @@ def grow_model(
             raise GrowError(
                 f"cannot grow while the growth gates are at {gate:g}: grow once the gate ramp has reached 1"
             )
-        plain = growth.fold_config(cfg)
-        t = {n: growth.fold_tensor(n, cfg, 1.0, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
+        plain = fold_config(cfg)
+        t = {n: fold_tensor(n, cfg, 1.0, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
         cfg = plain
     plan = None
     if width is not None:
-        plan = growth.build_plan(cfg, recipe, width, ffn, heads, seed=seed, allow_lossy=allow_lossy)
+        plan = build_plan(cfg, recipe, width, ffn, heads, seed=seed, allow_lossy=allow_lossy)
     if depth is not None:
         return grow_depth(plan, cfg, t, opt_state, src_names, recipe, seed, mup, depth)
-    grown = {n: growth.grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
+    grown = {n: grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
     new = LM.from_tensors(plan.cfg, grown)
     for n, p in new.named_parameters():
         if n.endswith("growth_gate"):
@@ -140,7 +142,7 @@ def grow_model(
     new.set_gates(0.0)
     new.train()
     state = moments.grow_optimizer_state(opt_state, src_names, moments.param_groups(new, mup), plan, t.__getitem__)
-    return plan, new, state, growth.lineage_entry(plan, tensors_sha256(t))
+    return plan, new, state, lineage_entry(plan, tensors_sha256(t))
 
 
 def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dict, seed: int, mup: bool, depth):
@@ -150,7 +152,7 @@ def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dic
     from growtool.nn.model import LM
 
     g = deep.build(cfg, plan, *depth, recipe, seed, torch.float32)
-    width = (lambda n, rows=None: growth.grow_tensor(n, plan, t.__getitem__)) if plan else (lambda n, rows=None: t[n])
+    width = (lambda n, rows=None: grow_tensor(n, plan, t.__getitem__)) if plan else (lambda n, rows=None: t[n])
     new = LM.from_tensors(g.cfg, {n: g.grow_tensor(n, width) for n, _, _ in g.outputs()})
     for n, p in new.named_parameters():
         if n.endswith("growth_gate"):
@@ -159,7 +161,7 @@ def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dic
     new.train()
     state = depth_state.grow_optimizer_state(opt_state, src_names, moments.param_groups(new, mup), g, t.__getitem__)
     sha = tensors_sha256(t)
-    return g, new, state, deep.lineage_entry(g, sha, plan and growth.lineage_entry(plan, sha))
+    return g, new, state, deep.lineage_entry(g, sha, plan and lineage_entry(plan, sha))
 
 
 def due(run, step: int) -> int | None:
@@ -303,4 +305,4 @@ def expand_run(
     return plan, step
 
 
-__all__ = ["parse_grow_at", "resolve_grow_at", "grow_model", "grow_run", "expand_run", "annotate", "due"]
+__all__ = ["grow_model", "grow_run", "expand_run", "annotate", "due"]

@@ -1,0 +1,266 @@
+"""The architecture table: every model the tests build with transformers, one row each
+(name -> (factory, kwargs)). ``CASES`` holds them all: the architectures of the first families
+(vocabulary 128, ``V``) and those of issue 31 (vocabulary 256, ``FAMILY_V``). test_architectures.py
+runs every row against transformers' own forward pass; test_families.py and test_depth.py take
+rows and factories from here."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from helpers import perturbed
+
+transformers = pytest.importorskip("transformers")
+
+V, T = 128, 24
+X = torch.randint(V, (2, T), generator=torch.Generator().manual_seed(1))
+SMALL = dict(vocab_size=V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, max_position_embeddings=64)
+
+
+def _llama_like(cls_name, model_cls=None, vocab=V, **kw):
+    def make(tie=False, **over):
+        cfg = getattr(transformers, cls_name + "Config")(
+            **{**SMALL, "vocab_size": vocab, "intermediate_size": 160, **kw, **over}, tie_word_embeddings=tie
+        )
+        return getattr(transformers, model_cls or cls_name + "ForCausalLM")(cfg)
+
+    return make
+
+
+def _gpt2(tie=True, **over):
+    cfg = transformers.GPT2Config(
+        n_embd=64, n_layer=2, n_head=4, vocab_size=V, n_positions=64, n_inner=160, tie_word_embeddings=tie, **over
+    )
+    return transformers.GPT2LMHeadModel(cfg)
+
+
+def _neox(tie=False, **over):
+    cfg = transformers.GPTNeoXConfig(**{**SMALL, "intermediate_size": 160, **over}, tie_word_embeddings=tie)
+    return transformers.GPTNeoXForCausalLM(cfg)
+
+
+# name -> (factory, kwargs): each row a model transformers builds; the variants cover the features
+ARCH_CASES = {
+    "gpt2": (_gpt2, {}),
+    "gpt2-untied-gelu": (_gpt2, {"tie": False, "activation_function": "gelu"}),
+    "gpt2-relu": (_gpt2, {"activation_function": "relu"}),
+    "gpt2-silu": (_gpt2, {"activation_function": "silu"}),
+    "gpt2-gelu_pytorch_tanh": (_gpt2, {"activation_function": "gelu_pytorch_tanh"}),
+    "llama": (_llama_like("Llama", num_key_value_heads=2), {}),
+    "llama-tied-biases": (
+        _llama_like("Llama", num_key_value_heads=2, attention_bias=True, mlp_bias=True),
+        {"tie": True},
+    ),
+    "mistral-window": (_llama_like("Mistral", num_key_value_heads=2, sliding_window=8, head_dim=16), {}),
+    "qwen2": (_llama_like("Qwen2", num_key_value_heads=2), {}),
+    "qwen2-tied": (_llama_like("Qwen2", num_key_value_heads=2), {"tie": True}),
+    "qwen3": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=16), {"tie": True}),
+    "qwen3-untied-hd24": (_llama_like("Qwen3", num_key_value_heads=2, head_dim=24), {}),
+    "phi3-partial-rotary": (
+        _llama_like(
+            "Phi3",
+            num_key_value_heads=2,
+            pad_token_id=0,
+            eos_token_id=1,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+        ),
+        {},
+    ),
+    "gpt_neox": (_neox, {}),
+    "gpt_neox-sequential-tied": (_neox, {"use_parallel_residual": False, "tie": True}),
+    "starcoder2-window": (
+        _llama_like("Starcoder2", num_key_value_heads=2, sliding_window=8, bos_token_id=0, eos_token_id=0),
+        {"tie": True},
+    ),
+    "gemma": (
+        _llama_like("Gemma", num_key_value_heads=2, head_dim=16, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        {"tie": True},
+    ),
+    "gemma-untied-hd24": (
+        _llama_like("Gemma", num_key_value_heads=1, head_dim=24, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        {},
+    ),
+    "gemma2-softcap-window": (
+        _llama_like(
+            "Gemma2",
+            num_key_value_heads=2,
+            head_dim=16,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            sliding_window=8,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+        ),
+        {"tie": True},
+    ),
+    "gemma3": (
+        _llama_like(
+            "Gemma3Text",
+            "Gemma3ForCausalLM",
+            num_key_value_heads=2,
+            head_dim=16,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+            sliding_window=8,
+            layer_types=["sliding_attention", "full_attention"],
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+            },
+        ),
+        {"tie": True},
+    ),
+    "olmo2": (_llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
+    "olmo2-tied-bias": (
+        _llama_like("Olmo2", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, attention_bias=True),
+        {"tie": True},
+    ),
+}
+
+
+FAMILY_V, FAMILY_T = 256, 20
+FAMILY_X = torch.randint(FAMILY_V, (2, FAMILY_T), generator=torch.Generator().manual_seed(1))
+_family_like = functools.partial(_llama_like, vocab=FAMILY_V)  # the issue-31 rows: vocabulary 256
+
+
+def _opt(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_dim=160)
+    kw.update(max_position_embeddings=64, pad_token_id=1, bos_token_id=2, eos_token_id=2, dropout=0.0)
+    return transformers.OPTForCausalLM(transformers.OPTConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+def _bigcode(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64)
+    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPTBigCodeForCausalLM(transformers.GPTBigCodeConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+GRANITE_MULT = dict(embedding_multiplier=6.0, residual_multiplier=0.3, attention_multiplier=0.05, logits_scaling=4.0)
+
+
+def _gptj(tie=False, **over):
+    kw = dict(vocab_size=FAMILY_V, n_embd=64, n_layer=2, n_head=4, n_inner=160, n_positions=64, rotary_dim=8)
+    kw.update(resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=0, eos_token_id=0)
+    return transformers.GPTJForCausalLM(transformers.GPTJConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+def _falcon(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, ffn_hidden_size=160)
+    kw.update(max_position_embeddings=64, new_decoder_architecture=True, bos_token_id=0, eos_token_id=0)
+    return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
+QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+
+# name -> (factory, kwargs): each a model transformers builds; the variants cover the features
+FAMILY_CASES = {
+    "opt": (_opt, {}),
+    "opt-untied-gelu-nobias": (_opt, {"tie": False, "activation_function": "gelu", "enable_bias": False}),
+    "gpt_bigcode-mqa": (_bigcode, {}),
+    "gpt_bigcode-mqa-untied-gelu": (_bigcode, {"tie": False, "activation_function": "gelu"}),
+    "granite": (_family_like("Granite", num_key_value_heads=2, **GRANITE_MULT), {}),
+    "granite-tied-biases": (
+        _family_like("Granite", attention_bias=True, mlp_bias=True, **GRANITE_MULT),
+        {"tie": True},
+    ),
+    "phi-partial-rotary": (_family_like("Phi", resid_pdrop=0.0, embd_pdrop=0.0), {}),
+    "phi-gqa-tied-quarter-rotary": (
+        _family_like(
+            "Phi",
+            num_key_value_heads=2,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+        ),
+        {"tie": True},
+    ),
+    "gptj-rotary8": (_gptj, {}),
+    "gptj-rotary16-tied-relu": (_gptj, {"tie": True, "rotary_dim": 16, "activation_function": "relu"}),
+    "cohere": (
+        _family_like("Cohere", num_key_value_heads=2, logit_scale=0.5, pad_token_id=0, bos_token_id=1),
+        {"tie": True},
+    ),
+    "cohere-untied-bias": (
+        _family_like("Cohere", logit_scale=2.0, attention_bias=True, pad_token_id=0, bos_token_id=1),
+        {},
+    ),
+    "falcon-gqa": (_falcon, {"num_kv_heads": 2}),
+    "falcon-mha-untied-bias-relu": (_falcon, {"tie": False, "num_kv_heads": 4, "bias": True, "activation": "relu"}),
+    "mixtral-top2": (
+        _family_like(
+            "Mixtral", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48
+        ),
+        {},
+    ),
+    "mixtral-tied-top1-window": (
+        _family_like("Mixtral", num_key_value_heads=4, num_local_experts=3, num_experts_per_tok=1, sliding_window=8),
+        {"tie": True},
+    ),
+    "qwen2_moe-shared": (_family_like("Qwen2Moe", num_key_value_heads=2, **QWEN2_MOE), {}),
+    "qwen2_moe-shared-normtopk-tied": (
+        _family_like("Qwen2Moe", num_key_value_heads=4, norm_topk_prob=True, **QWEN2_MOE),
+        {"tie": True},
+    ),
+    "qwen3_moe": (_family_like("Qwen3Moe", num_key_value_heads=2, head_dim=16, **MOE), {}),
+    "qwen3_moe-normtopk-tied": (_family_like("Qwen3Moe", norm_topk_prob=True, head_dim=24, **MOE), {"tie": True}),
+    "olmoe": (_family_like("Olmoe", num_key_value_heads=2, pad_token_id=0, eos_token_id=1, **MOE), {}),
+    "olmoe-tied-clip-bias-normtopk": (
+        _family_like(
+            "Olmoe", clip_qkv=0.05, attention_bias=True, norm_topk_prob=True, pad_token_id=0, eos_token_id=1, **MOE
+        ),
+        {"tie": True},
+    ),
+    "smollm3-tied": (
+        _family_like("SmolLM3", num_key_value_heads=2, no_rope_layer_interval=2, pad_token_id=0, bos_token_id=1),
+        {"tie": True},
+    ),
+    "smollm3-untied-biases": (
+        _family_like(
+            "SmolLM3", no_rope_layers=[0, 1], attention_bias=True, mlp_bias=True, pad_token_id=0, bos_token_id=1
+        ),
+        {},
+    ),
+    "olmo": (_family_like("Olmo", num_key_value_heads=2, pad_token_id=0, eos_token_id=1), {}),
+    "olmo-clip-bias": (
+        _family_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
+        {},
+    ),
+}
+
+
+def _bloom(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
+    return transformers.BloomForCausalLM(transformers.BloomConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+CASES = {**ARCH_CASES, **FAMILY_CASES}
+assert len(CASES) == len(ARCH_CASES) + len(FAMILY_CASES), "a name in both tables"
+
+
+def hf_logits(model, x=None):
+    """transformers' logits on ``x`` (default the table's fixed batch for this model, ``inputs_for``)."""
+    with torch.no_grad():
+        return model(inputs_for(model) if x is None else x).logits.float()
+
+
+def rel(a, b):
+    return float((a - b).abs().max() / b.std())
+
+
+def inputs_for(model) -> torch.Tensor:
+    """The fixed token batch for a model of this table: ``X`` or ``FAMILY_X`` by its vocabulary."""
+    return FAMILY_X if model.config.vocab_size == FAMILY_V else X
+
+
+def make_source(name, path):
+    """Row ``name`` built (seed 0), its norm gains and biases perturbed, saved to ``path``."""
+    make, kw = CASES[name]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval()
+    model.save_pretrained(path)
+    return model
