@@ -15,14 +15,13 @@ from growtool.training.loop import train
 from growtool.training.run_folder import STATE, read_metrics
 from growtool.training.schedule import lr_at
 
-from helpers import STAGES_KW as KW
 from helpers import FIXTURES, cli, make_config, stages_world, strip
+from helpers import STAGES_KW as KW
 
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     return stages_world(tmp_path_factory.mktemp("stages"))
-
 
 
 def _cfg(family):
