@@ -10,11 +10,14 @@ import json
 import pytest
 import torch
 
-from growtool.grow import growth, recipes
+from growtool.grow import recipes
+from growtool.grow.engine import grow_tensor
+from growtool.grow.plan import build_plan
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
-from growtool.training.loop import STATE, train
+from growtool.training.loop import train
+from growtool.training.run_folder import STATE
 from growtool.training.settings import Settings
 
 from helpers import cli, listing, make_text, tiny_cfg
@@ -38,8 +41,8 @@ def world(tmp_path_factory):
     (d / "v.txt").write_text(make_text(100, seed=2))
     cfg = tiny_cfg(context=16)
     ck = checkpoint.load(checkpoint.save_tensors(str(d / "a.safetensors"), cfg, [], init_model(cfg).tensors()))
-    plan = growth.build_plan(cfg, recipes.load("srio"), 48)
-    tensors = {n: growth.grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
+    plan = build_plan(cfg, recipes.load("srio"), 48)
+    tensors = {n: grow_tensor(n, plan, ck.get) for n, _, _ in plan.outputs()}
     grown = checkpoint.save_tensors(str(d / "g.safetensors"), plan.cfg, [], tensors)
     return {"dir": d, "text": d / "t.txt", "val": d / "v.txt", "grown": grown}
 

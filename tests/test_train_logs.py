@@ -108,10 +108,11 @@ def test_train_logs_to_a_file_while_running_and_ctrl_c_says_how_to_resume(tmp_pa
 
 
 def test_plan_table_at_80_columns_shortens_tensor_names_from_the_left():
-    from growtool.grow import growth, recipes
+    from growtool.grow import recipes
+    from growtool.grow.plan import build_plan
     from growtool.views import plan_tables
 
-    plan = growth.build_plan(make_config(width=32, layers=2, attn_gate=True), recipes.load("srio"), 48)
+    plan = build_plan(make_config(width=32, layers=2, attn_gate=True), recipes.load("srio"), 48)
     buf = io.StringIO()
     console = Console(file=buf, width=80, color_system=None)
     for table in plan_tables(plan, 80):
@@ -139,10 +140,10 @@ def test_the_resume_line_quotes_the_command_and_adds_resume_once(monkeypatch):
 
 
 def test_a_line_at_least_every_thirty_seconds(monkeypatch):
-    from growtool.training import progress
+    import time
 
     clock = iter(range(0, 10_000, 31))  # each update 31 s after the one before: a line for every one
-    monkeypatch.setattr(progress.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(time, "monotonic", lambda: next(clock))
     buf = io.StringIO()
     p = Progress(True, 10_000, 0, terminal=False, stream=buf)
     for s in range(1, 6):
