@@ -17,6 +17,7 @@ Steps (each a small class below, with ``apply`` and ``describe``):
   Rotate          the SRIO rotation along the residual axis
   PadRotate       ExpandResidual by zeros + Rotate in one pass that skips the zeros (same bytes)
   BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
+  CancelPairs     recipe ``pair_noise``: +/- delta (relative to the unit) on split copies' writers
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
 """
 
@@ -43,6 +44,7 @@ from growtool.grow.plan import (  # noqa: F401
 )
 from growtool.grow.steps import (  # noqa: F401
     BreakSymmetry,
+    CancelPairs,
     Ctx,
     ExpandResidual,
     ExpandUnits,

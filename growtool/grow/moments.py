@@ -78,7 +78,9 @@ def _step_moment(step, t: torch.Tensor, c: growth.Ctx, p: int) -> torch.Tensor:
         return t
     if isinstance(step, (growth.Keep, growth.ZeroNewUnits, growth.PadZero, growth.ZeroOldWrites)):
         return step.apply(t, c)  # keeps or zeroes entries: the same on the moments
-    if isinstance(step, growth.BreakSymmetry):  # noise on the weights, not their gradients' history
+    if isinstance(
+        step, (growth.BreakSymmetry, growth.CancelPairs)
+    ):  # noise on the weights, not their gradients' history
         return t
     if isinstance(step, growth.Scale):
         return t / step.factor**p
@@ -128,7 +130,14 @@ def _split(plan, layer: int, kind: str, e: ops.Expansion):
     q = plan.split[layer].get("q")
     if q is None:
         return plan.split[layer].get(kind)
-    return ops.split_factors(e) if kind == "kv" else q if kind in ("q", "qkv", "qgate") else plan.split[layer].get(kind)
+    alpha = plan.recipe.get("split_alpha", 0.5)
+    return (
+        ops.split_factors(e, alpha)
+        if kind == "kv"
+        else q
+        if kind in ("q", "qkv", "qgate")
+        else plan.split[layer].get(kind)
+    )
 
 
 def grow_moment(name: str, plan: growth.Plan, get, moment: torch.Tensor, second: bool) -> torch.Tensor:

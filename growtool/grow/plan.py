@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from growtool.grow import engine, ops
+from growtool.grow import engine, ops, recipes
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -468,7 +468,7 @@ def build_plan(
                 "ALiBi gives every head its own slope, so a copied head attends otherwise than its source "
                 "and the split of their outputs no longer adds up"
             )
-    k = recipe["convex_k"]
+    k, alpha = recipe["convex_k"], recipe.get("split_alpha", 0.5)
     units, split = [], []
     r = src.heads // src.kv_heads
     for i in range(src.layers):
@@ -483,7 +483,7 @@ def build_plan(
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         split.append(
             {
-                kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
+                kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None
                 for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
                 if e is not None
             }
@@ -544,7 +544,7 @@ def lineage_entry(plan: Plan, source_sha256: str) -> dict:
         "heads": [plan.src.heads, plan.cfg.heads],
         "ffn": [plan.src.ffn, plan.cfg.ffn],
         "recipe": plan.recipe["name"],
-        "recipe_full": plan.recipe,
+        "recipe_full": recipes.stored(plan.recipe),
         "eps": plan.eps,
         "residual_map": plan.residual_map,
         "seed": plan.seed,
