@@ -134,3 +134,32 @@ def test_grow_at_run_records_from_its_growth(world):
     first = recs[9]["growth"]
     assert first["since_step"] == 8 and first["recipe"] == "copy"
     assert 0.9 < first["ffn_cos_mean"] <= 1.0 + 1e-6  # one update away from exact copies
+
+
+def test_cosine_distribution_and_update_rms_under_adam(world):
+    """Issue 40: the median / 90th percentile of the copied-unit cosines, and per step the RMS of the
+    update on new units against old ones. Copies start at cosine 1 (median and 90th percentile alike);
+    at gate 0 a gated unit's update is only AdamW's weight decay (a zero gradient, zero moments);
+    once the gate is open Adam moves new and old units by comparable amounts."""
+    ck = checkpoint.load(grow(world, "copy", "copy.safetensors"))
+    rec = diagnostics.checkpoint_record(ck)
+    for k in ("cos_median", "cos_p90", "ffn_cos_median", "ffn_cos_p90", "head_cos_median", "head_cos_p90"):
+        assert rec[k] == pytest.approx(1.0, abs=1e-5), k
+    noisy = diagnostics.checkpoint_record(checkpoint.load(grow(world, "copy", "copy-n.safetensors", noise=0.5)))
+    assert noisy["ffn_cos_median"] <= noisy["ffn_cos_p90"] < 0.999
+    assert not any(k.startswith("_") for b in noisy["blocks"] for k in b)  # the per-unit tensors stay out
+
+    grown = grow(world, "srio", "srio-u.safetensors")
+    out = world["dir"] / "run-update"
+    train(grown, [world["text"]], out, steps=16, gate_warmup_tokens=4 * 8 * 32, **KW)
+    diag = {r["step"]: r["growth"] for r in read_metrics(out / "metrics.jsonl") if "growth" in r}
+    first = diag[1]["blocks"][0]
+    assert first["ffn_update_rms_new"] < 0.01 * first["ffn_update_rms_old"]  # gate 0: weight decay only
+    last = diag[16]["blocks"][0]
+    assert last["gate"] == 1.0
+    for g in ("ffn", "head"):
+        assert last[f"{g}_update_rms_old"] > 0 and 0.1 < last[f"{g}_update_ratio"] < 10, (g, last)
+        assert last[f"{g}_update_ratio"] == pytest.approx(last[f"{g}_update_rms_new"] / last[f"{g}_update_rms_old"])
+    assert diag[16]["ffn_update_ratio"] is not None and diag[16]["cos_median"] is not None
+    r = cli("inspect", grown, "--metrics")
+    assert r.exit_code == 0 and "90th percentile" in r.stderr
