@@ -55,7 +55,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, runfiles, stages, stream
+from growtool.training import corpus, data, dcp_safe, diagnostics, fsdp, newparams, runfiles, stages, stream
 from growtool.training.optim import make_optimizer
 from growtool.training.run_folder import FINAL, MODEL, STATE, plot, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import gate_at, lr_at, run_gate, run_gate_for
@@ -371,7 +371,9 @@ def one_step(run: Run, module, params, step: int) -> dict:
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
+    kept = newparams.before_step(run, step)  # the new parameters' own step size (newparams.py)
     run.opt.step()
+    newparams.after_step(kept)
     run.opt.zero_grad(set_to_none=True)
     if run.world > 1:
         dist.all_reduce(loss)

@@ -159,6 +159,20 @@ class Settings:
         "measured better, bench/README.md) or continue (one warm-up and one schedule over the whole run)",
         choices=("continue", "rewarm"),
     )
+    new_lr_mult: float = setting(
+        1.0,
+        "step multiplier for the latest width growth's new parameters (new units' slices and new residual "
+        "dims: growtool/training/newparams.py), with --grow-at or on a grown checkpoint not trained since",
+        low=0.0,
+        low_open=True,
+        high=100.0,
+    )
+    new_rewarm_steps: int = setting(
+        0,
+        "re-warm the new parameters only: their step ramps 0 -> --new-lr-mult over this many updates after "
+        "the growth, and a --grow-at growth gives them fresh AdamW moments (0: off)",
+        low=0,
+    )
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )
@@ -223,6 +237,8 @@ ABSENT = {
     "data_dtype": "auto",
     "val_sha256": [],
     "data_start": 0,
+    "new_lr_mult": 1.0,
+    "new_rewarm_steps": 0,
 }
 
 
