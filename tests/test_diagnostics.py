@@ -163,3 +163,24 @@ def test_cosine_distribution_and_update_rms_under_adam(world):
     assert diag[16]["ffn_update_ratio"] is not None and diag[16]["cos_median"] is not None
     r = cli("inspect", grown, "--metrics")
     assert r.exit_code == 0 and "90th percentile" in r.stderr
+
+
+def test_new_units_share_of_each_blocks_output(world):
+    """0 while the gate is 0 (gated new units write nothing), above 0 once it opens; an ungated copy
+    writes from the first step. The share is of the writer's output on the batch being trained on."""
+    import torch
+
+    assert diagnostics.new_share(torch.ones(3, 4), torch.ones(2, 4), 2) == pytest.approx(0.5)
+    assert diagnostics.new_share(torch.tensor([[1.0, 1.0, 0.0]]), torch.ones(2, 3), 2) == 0.0
+    grown = grow(world, "srio", "srio-share.safetensors")
+    out = world["dir"] / "run-share"
+    train(grown, [world["text"]], out, steps=12, gate_warmup_tokens=4 * 8 * 32, **KW)
+    diag = {r["step"]: r["growth"] for r in read_metrics(out / "metrics.jsonl") if "growth" in r}
+    assert diag[1]["ffn_new_share"] == 0.0 and diag[1]["head_new_share"] == 0.0  # update 1 ran at gate 0
+    assert 0.0 < diag[12]["ffn_new_share"] < 1.0 and 0.0 < diag[12]["head_new_share"] < 1.0
+    assert all(b["ffn_new_share"] is not None for b in diag[12]["blocks"])
+    copy = grow(world, "copy", "copy-share.safetensors")
+    train(copy, [world["text"]], world["dir"] / "run-share-copy", steps=4, **KW)
+    recs = read_metrics(world["dir"] / "run-share-copy" / "metrics.jsonl")
+    first = [r["growth"] for r in recs if "growth" in r and r["step"] == 1][0]
+    assert 0.1 < first["ffn_new_share"] < 0.9

@@ -39,6 +39,7 @@ import torch
 
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, tensor_specs, unit_count
+from growtool.nn.model import Linear
 
 
 def latest_growth(lineage: list) -> dict | None:
@@ -239,6 +240,33 @@ def summarize(blocks: list[dict], entry: dict, since: int | None) -> dict:
     return {**out, **means, **dist, "blocks": blocks}
 
 
+def writer_modules(model, cfg) -> list[dict]:
+    """Per block: {"ffn" / "head": (module, tensor name, unit kind)} of its writers that are plain Linear
+    layers (an FFN's down projection, attention's output), whose inputs are the units' outputs."""
+    out = []
+    for i in range(cfg.layers):
+        found = {}
+        for name, spec in _block_tensors(cfg, i):
+            if spec.role != "writer" or len(spec.units) != 1:
+                continue
+            group = "ffn" if spec.units[0] == "ffn" else "head" if spec.units[0] in ("q", "qkv") else None
+            mod = model.get_submodule(name.rsplit(".", 1)[0]) if group else None
+            if isinstance(mod, (torch.nn.Linear, Linear)) and mod.weight.dim() == 2:
+                found[group] = (mod, name, spec.units[0])
+        out.append(found)
+    return out
+
+
+def new_share(x: torch.Tensor, w: torch.Tensor, n_old: int) -> float | None:
+    """The share of a writer's output that comes from its new units, on input ``x`` [..., units]
+    (the units' outputs, gated ones times their gate): |y_new| / (|y_old| + |y_new|), y_old = x_old W_old^T,
+    y_new = x_new W_new^T, norms over every token (1/2 for exact split copies; 0 at gate 0)."""
+    x, w = x.detach().float().reshape(-1, x.shape[-1]), w.detach().float()
+    a = (x[:, :n_old] @ w[:, :n_old].T).norm()
+    b = (x[:, n_old:] @ w[:, n_old:].T).norm()
+    return float(b / (a + b)) if float(a + b) > 0 else None
+
+
 class Tracker:
     """The diagnostics of one run's latest growth (``for_run``): when they are due and their record."""
 
@@ -276,6 +304,38 @@ class Tracker:
         }
         return [{**r, "gate": g} for r, g in zip(ratios, self.gates(model))]
 
+    def capture(self, model) -> None:
+        """Keep the writers' inputs of the next forward pass (for ``record``'s new-unit output shares)."""
+        self.inputs, self.hooks = {}, []
+        for i, found in enumerate(writer_modules(model, self.cfg)):
+            for group, (mod, _, _) in found.items():
+
+                def keep(_m, args, key=(i, group)):
+                    self.inputs.setdefault(key, args[0].detach())
+
+                self.hooks.append(mod.register_forward_pre_hook(keep))
+
+    def shares(self, model) -> list[dict]:
+        """Per block: ``ffn_new_share`` / ``head_new_share`` from the captured inputs (None without)."""
+        for h in getattr(self, "hooks", []):
+            h.remove()
+        self.hooks, inputs = [], getattr(self, "inputs", {})
+        out = []
+        for i, found in enumerate(writer_modules(model, self.cfg)):
+            rec = {}
+            for group in ("ffn", "head"):
+                x = inputs.get((i, group))
+                if group not in found or x is None or self.umap[i][group][1] is None:
+                    rec[f"{group}_new_share"] = None
+                    continue
+                mod, _, kind = found[group]
+                n_old = self.umap[i][group][0] * unit_count(self.cfg, kind)[1]
+                w = mod.weight.T if getattr(mod, "in_out", False) else mod.weight  # GPT-2's Conv1D: [in, out]
+                rec[f"{group}_new_share"] = new_share(x, w, n_old)
+            out.append(rec)
+        self.inputs = {}
+        return out
+
     def record(self, model, grads: list[dict] | None, since: int | None) -> dict:
         """Cosines of the weights now; with ``grads`` (from before the update) its ratios, gates and
         update RMS (new / old units), else the gates now."""
@@ -288,6 +348,9 @@ class Tracker:
             for b, extra in zip(blocks, update_rms(self.cfg, self.umap, before, dict(model.named_parameters()))):
                 b.update(extra)
             self.before = None
+        if getattr(self, "inputs", None):
+            for b, extra in zip(blocks, self.shares(model)):
+                b.update(extra)
         return summarize(blocks, self.entry, since)
 
 
@@ -308,6 +371,14 @@ def for_run(run) -> Tracker | None:
 def since(run, step: int) -> int:
     """The step of the run's latest growth at or before ``step`` (0: none; as stages.last_growth)."""
     return max((g["step"] for g in run.growths if g["step"] <= step), default=0)
+
+
+def before_forward(run, step: int) -> None:
+    """Before the forward pass of update ``step`` (0-based): when the diagnostics are due after it, keep
+    the writers' inputs of that pass (the new units' share of each block's output)."""
+    t = for_run(run) if run.lead else None
+    if t is not None and t.due(step + 1, run.s, since(run, step)):
+        t.capture(run.model)
 
 
 def before_update(run, step: int) -> list[dict] | None:

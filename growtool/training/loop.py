@@ -368,6 +368,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
     x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)
+    diagnostics.before_forward(run, step)  # the new units' output share, when the diagnostics are due
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
