@@ -4,6 +4,14 @@ A trained Llama and a trained GPT-2 (d64), grown to d128 with ``expand``'s defau
 gate 0) and trained 1,000 steps with ``train``'s defaults (tiny batch and sequence), end with a
 median copied-unit cosine <= 0.9 (new units are not clones of their sources) and the new units'
 update RMS within 2x of the old units' once the gate ramp is over (Adam moves them as much).
+
+Under the srio recipe both hold without any treatment (its new FFN neurons are tiled into the new
+residual dims, cosine 0 with their sources by construction; Adam normalises each entry's step), so
+they cannot tell today's defaults from the new ones. What the new default (``--new-lr-mult 2``,
+chosen on bench/capacity.py's pilot) changes is pinned too: the new units' update RMS is above the old
+units' (Llama / GPT-2 here: FFN 1.20 / 1.19, heads 1.23 / 1.33; with --new-lr-mult 1: 0.94 / 1.00,
+1.00 / 1.01), and the new units write a real share of each block's output (FFN 0.15 / 0.40, heads
+0.32 / 0.32; with --new-lr-mult 1 the Llama's new FFN neurons write 0.055).
 """
 
 import pytest
@@ -54,3 +62,15 @@ def test_grown_width_trains_as_new_units_with_the_defaults(tmp_path, family):
     for g in ("ffn", "head"):
         ratio = last[f"{g}_update_ratio"]
         assert ratio is not None and 0.5 <= ratio <= 2.0, (g, last)
+        assert ratio > 1.1, (g, last)  # the default treatment: the new parameters take larger steps
+        assert last[f"{g}_new_share"] >= 0.1, (g, last)  # the new units write a real share of the output
+
+
+def test_the_defaults_that_make_it_so():
+    from growtool.grow import recipes
+    from growtool.training.settings import Settings
+
+    s = Settings()
+    assert (s.new_lr_mult, s.new_rewarm_steps, s.grow_recipe) == (2.0, 0, "srio")
+    r = recipes.load("srio")
+    assert (r["noise"], r["pair_noise"], r["split_alpha"]) == (0.0, 0.0, 0.5)  # growth writes what it did

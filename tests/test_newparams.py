@@ -63,11 +63,11 @@ def _delta(world, name, out, **kw):
 
 
 def test_lr_multiplier_scales_the_new_entries_step_only(world):
-    """The plain path (a grown checkpoint trained with defaults + --new-lr-mult 0.5): the first update
-    of every new entry is half the untreated one; old entries move exactly as without it."""
+    """The plain path (a grown checkpoint trained with --new-lr-mult 0.5): the first update of every new
+    entry is half the untreated one (--new-lr-mult 1); old entries move exactly as without it."""
     name = "model.layers.0.mlp.down_proj.weight"
     g = 1.0  # past the gate ramp: new units get a gradient on the first update
-    plain = _delta(world, name, "plain", gate_warmup_tokens=1)
+    plain = _delta(world, name, "plain", gate_warmup_tokens=1, new_lr_mult=1.0)
     half = _delta(world, name, "half", gate_warmup_tokens=1, new_lr_mult=0.5)
     m = newparams.masks(world["plan"].cfg, checkpoint.load(world["grown"]).lineage)[name]
     assert torch.equal(half[~m], plain[~m])
@@ -81,8 +81,8 @@ def test_rewarm_ramps_the_new_entries_and_fresh_moments_at_a_grow_at_growth(worl
     assert newparams.factor({}, 3) == 1.0
     out = world["dir"] / "grow-at"
     kw = dict(KW, steps=8, grow_at=("0.5:48",), gate_warmup_tokens=1)
-    train(world["base"], [world["text"]], out, new_rewarm_steps=4, **kw)
-    train(world["base"], [world["text"]], world["dir"] / "grow-at-plain", **kw)
+    train(world["base"], [world["text"]], out, new_rewarm_steps=4, new_lr_mult=1.0, **kw)
+    train(world["base"], [world["text"]], world["dir"] / "grow-at-plain", new_lr_mult=1.0, **kw)
     a = read_metrics(out / "metrics.jsonl")
     b = read_metrics(world["dir"] / "grow-at-plain" / "metrics.jsonl")
     la, lb = ([r["loss"] for r in x if "loss" in r] for x in (a, b))

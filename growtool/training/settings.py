@@ -160,9 +160,10 @@ class Settings:
         choices=("continue", "rewarm"),
     )
     new_lr_mult: float = setting(
-        1.0,
+        2.0,
         "step multiplier for the latest width growth's new parameters (new units' slices and new residual "
-        "dims: growtool/training/newparams.py), with --grow-at or on a grown checkpoint not trained since",
+        "dims: growtool/training/newparams.py), with --grow-at or on a grown checkpoint not trained since; "
+        "measured better than 1 (bench/README.md, issue 40); 1 = the papers' one LR for all",
         low=0.0,
         low_open=True,
         high=100.0,
