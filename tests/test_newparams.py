@@ -122,3 +122,12 @@ def test_fresh_moments_zero_the_new_entries_only(world):
     after = opt.state[p]["exp_avg"].clone()
     newparams.fresh_moments(run)
     assert torch.equal(opt.state[p]["exp_avg"], after) and not torch.equal(before, after)
+
+
+def test_masks_of_an_ungated_copy_growth(world):
+    """copy (ungated): new units are not behind a gate, the masks are the same slices."""
+    ck = checkpoint.load(world["base"])
+    plan = growth.build_plan(ck.config, recipes.load("copy"), 48, seed=3)
+    ms = newparams.masks(plan.cfg, [growth.lineage_entry(plan, ck.sha256())])
+    m = ms["model.layers.0.mlp.down_proj.weight"]  # [width, ffn]
+    assert m[:, plan.src.ffn :].all() and m[32:].all() and not m[:32, : plan.src.ffn].any()

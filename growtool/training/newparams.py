@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import torch
 
+from growtool.nn.errors import GrowError
 from growtool.nn.families import tensor_specs, unit_count
 from growtool.training import diagnostics
 
@@ -44,7 +45,12 @@ def masks(cfg, lineage: list) -> dict[str, torch.Tensor] | None:
     if (cfg.width, cfg.heads, cfg.ffn) != (entry["width_to"], h1, f1):
         return None
     r = cfg.heads // cfg.kv_heads
-    src = cfg.replace(width=entry["width_from"], heads=h0, kv_heads=max(1, h0 // r), ffn=f0)
+    try:
+        src = cfg.replace(
+            width=entry["width_from"], heads=h0, kv_heads=max(1, h0 // r), ffn=f0, base_heads=h0, base_ffn=f0
+        )
+    except (GrowError, KeyError, TypeError, ValueError):  # not a width growth of this model: nothing is new
+        return None
     out = {}
     for name, spec in tensor_specs(cfg).items():
         shape = expected_shape(cfg, name)
