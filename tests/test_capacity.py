@@ -7,11 +7,12 @@ update RMS within 2x of the old units' once the gate ramp is over (Adam moves th
 
 Under the srio recipe both hold without any treatment (its new FFN neurons are tiled into the new
 residual dims, cosine 0 with their sources by construction; Adam normalises each entry's step), so
-they cannot tell today's defaults from the new ones. What the new default (``--new-lr-mult 2``,
-chosen on bench/capacity.py's pilot) changes is pinned too: the new units' update RMS is above the old
-units' (Llama / GPT-2 here: FFN 1.20 / 1.19, heads 1.23 / 1.33; with --new-lr-mult 1: 0.94 / 1.00,
-1.00 / 1.01), and the new units write a real share of each block's output (FFN 0.15 / 0.40, heads
-0.32 / 0.32; with --new-lr-mult 1 the Llama's new FFN neurons write 0.055).
+they cannot tell today's defaults from the new ones. What the new default changes (``--new-lr-mult
+2``, its step re-warmed over the gate ramp, chosen on bench/capacity.py's pilot) is pinned too: the new
+units' update RMS is above the old units' (Llama / GPT-2, measured with --new-lr-mult 2: FFN 1.20 /
+1.19, heads 1.23 / 1.33; with --new-lr-mult 1: 0.94 / 1.00, 1.00 / 1.01), and the new units write a
+real share of each block's output (FFN 0.15 / 0.40, heads 0.32 / 0.32; with --new-lr-mult 1 the
+Llama's new FFN neurons write 0.055).
 """
 
 import pytest
@@ -71,6 +72,7 @@ def test_the_defaults_that_make_it_so():
     from growtool.training.settings import Settings
 
     s = Settings()
-    assert (s.new_lr_mult, s.new_rewarm_steps, s.grow_recipe) == (2.0, 0, "srio")
+    assert (s.new_lr_mult, s.new_rewarm_steps, s.grow_recipe) == (2.0, None, "srio")  # re-warm: the gate ramp
+    assert Settings(steps=240).resolve(10_000, 64, True, "byte", {})["new_rewarm_steps"] == 24  # 10% of the run
     r = recipes.load("srio")
     assert (r["noise"], r["pair_noise"], r["split_alpha"]) == (0.0, 0.0, 0.5)  # growth writes what it did

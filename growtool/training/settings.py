@@ -168,10 +168,11 @@ class Settings:
         low_open=True,
         high=100.0,
     )
-    new_rewarm_steps: int = setting(
-        0,
+    new_rewarm_steps: int | None = setting(
+        None,
         "re-warm the new parameters only: their step ramps 0 -> --new-lr-mult over this many updates after "
-        "the growth, and a --grow-at growth gives them fresh AdamW moments (0: off)",
+        "the growth, and a --grow-at growth gives them fresh AdamW moments (0: off; default: the gate "
+        "ramp's updates, 10% of the run)",
         low=0,
     )
     stop_at: int | None = setting(
@@ -214,6 +215,11 @@ class Settings:
             "metrics_every": int(self.metrics_every or max(1, round(steps / 10))),
             "save_every": int(self.save_every or max(1, round(steps / 10))),
             "grow_at": resolve_grow_at(self.grow_at, steps),
+            "new_rewarm_steps": (
+                self.new_rewarm_steps
+                if self.new_rewarm_steps is not None
+                else math.ceil((gate or default_gate_tokens(steps, per_step)) / per_step)
+            ),
         }
         saved = [f.name for f in fields(self) if f.metadata["saved"]]
         return {**{k: auto.get(k, getattr(self, k)) for k in saved}, **identity}
