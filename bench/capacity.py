@@ -45,6 +45,11 @@ VARIANTS = {
     "srio_mult2": ("srio", {}, {"new_lr_mult": 2.0}),
     "srio_mult4_rw": ("srio", {}, {"new_lr_mult": 4.0, "new_rewarm_steps": 20}),
     "srio_rw": ("srio", {}, {"new_rewarm_steps": 20}),
+    "srio_open_newopt": (
+        "srio",
+        {"ffn": {"new_units": "convex"}, "noise": 0.1},
+        {"new_lr_mult": 2.0, "new_rewarm_steps": 20},
+    ),
 }
 
 FULL = dict(
