@@ -102,7 +102,7 @@ def run_one(P, spec: dict, cache: Path) -> dict:
     key = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
     hit = cache / f"{key}.json"
     if hit.exists():
-        return json.loads(hit.read_text())
+        return {k: v for k, v in json.loads(hit.read_text()).items() if k != "spec"}
     import torch
 
     torch.set_num_threads(1)
@@ -132,7 +132,7 @@ def run_one(P, spec: dict, cache: Path) -> dict:
         **{k: last.get(k) for k in keep},
     }
     cache.mkdir(parents=True, exist_ok=True)
-    hit.write_text(json.dumps(out))
+    hit.write_text(json.dumps({**out, "spec": spec}))
     return out
 
 
@@ -165,7 +165,7 @@ def main():
     for spec in plan(P):
         r = run_one(P, spec, cache_root)
         name = "scratch" if spec["kind"] == "scratch" else spec["variant"]
-        rows.append({"run": name, "lr": spec["lr"], **r})
+        rows.append({"run": name, "seed": P["seed"], "lr": spec["lr"], **r})
         print(json.dumps(rows[-1]), flush=True)
     best = min((r for r in rows if r["run"] == "scratch"), key=lambda r: r["val"])
     for r in rows:
