@@ -9,10 +9,10 @@ Under the srio recipe both hold without any treatment (its new FFN neurons are t
 residual dims, cosine 0 with their sources by construction; Adam normalises each entry's step), so
 they cannot tell today's defaults from the new ones. What the new default changes (``--new-lr-mult
 2``, its step re-warmed over the gate ramp, chosen on bench/capacity.py's pilot) is pinned too: the new
-units' update RMS is above the old units' (Llama / GPT-2, measured with --new-lr-mult 2: FFN 1.20 /
-1.19, heads 1.23 / 1.33; with --new-lr-mult 1: 0.94 / 1.00, 1.00 / 1.01), and the new units write a
-real share of each block's output (FFN 0.15 / 0.40, heads 0.32 / 0.32; with --new-lr-mult 1 the
-Llama's new FFN neurons write 0.055).
+units' update RMS is above the old units' (Llama / GPT-2 with the defaults: FFN 1.23 / 1.25, heads
+1.23 / 1.24; with --new-lr-mult 1: 0.94 / 1.00, 1.00 / 1.01), and the new units write a real share of
+each block's output (FFN 0.125 / 0.37, heads 0.33 / 0.30; with --new-lr-mult 1 the Llama's new FFN
+neurons write 0.055). bench/results/capacity/logs/probe-*.log.
 """
 
 import pytest
