@@ -177,4 +177,11 @@ def growth_table(rec: dict) -> Table:
         t.add_column(c)
     for i, b in enumerate(rec["blocks"]):
         t.add_row(str(i), *("-" if b[k] is None else f"{b[k]:.4f}" for k in keys))
+    parts = [
+        f"{label} median {rec[g + 'median']:.4f}, 90th percentile {rec[g + 'p90']:.4f}"
+        for label, g in (("all copies", "cos_"), ("FFN", "ffn_cos_"), ("heads", "head_cos_"))
+        if rec.get(g + "median") is not None
+    ]
+    if parts:
+        t.caption, t.caption_justify = "cosine with the source: " + "; ".join(parts), "left"
     return t

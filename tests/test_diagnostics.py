@@ -137,3 +137,53 @@ def test_grow_at_run_records_from_its_growth(world):
     first = recs[9]["growth"]
     assert first["since_step"] == 8 and first["recipe"] == "copy"
     assert 0.9 < first["ffn_cos_mean"] <= 1.0 + 1e-6  # one update away from exact copies
+
+
+def test_cosine_distribution_and_update_rms_under_adam(world):
+    """Issue 40: the median / 90th percentile of the copied-unit cosines, and per step the RMS of the
+    update on new units against old ones. Copies start at cosine 1 (median and 90th percentile alike);
+    at gate 0 a gated unit's update is only AdamW's weight decay (a zero gradient, zero moments);
+    once the gate is open Adam moves new and old units by comparable amounts."""
+    ck = checkpoint.load(grow(world, "copy", "copy.safetensors"))
+    rec = diagnostics.checkpoint_record(ck)
+    for k in ("cos_median", "cos_p90", "ffn_cos_median", "ffn_cos_p90", "head_cos_median", "head_cos_p90"):
+        assert rec[k] == pytest.approx(1.0, abs=1e-5), k
+    noisy = diagnostics.checkpoint_record(checkpoint.load(grow(world, "copy", "copy-n.safetensors", noise=0.5)))
+    assert noisy["ffn_cos_median"] <= noisy["ffn_cos_p90"] < 0.999
+    assert not any(k.startswith("_") for b in noisy["blocks"] for k in b)  # the per-unit tensors stay out
+
+    grown = grow(world, "srio", "srio-u.safetensors")
+    out = world["dir"] / "run-update"
+    train(grown, [world["text"]], out, steps=16, gate_warmup_tokens=4 * 8 * 32, **KW)
+    diag = {r["step"]: r["growth"] for r in read_metrics(out / "metrics.jsonl") if "growth" in r}
+    first = diag[1]["blocks"][0]
+    assert first["ffn_update_rms_new"] < 0.01 * first["ffn_update_rms_old"]  # gate 0: weight decay only
+    last = diag[16]["blocks"][0]
+    assert last["gate"] == 1.0
+    for g in ("ffn", "head"):
+        assert last[f"{g}_update_rms_old"] > 0 and 0.1 < last[f"{g}_update_ratio"] < 10, (g, last)
+        assert last[f"{g}_update_ratio"] == pytest.approx(last[f"{g}_update_rms_new"] / last[f"{g}_update_rms_old"])
+    assert diag[16]["ffn_update_ratio"] is not None and diag[16]["cos_median"] is not None
+    r = cli("inspect", grown, "--metrics")
+    assert r.exit_code == 0 and "90th percentile" in r.stderr
+
+
+def test_new_units_share_of_each_blocks_output(world):
+    """0 while the gate is 0 (gated new units write nothing), above 0 once it opens; an ungated copy
+    writes from the first step. The share is of the writer's output on the batch being trained on."""
+    import torch
+
+    assert diagnostics.new_share(torch.ones(3, 4), torch.ones(2, 4), 2) == pytest.approx(0.5)
+    assert diagnostics.new_share(torch.tensor([[1.0, 1.0, 0.0]]), torch.ones(2, 3), 2) == 0.0
+    grown = grow(world, "srio", "srio-share.safetensors")
+    out = world["dir"] / "run-share"
+    train(grown, [world["text"]], out, steps=12, gate_warmup_tokens=4 * 8 * 32, **KW)
+    diag = {r["step"]: r["growth"] for r in read_metrics(out / "metrics.jsonl") if "growth" in r}
+    assert diag[1]["ffn_new_share"] == 0.0 and diag[1]["head_new_share"] == 0.0  # update 1 ran at gate 0
+    assert 0.0 < diag[12]["ffn_new_share"] < 1.0 and 0.0 < diag[12]["head_new_share"] < 1.0
+    assert all(b["ffn_new_share"] is not None for b in diag[12]["blocks"])
+    copy = grow(world, "copy", "copy-share.safetensors")
+    train(copy, [world["text"]], world["dir"] / "run-share-copy", steps=4, **KW)
+    recs = read_metrics(world["dir"] / "run-share-copy" / "metrics.jsonl")
+    first = [r["growth"] for r in recs if "growth" in r and r["step"] == 1][0]
+    assert 0.1 < first["ffn_new_share"] < 0.9

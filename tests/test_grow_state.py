@@ -59,8 +59,9 @@ def exact_mask(plan, name, shape):
         (4, recipes.load("nrio")),  # zero padding, gated convex / tiled new units
         (4, recipes.load("copy", recipes.parse_set(["rotation.eps=1"]))),  # ungated Net2Net split copies
         (2, recipes.load("copy", recipes.parse_set(["rotation.eps=1"]))),  # GQA: KV groups copied with their heads
+        (2, recipes.load("copy", recipes.parse_set(["rotation.eps=1", "split_alpha=0.7"]))),  # LEMON's unequal split
     ],
-    ids=["nrio", "copy", "gqa-copy"],
+    ids=["nrio", "copy", "gqa-copy", "gqa-copy-unequal"],
 )
 def test_first_moment_rule_is_the_grown_models_gradient(kv_heads, recipe):
     cfg = make_config(width=32, layers=2, heads=4, kv_heads=kv_heads, vocab=64, attn_gate=True)

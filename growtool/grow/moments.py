@@ -39,6 +39,7 @@ from growtool.grow import ops
 from growtool.grow.plan import Plan
 from growtool.grow.steps import (
     BreakSymmetry,
+    CancelPairs,
     Ctx,
     ExpandResidual,
     ExpandUnits,
@@ -95,7 +96,7 @@ def _step_moment(step, t: torch.Tensor, c: Ctx, p: int) -> torch.Tensor:
         return t
     if isinstance(step, (Keep, ZeroNewUnits, PadZero, ZeroOldWrites)):
         return step.apply(t, c)  # keeps or zeroes entries: the same on the moments
-    if isinstance(step, BreakSymmetry):  # noise on the weights, not their gradients' history
+    if isinstance(step, (BreakSymmetry, CancelPairs)):  # noise on the weights, not their gradients' history
         return t
     if isinstance(step, Scale):
         return t / step.factor**p
@@ -145,7 +146,14 @@ def _split(plan, layer: int, kind: str, e: ops.Expansion):
     q = plan.split[layer].get("q")
     if q is None:
         return plan.split[layer].get(kind)
-    return ops.split_factors(e) if kind == "kv" else q if kind in ("q", "qkv", "qgate") else plan.split[layer].get(kind)
+    alpha = plan.recipe.get("split_alpha", 0.5)
+    return (
+        ops.split_factors(e, alpha)
+        if kind == "kv"
+        else q
+        if kind in ("q", "qkv", "qgate")
+        else plan.split[layer].get(kind)
+    )
 
 
 def grow_moment(name: str, plan: Plan, get, moment: torch.Tensor, second: bool) -> torch.Tensor:

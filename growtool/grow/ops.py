@@ -283,18 +283,53 @@ def permute_units(x: torch.Tensor, axis: int, order, block: int = 1) -> torch.Te
     return x.index_select(axis, idx)
 
 
-def split_factors(e: Expansion) -> torch.Tensor:
+def split_factors(e: Expansion, alpha: float = 0.5) -> torch.Tensor:
     """Net2Net's split: a unit copied c times and its copies each write 1/(1+c) of its output.
 
     Returns the [n_new] multipliers for the writer's unit axis; with identical inputs, the sum of
     the split writes equals the original write, so the function is kept without any gate.
+
+    ``alpha`` != 1/2 is LEMON's unequal split (arXiv 2310.07999): the source keeps 2 alpha / (1+c)
+    and each of its c copies takes (1 - 2 alpha / (1+c)) / c, so one copy gives alpha v and
+    (1 - alpha) v. The shares of a unit and its copies still sum to 1 (the same identity), but
+    their writer columns differ, so their gradients differ from the first step. alpha = 1/2 is the
+    even split, bit for bit.
     """
     counts = torch.ones(e.n)
     if e.index is not None and e.added:
         counts += torch.bincount(e.index[:, 0], minlength=e.n).float()
     f = 1.0 / counts
-    tail = f[e.index[:, 0]] if (e.index is not None and e.added) else torch.ones(e.added)
-    return torch.cat([f, tail])
+    if alpha == 0.5 or e.index is None or not e.added:
+        tail = f[e.index[:, 0]] if (e.index is not None and e.added) else torch.ones(e.added)
+        return torch.cat([f, tail])
+    src = torch.where(counts > 1, 2.0 * alpha * f, f)  # units never copied keep their whole write
+    c = counts[e.index[:, 0]]
+    return torch.cat([src, (1.0 - src[e.index[:, 0]]) / (c - 1.0)])
+
+
+def cancel_pairs_(
+    x: torch.Tensor, axis: int, e: Expansion, block: int, factors: torch.Tensor, sigma: float, gen: torch.Generator
+) -> torch.Tensor:
+    """Writer-side cancelling pairs (in place on ``x``, returned): new unit j, a split copy of old
+    unit i = index[j], gets delta_j added to its writer entries and i gets -delta_j.
+
+    Both compute the same activation a_i (identical readers), so the sum of their writes is
+    unchanged: (f_i v_i - sum_j delta_j) a_i + sum_j (f_j v_i + delta_j) a_i = v_i a_i, the function
+    kept without a gate; the pair's writer columns now differ, hence their gradients from the first
+    step. delta_j ~ sigma x rms(v_i) x N(0, 1) per entry, v_i the unit's unsplit writer entries
+    (its entries over its split factor ``factors[i]``): the noise is relative to the unit it splits.
+    Blocks of ``block`` entries along ``axis`` are one unit (a head's head_dim columns).
+    """
+    if e.added == 0 or sigma == 0.0 or e.index is None:
+        return x
+    xm = x.movedim(axis, 0).unflatten(0, (e.n_new, block))
+    src = e.index[:, 0]
+    v = xm[src].float() / factors[src].to(torch.float32).view(-1, *[1] * (xm.dim() - 1))
+    scale = v.pow(2).flatten(1).mean(1).sqrt().view(-1, *[1] * (xm.dim() - 1))
+    delta = (torch.randn(v.shape, generator=gen, dtype=torch.float32) * scale * sigma).to(x.dtype)
+    xm[e.n :] += delta
+    xm[: e.n].index_add_(0, src, -delta)
+    return x
 
 
 def break_symmetry_(

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from growtool.grow import ops
+from growtool.grow import ops, recipes
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -473,7 +473,7 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
 def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int) -> tuple[list, list]:
     """Per block: each unit kind's expansion (drawn from the block's own generator) and the writer
     multipliers of a Net2Net split (None where the units are gated or not split)."""
-    k, gated = recipe["convex_k"], recipe["gate"]
+    k, gated, alpha = recipe["convex_k"], recipe["gate"], recipe.get("split_alpha", 0.5)
     units, split = [], []
     r = src.heads // src.kv_heads
     for i in range(src.layers):
@@ -488,7 +488,7 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         split.append(
             {
-                kind: ops.split_factors(e) if (not gated and ops.KINDS[e.kind].splits_writers) else None
+                kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None
                 for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
                 if e is not None
             }
@@ -535,7 +535,7 @@ def lineage_entry(plan: Plan, source_sha256: str) -> dict:
         "heads": [plan.src.heads, plan.cfg.heads],
         "ffn": [plan.src.ffn, plan.cfg.ffn],
         "recipe": plan.recipe["name"],
-        "recipe_full": plan.recipe,
+        "recipe_full": recipes.stored(plan.recipe),
         "eps": plan.eps,
         "residual_map": plan.residual_map,
         "seed": plan.seed,

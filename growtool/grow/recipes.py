@@ -15,6 +15,10 @@
     gate: true              # new units write through the block's warm-up gate
     noise: 0.0              # symmetry breaking that keeps the function: noise (x the tensor's rms) on
                             # gated new units' inputs, +/- pairs on split copies' outputs; 0 = off
+    pair_noise: 0.0         # writer-side cancelling pairs on split copies (ungated copy recipes): copy
+                            # v/2 + delta, source v/2 - delta, delta ~ pair_noise x rms(v); 0 = off
+    split_alpha: 0.5        # the source's share of a split unit's write (LEMON's unequal split when
+                            # != 0.5: alpha v and (1 - alpha) v for one copy); in (0, 1)
 
 ``eps: auto`` is the exact angle: sqrt(d/D) (LayerNorm absorbs exactly that one; RMSNorm any),
 except with a tied RMSNorm head, where only the identity (eps = 1) is exact.
@@ -47,10 +51,21 @@ DEFAULTS = {
     "convex_k": 2,
     "gate": True,
     "noise": 0.0,
+    "pair_noise": 0.0,
+    "split_alpha": 0.5,
 }
 
 
 MAX_RECIPE = 1 << 20
+
+# keys added after grown checkpoints were first written: recorded in a lineage only when set, so a
+# growth that does not use them writes the same bytes as before they existed (bench/byte_identity.py)
+LATER_KEYS = ("pair_noise", "split_alpha")
+
+
+def stored(r: dict) -> dict:
+    """The recipe as a lineage records it: ``LATER_KEYS`` left out where they hold their default."""
+    return {k: v for k, v in r.items() if not (k in LATER_KEYS and v == DEFAULTS[k])}
 
 
 class _Loader(yaml.SafeLoader):
@@ -148,6 +163,14 @@ def validate(r: dict, src: str = "recipe") -> dict:
     if isinstance(noise, bool) or not isinstance(noise, (int, float)) or not 0.0 <= noise <= 10.0:
         bad("noise", noise, "a number in [0, 10]")
     r["noise"] = float(noise)
+    pair = r["pair_noise"]
+    if isinstance(pair, bool) or not isinstance(pair, (int, float)) or not 0.0 <= pair <= 10.0:
+        bad("pair_noise", pair, "a number in [0, 10]")
+    r["pair_noise"] = float(pair)
+    alpha = r["split_alpha"]
+    if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
+        bad("split_alpha", alpha, "a number in (0, 1)")
+    r["split_alpha"] = float(alpha)
     k = r["convex_k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         bad("convex_k", k, "an integer >= 1")

@@ -9,6 +9,7 @@ runs them). Each is a small frozen dataclass with ``apply(t, ctx)`` and ``descri
   Rotate          the SRIO rotation along the residual axis
   PadRotate       ExpandResidual by zeros + Rotate in one pass that skips the zeros (same bytes)
   BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
+  CancelPairs     recipe ``pair_noise``: +/- delta (relative to the unit) on split copies' writers
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
   Duplicate, CopyOldWrites, PermuteHeads   the duplicated residual of an embedding norm (BLOOM), ALiBi order
   RefitEmbedding, RefitEmbedNorm   an untied embedding norm's table and norm, refit for any width (BLOOM)
@@ -483,6 +484,25 @@ class BreakSymmetry(Step):
         return f"noise {plan.recipe['noise']:g} x rms {what}"
 
 
+@dataclass(frozen=True)
+class CancelPairs(Step):
+    """Recipe ``pair_noise``: writer-side cancelling pairs on Net2Net split copies (ops.cancel_pairs_):
+    each copy's writer entries + delta, its source's - delta, delta ~ pair_noise x rms of the unsplit
+    unit. The draw depends only on the plan's seed and the tensor's name."""
+
+    def apply(self, t, c):
+        plan = c.plan
+        gen = torch.Generator().manual_seed(plan.seed * 1_000_003 + zlib.crc32(b"pairs:" + c.name.encode()))
+        for kind, e, block, seg in _grown_segments(t, c):
+            f = plan.split[c.layer].get(kind)
+            if f is not None and e.added:
+                ops.cancel_pairs_(seg, c.spec.unit_axis, e, block, f, plan.recipe["pair_noise"], gen)
+        return t
+
+    def describe(self, plan, spec):
+        return f"cancelling pairs {plan.recipe['pair_noise']:g} x rms(v) on split copies"
+
+
 def _grown_segments(t: torch.Tensor, c: Ctx):
     """(kind, expansion, block, view of ``t``) for each unit kind of a grown tensor, in order along
     the unit axis (a fused qkv / gate_up tensor holds several kinds)."""
@@ -506,10 +526,14 @@ def _noisy(plan, spec, layer: int, kind: str, writer: bool) -> bool:
 
 
 def _symmetry(plan, spec, writer: bool) -> list:
-    """[BreakSymmetry] where the recipe asks for noise and some unit kind of this tensor takes it."""
-    if not plan.recipe.get("noise") or not any(_noisy(plan, spec, 0, k, writer) for k in spec.units):
-        return []
-    return [BreakSymmetry(writer)]
+    """[BreakSymmetry] where the recipe asks for noise and some unit kind of this tensor takes it;
+    [CancelPairs] on writers of split copies where it asks for ``pair_noise``."""
+    out = []
+    if plan.recipe.get("noise") and any(_noisy(plan, spec, 0, k, writer) for k in spec.units):
+        out.append(BreakSymmetry(writer))
+    if writer and plan.recipe.get("pair_noise") and any(_noisy(plan, spec, 0, k, True) for k in spec.units):
+        out.append(CancelPairs())
+    return out
 
 
 def _tiles(plan, spec) -> bool:

@@ -39,6 +39,7 @@ import torch
 
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, tensor_specs, unit_count
+from growtool.nn.model import Linear
 
 
 def latest_growth(lineage: list) -> dict | None:
@@ -136,21 +137,29 @@ def similarity(cfg, umap: list[dict], get: Callable[[str], torch.Tensor]) -> lis
             dot, na, nb, keep = acc[g]
             cos = (dot / (na.sqrt() * nb.sqrt()).clamp_min(1e-30))[keep]
             rec[f"{g}_cos_mean"], rec[f"{g}_cos_max"] = float(cos.mean()), float(cos.max())
+            rec[f"_{g}_cos"] = cos.cpu()  # every new unit's cosine: the distribution (``summarize``)
         out.append(rec)
     return out
 
 
-def grad_ratios(cfg, umap: list[dict], params: dict) -> list[dict]:
-    """Per block: RMS gradient of the new units' weights / RMS gradient of the old units' (None when
-    there are no new units or no gradient)."""
+def quantiles(xs: torch.Tensor) -> tuple[float, float]:
+    """(median, 90th percentile) of a 1-d tensor (linear interpolation)."""
+    q = torch.quantile(xs.double(), torch.tensor([0.5, 0.9], dtype=torch.float64))
+    return float(q[0]), float(q[1])
+
+
+def _new_old_rms(cfg, umap: list[dict], get: Callable[[str], torch.Tensor | None]) -> list[dict]:
+    """Per block and group ("ffn", "head": a head with its KV group's rows): (RMS over the new units'
+    entries, RMS over the old units') of the tensors ``get`` gives for the block's readers and writers
+    (None where it gives none)."""
     out = []
     for i, m in enumerate(umap):
         acc = {}  # group -> [new sum sq, new count, old sum sq, old count]
         for name, spec in _block_tensors(cfg, i):
-            p = params.get(name)
-            if p is None or p.grad is None:
+            t = get(name)
+            if t is None:
                 continue
-            for group, u in _unit_rows(p.grad.detach().float(), spec, cfg):
+            for group, u in _unit_rows(t.detach().float(), spec, cfg):
                 n_old = m[group][0]
                 if m[group][1] is None:
                     continue
@@ -160,11 +169,41 @@ def grad_ratios(cfg, umap: list[dict], params: dict) -> list[dict]:
                 a[1] += u[n_old:].numel()
                 a[2] += float((u[:n_old] ** 2).sum())
                 a[3] += u[:n_old].numel()
+        out.append({g: (math.sqrt(a[0] / a[1]), math.sqrt(a[2] / a[3])) for g, a in acc.items() if a[1] and a[3]})
+    return out
+
+
+def grad_ratios(cfg, umap: list[dict], params: dict) -> list[dict]:
+    """Per block: RMS gradient of the new units' weights / RMS gradient of the old units' (None when
+    there are no new units or no gradient)."""
+
+    def grad(name):
+        p = params.get(name)
+        return None if p is None else p.grad
+
+    out = []
+    for rms in _new_old_rms(cfg, umap, grad):
+        out.append({f"{g}_grad_ratio": (rms[g][0] / rms[g][1] if g in rms and rms[g][1] > 0 else None)
+                    for g in ("ffn", "head")})  # fmt: skip
+    return out
+
+
+def update_rms(cfg, umap: list[dict], before: dict, params: dict) -> list[dict]:
+    """Per block: the RMS of one optimizer update (weights after - ``before``) over the new units'
+    entries and over the old units', and their ratio (new / old). Under Adam the gradient ratio says
+    little (the update is normalised per entry); this is what the new units actually move by."""
+
+    def delta(name):
+        p = params.get(name)
+        return None if p is None or name not in before else p.detach() - before[name]
+
+    out = []
+    for rms in _new_old_rms(cfg, umap, delta):
         rec = {}
         for g in ("ffn", "head"):
-            a = acc.get(g)
-            ok = a is not None and a[1] and a[3] and a[2] > 0
-            rec[f"{g}_grad_ratio"] = math.sqrt((a[0] / a[1]) / (a[2] / a[3])) if ok else None
+            new, old = rms.get(g, (None, None))
+            rec[f"{g}_update_rms_new"], rec[f"{g}_update_rms_old"] = new, old
+            rec[f"{g}_update_ratio"] = new / old if new is not None and old else None
         out.append(rec)
     return out
 
@@ -174,7 +213,23 @@ def _mean(blocks: list[dict], key: str):
     return sum(xs) / len(xs) if xs else None
 
 
+def _cos_distribution(blocks: list[dict]) -> dict:
+    """Median and 90th percentile of the copied-unit cosines over every block (FFN neurons, heads, and
+    both together: ``cos_median`` / ``cos_p90``); the per-unit tensors are taken out of ``blocks``."""
+    out, both = {}, []
+    for g in ("ffn", "head"):
+        xs = [b.pop(f"_{g}_cos") for b in blocks if f"_{g}_cos" in b]
+        med = p90 = None
+        if xs:
+            both += xs
+            med, p90 = quantiles(torch.cat(xs))
+        out[f"{g}_cos_median"], out[f"{g}_cos_p90"] = med, p90
+    out["cos_median"], out["cos_p90"] = quantiles(torch.cat(both)) if both else (None, None)
+    return out
+
+
 def summarize(blocks: list[dict], entry: dict, since: int | None) -> dict:
+    dist = _cos_distribution(blocks)
     keys = list(dict.fromkeys(k for b in blocks for k in b))
     means = {k: _mean(blocks, k) for k in keys if k != "gate"}
     means["ffn_cos_max"] = max((b["ffn_cos_max"] for b in blocks if b.get("ffn_cos_max") is not None), default=None)
@@ -182,7 +237,34 @@ def summarize(blocks: list[dict], entry: dict, since: int | None) -> dict:
     out = {"recipe": entry.get("recipe"), "width_from": entry.get("width_from"), "width_to": entry.get("width_to")}
     if since is not None:
         out["since_step"] = since
-    return {**out, **means, "blocks": blocks}
+    return {**out, **means, **dist, "blocks": blocks}
+
+
+def writer_modules(model, cfg) -> list[dict]:
+    """Per block: {"ffn" / "head": (module, tensor name, unit kind)} of its writers that are plain Linear
+    layers (an FFN's down projection, attention's output), whose inputs are the units' outputs."""
+    out = []
+    for i in range(cfg.layers):
+        found = {}
+        for name, spec in _block_tensors(cfg, i):
+            if spec.role != "writer" or len(spec.units) != 1:
+                continue
+            group = "ffn" if spec.units[0] == "ffn" else "head" if spec.units[0] in ("q", "qkv") else None
+            mod = model.get_submodule(name.rsplit(".", 1)[0]) if group else None
+            if isinstance(mod, (torch.nn.Linear, Linear)) and mod.weight.dim() == 2:
+                found[group] = (mod, name, spec.units[0])
+        out.append(found)
+    return out
+
+
+def new_share(x: torch.Tensor, w: torch.Tensor, n_old: int) -> float | None:
+    """The share of a writer's output that comes from its new units, on input ``x`` [..., units]
+    (the units' outputs, gated ones times their gate): |y_new| / (|y_old| + |y_new|), y_old = x_old W_old^T,
+    y_new = x_new W_new^T, norms over every token (1/2 for exact split copies; 0 at gate 0)."""
+    x, w = x.detach().float().reshape(-1, x.shape[-1]), w.detach().float()
+    a = (x[:, :n_old] @ w[:, :n_old].T).norm()
+    b = (x[:, n_old:] @ w[:, n_old:].T).norm()
+    return float(b / (a + b)) if float(a + b) > 0 else None
 
 
 class Tracker:
@@ -210,17 +292,65 @@ class Tracker:
         return [float(sd[a.gate_name(i)].reshape(-1)[0]) for i in range(self.cfg.layers)]
 
     def grads(self, model) -> list[dict]:
-        """The gradient ratios of the update in progress, and the gates that update runs at."""
-        ratios = grad_ratios(self.cfg, self.umap, dict(model.named_parameters()))
+        """The gradient ratios of the update in progress, and the gates that update runs at; keeps a
+        copy of the blocks' unit weights, so ``record`` can measure the update itself."""
+        params = dict(model.named_parameters())
+        ratios = grad_ratios(self.cfg, self.umap, params)
+        self.before = {
+            n: params[n].detach().clone()
+            for i in range(self.cfg.layers)
+            for n, _ in _block_tensors(self.cfg, i)
+            if n in params
+        }
         return [{**r, "gate": g} for r, g in zip(ratios, self.gates(model))]
 
+    def capture(self, model) -> None:
+        """Keep the writers' inputs of the next forward pass (for ``record``'s new-unit output shares)."""
+        self.inputs, self.hooks = {}, []
+        for i, found in enumerate(writer_modules(model, self.cfg)):
+            for group, (mod, _, _) in found.items():
+
+                def keep(_m, args, key=(i, group)):
+                    self.inputs.setdefault(key, args[0].detach())
+
+                self.hooks.append(mod.register_forward_pre_hook(keep))
+
+    def shares(self, model) -> list[dict]:
+        """Per block: ``ffn_new_share`` / ``head_new_share`` from the captured inputs (None without)."""
+        for h in getattr(self, "hooks", []):
+            h.remove()
+        self.hooks, inputs = [], getattr(self, "inputs", {})
+        out = []
+        for i, found in enumerate(writer_modules(model, self.cfg)):
+            rec = {}
+            for group in ("ffn", "head"):
+                x = inputs.get((i, group))
+                if group not in found or x is None or self.umap[i][group][1] is None:
+                    rec[f"{group}_new_share"] = None
+                    continue
+                mod, _, kind = found[group]
+                n_old = self.umap[i][group][0] * unit_count(self.cfg, kind)[1]
+                w = mod.weight.T if getattr(mod, "in_out", False) else mod.weight  # GPT-2's Conv1D: [in, out]
+                rec[f"{group}_new_share"] = new_share(x, w, n_old)
+            out.append(rec)
+        self.inputs = {}
+        return out
+
     def record(self, model, grads: list[dict] | None, since: int | None) -> dict:
-        """Cosines of the weights now; with ``grads`` (from before the update) its ratios and gates,
-        else the gates now."""
+        """Cosines of the weights now; with ``grads`` (from before the update) its ratios, gates and
+        update RMS (new / old units), else the gates now."""
         blocks = similarity(self.cfg, self.umap, model.state_dict().__getitem__)
         empty = [{"ffn_grad_ratio": None, "head_grad_ratio": None, "gate": g} for g in self.gates(model)]
         for b, extra in zip(blocks, grads or empty):
             b.update(extra)
+        before = getattr(self, "before", None)
+        if grads is not None and before is not None:
+            for b, extra in zip(blocks, update_rms(self.cfg, self.umap, before, dict(model.named_parameters()))):
+                b.update(extra)
+            self.before = None
+        if getattr(self, "inputs", None):
+            for b, extra in zip(blocks, self.shares(model)):
+                b.update(extra)
         return summarize(blocks, self.entry, since)
 
 
@@ -241,6 +371,14 @@ def for_run(run) -> Tracker | None:
 def since(run, step: int) -> int:
     """The step of the run's latest growth at or before ``step`` (0: none; as stages.last_growth)."""
     return max((g["step"] for g in run.growths if g["step"] <= step), default=0)
+
+
+def before_forward(run, step: int) -> None:
+    """Before the forward pass of update ``step`` (0-based): when the diagnostics are due after it, keep
+    the writers' inputs of that pass (the new units' share of each block's output)."""
+    t = for_run(run) if run.lead else None
+    if t is not None and t.due(step + 1, run.s, since(run, step)):
+        t.capture(run.model)
 
 
 def before_update(run, step: int) -> list[dict] | None:

@@ -55,7 +55,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import data, dcp_safe, diagnostics, fsdp, run_folder, runfiles, stages, stream
+from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, runfiles, stages, stream
 from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
 from growtool.training.progress import Progress
@@ -343,10 +343,13 @@ def one_step(run: Run, module, params, step: int) -> dict:
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
     x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)
+    diagnostics.before_forward(run, step)  # the new units' output share, when the diagnostics are due
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
     gnorm = float(torch.nn.utils.clip_grad_norm_(params, s["clip"]))
+    kept = newparams.before_step(run, step)  # the new parameters' own step size (newparams.py)
     run.opt.step()
+    newparams.after_step(kept)
     run.opt.zero_grad(set_to_none=True)
     if run.world > 1:
         dist.all_reduce(loss)

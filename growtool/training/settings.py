@@ -182,6 +182,22 @@ class Settings:
         "measured better, bench/README.md) or continue (one warm-up and one schedule over the whole run)",
         choices=("continue", "rewarm"),
     )
+    new_lr_mult: float = setting(
+        2.0,
+        "step multiplier for the latest width growth's new parameters (new units' slices and new residual "
+        "dims: growtool/training/newparams.py), with --grow-at or on a grown checkpoint not trained since; "
+        "measured better than 1 (bench/README.md, issue 40); 1 = the papers' one LR for all",
+        low=0.0,
+        low_open=True,
+        high=100.0,
+    )
+    new_rewarm_steps: int | None = setting(
+        None,
+        "re-warm the new parameters only: their step ramps 0 -> --new-lr-mult over this many updates after "
+        "the growth, and a --grow-at growth gives them fresh AdamW moments (0: off; default: the gate "
+        "ramp's updates, 10% of the run)",
+        low=0,
+    )
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )
@@ -222,6 +238,11 @@ class Settings:
             "metrics_every": int(self.metrics_every or default_every("metrics_every", steps)),
             "save_every": int(self.save_every or default_every("save_every", steps)),
             "grow_at": resolve_grow_at(self.grow_at, steps),
+            "new_rewarm_steps": (
+                self.new_rewarm_steps
+                if self.new_rewarm_steps is not None
+                else math.ceil((gate or default_gate_tokens(steps, per_step)) / per_step)
+            ),
         }
         saved = [f.name for f in fields(self) if f.metadata["saved"]]
         return {**{k: auto.get(k, getattr(self, k)) for k in saved}, **identity}
@@ -252,6 +273,8 @@ ABSENT = {
     "data_dtype": "auto",
     "val_sha256": [],
     "data_start": 0,
+    "new_lr_mult": 1.0,
+    "new_rewarm_steps": 0,
 }
 
 

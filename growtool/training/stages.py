@@ -203,6 +203,10 @@ def grow_run(run, step: int, target) -> None:
     run.opt = make_optimizer(run.model, run.s)
     if saved_setting(run.s, "grow_optimizer") == "carry":
         run.opt.load_state_dict(state)
+        if depth is None:
+            from growtool.training import newparams
+
+            newparams.fresh_moments(run)  # with --new-rewarm-steps: the new entries start from zero moments
 
 
 def width_lr_scale(cfg, growths: list) -> float:

@@ -1,0 +1,78 @@
+"""Issue 40, must-show 1: the new width trains as new units.
+
+A trained Llama and a trained GPT-2 (d64), grown to d128 with ``expand``'s defaults (verify PASS at
+gate 0) and trained 1,000 steps with ``train``'s defaults (tiny batch and sequence), end with a
+median copied-unit cosine <= 0.9 (new units are not clones of their sources) and the new units'
+update RMS within 2x of the old units' once the gate ramp is over (Adam moves them as much).
+
+Under the srio recipe both hold without any treatment (its new FFN neurons are tiled into the new
+residual dims, cosine 0 with their sources by construction; Adam normalises each entry's step), so
+they cannot tell today's defaults from the new ones. What the new default changes (``--new-lr-mult
+2``, its step re-warmed over the gate ramp, chosen on bench/capacity.py's pilot) is pinned too: the new
+units' update RMS is above the old units' (Llama / GPT-2 with the defaults: FFN 1.23 / 1.25, heads
+1.23 / 1.24; with --new-lr-mult 1: 0.94 / 1.00, 1.00 / 1.01), and the new units write a real share of
+each block's output (FFN 0.125 / 0.37, heads 0.33 / 0.30; with --new-lr-mult 1 the Llama's new FFN
+neurons write 0.055). bench/results/capacity/logs/probe-*.log.
+"""
+
+import pytest
+from test_train import make_text
+
+from growtool.init import init_model
+from growtool.io import checkpoint
+from growtool.nn.config import ModelConfig
+from growtool.training.loop import read_metrics, train
+
+from conftest import cli
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+KW = dict(batch=2, seq=16, eval_batches=1, device="cpu", progress=False)
+
+
+def _cfg(family):
+    if family == "gpt2":
+        return ModelConfig("gpt2", vocab_size=256, width=64, layers=2, heads=8, kv_heads=8, head_dim=8, ffn=256,
+                           context=64, norm_eps=1e-5, tie=True)  # fmt: skip
+    return ModelConfig("llama", vocab_size=256, width=64, layers=2, heads=8, kv_heads=4, head_dim=8, ffn=256,
+                       context=64, norm_eps=1e-5, tie=False)  # fmt: skip
+
+
+def grown_and_trained(tmp_path, family, expand_args=(), **train_kw):
+    """(the growth's verify result, the last growth record of 1,000 steps; defaults unless given)."""
+    text = tmp_path / "toy.txt"
+    text.write_text(make_text(3000))
+    cfg = _cfg(family)
+    init = checkpoint.save_tensors(str(tmp_path / "init.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    base = train(init, [text], tmp_path / "base", steps=200, **KW)["final"]
+    grown = tmp_path / "grown.safetensors"
+    r = cli("expand", base, "--width", 128, *expand_args, "-o", grown, "-q")
+    assert r.exit_code == 0, r.stderr
+    v = cli("verify", base, grown, "--samples", 2, "-q")
+    train(grown, [text], tmp_path / "run", steps=1000, **KW, **train_kw)
+    recs = [r["growth"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "growth" in r]
+    return v, recs[-1]
+
+
+@pytest.mark.parametrize("family", ["llama", "gpt2"])
+def test_grown_width_trains_as_new_units_with_the_defaults(tmp_path, family):
+    v, last = grown_and_trained(tmp_path, family)
+    assert v.exit_code == 0, v.stdout + v.stderr  # verify PASS at gate 0
+    assert all(b["gate"] == 1.0 for b in last["blocks"])  # past the ramp
+    assert last["cos_median"] <= 0.9, last
+    for g in ("ffn", "head"):
+        ratio = last[f"{g}_update_ratio"]
+        assert ratio is not None and 0.5 <= ratio <= 2.0, (g, last)
+        assert ratio > 1.1, (g, last)  # the default treatment: the new parameters take larger steps
+        assert last[f"{g}_new_share"] >= 0.1, (g, last)  # the new units write a real share of the output
+
+
+def test_the_defaults_that_make_it_so():
+    from growtool.grow import recipes
+    from growtool.training.settings import Settings
+
+    s = Settings()
+    assert (s.new_lr_mult, s.new_rewarm_steps, s.grow_recipe) == (2.0, None, "srio")  # re-warm: the gate ramp
+    assert Settings(steps=240).resolve(10_000, 64, True, "byte", {})["new_rewarm_steps"] == 24  # 10% of the run
+    r = recipes.load("srio")
+    assert (r["noise"], r["pair_noise"], r["split_alpha"]) == (0.0, 0.0, 0.5)  # growth writes what it did
