@@ -13,10 +13,8 @@ from __future__ import annotations
 
 import pytest
 import torch
-from helpers_hardening import random_tensors
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from test_properties import growth_cases
 
 from growtool.check import compare, random_batches
 from growtool.grow import ops, recipes
@@ -25,6 +23,9 @@ from growtool.grow.plan import build_plan
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.model import LM
+
+from helpers import random_tensors
+from strategies import growth_cases
 
 COPY_OPTIONS = [{"pair_noise": 0.3}, {"split_alpha": 0.7}, {"split_alpha": 0.3, "pair_noise": 0.1}]
 GATED_OPTIONS = [{"ffn": {"new_units": "convex"}, "noise": 0.2}, {"ffn": {"new_units": "copy"}, "noise": 0.2}]

@@ -16,14 +16,13 @@ neurons write 0.055). bench/results/capacity/logs/probe-*.log.
 """
 
 import pytest
-from test_train import make_text
 
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
 from growtool.training.loop import read_metrics, train
 
-from conftest import cli
+from helpers import cli, make_text
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

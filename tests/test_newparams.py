@@ -3,7 +3,6 @@ new, their own step multiplier, fresh moments and a re-warm for them only."""
 
 import pytest
 import torch
-from test_train import make_text, tiny_cfg
 
 from growtool.grow import recipes
 from growtool.grow.engine import grow_tensor
@@ -13,6 +12,8 @@ from growtool.io import checkpoint
 from growtool.nn.families import tensor_specs
 from growtool.training import newparams
 from growtool.training.loop import read_metrics, train
+
+from helpers import make_text, tiny_cfg
 
 KW = dict(batch=4, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, save_every=1)
 
