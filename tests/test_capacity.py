@@ -20,7 +20,8 @@ import pytest
 from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.config import ModelConfig
-from growtool.training.loop import read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import read_metrics
 
 from helpers import cli, make_text
 

@@ -9,9 +9,11 @@ from growtool.grow.engine import grow_tensor
 from growtool.grow.plan import build_plan, lineage_entry
 from growtool.init import init_model
 from growtool.io import checkpoint
+from growtool.io.stream import Producer
 from growtool.nn.families import tensor_specs
 from growtool.training import newparams
-from growtool.training.loop import read_metrics, train
+from growtool.training.loop import train
+from growtool.training.run_folder import read_metrics
 
 from helpers import make_text, tiny_cfg
 
@@ -35,8 +37,8 @@ def world(tmp_path_factory):
         plan.cfg,
         [lineage_entry(plan, ck.sha256())],
         plan.outputs(),
-        lambda n: grow_tensor(n, plan, ck.get),
-        force=True,
+        Producer(lambda n: grow_tensor(n, plan, ck.get)),
+        checkpoint.Output(force=True),
     )
     return {"dir": d, "text": text, "base": base, "grown": grown, "plan": plan}
 
