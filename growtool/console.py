@@ -15,8 +15,9 @@ import traceback
 import click
 from rich.console import Console
 
+from growtool import args
 from growtool.io import stdout
-from growtool.nn.errors import GrowError, check_range
+from growtool.nn.errors import GrowError
 
 PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
 
@@ -225,16 +226,20 @@ def set_debug(ctx, param, value):
 
 
 def bounded(low=None, high=None, low_open=False):
-    """A click callback: the option's number must lie in its range (one line naming the option)."""
+    """A click callback: the option's number must be finite and lie in its range (one line naming the
+    option); the same checks as the library's (``growtool.args``)."""
 
     def check(ctx, param, value):
+        if isinstance(value, float):
+            return args.real(args.option_name(param), value, low, high, low_open)
         if value is not None:
-            check_range(
-                param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high, low_open
-            )
+            return args.integer(args.option_name(param), value, low, high)
         return value
 
     return check
+
+
+SEED = bounded(0, args.SEED_MAX)  # a seed option's callback
 
 
 def settings_options(fn):

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from growtool import machine, tokenizer
+from growtool import args, machine, tokenizer
 from growtool.grow import depth, growth, limits, recipes
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
@@ -58,7 +58,31 @@ def _dtype(dtype) -> torch.dtype | None:
 
 
 def _size(shard_size) -> int | None:
-    return checkpoint.parse_size(shard_size) if isinstance(shard_size, str) else shard_size
+    """``shard_size``: None, a positive number of bytes, or a size such as "2GB"."""
+    if isinstance(shard_size, str):
+        return checkpoint.parse_size(shard_size)
+    return args.integer("shard_size", shard_size, 1, optional=True)
+
+
+def _writer_args(out, dtype, shard_size, force, tokenizer_path) -> tuple:
+    """The checked arguments every writer (expand, fold) takes: (out, dtype, shard_size)."""
+    args.flag("force", force)
+    args.path("tokenizer_path", tokenizer_path, optional=True)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        args.text("dtype", dtype, list(DTYPES))
+    return args.path("out", out, optional=True), _dtype(dtype), _size(shard_size)
+
+
+def _expand_args(src, width, ffn, heads, layers, depth_method, insert_at, seed, allow_lossy, untie) -> str:
+    """GrowError naming the first of ``expand``'s own arguments of the wrong type or value."""
+    for name, v in (("width", width), ("ffn", ffn), ("heads", heads), ("layers", layers)):
+        args.integer(name, v, 1, optional=True)
+    args.text("depth_method", depth_method, depth.METHODS)
+    args.text("insert_at", insert_at, optional=True)
+    args.seed("seed", seed)
+    args.flag("allow_lossy", allow_lossy)
+    args.flag("untie", untie)
+    return args.path("src", src)
 
 
 def _bar(progress, items: int, nbytes: int):
@@ -113,8 +137,11 @@ def prepare_expand(
     (an embedding-norm family at a non-whole factor, a LayerNorm without gain). No-op when untied.
     ``layers`` / ``insert_at`` grow the depth too (``grow/depth.py``; ``width`` None: depth alone):
     the plan is then a ``depth.Grown``, the width plan's tensors placed by the depth plan."""
-    src, out = str(src), None if out is None else str(out)
-    shard_size = _size(shard_size)
+    src = _expand_args(src, width, ffn, heads, layers, depth_method, insert_at, seed, allow_lossy, untie)
+    out, _, shard_size = _writer_args(out, dtype, shard_size, force, tokenizer_path)
+    if not isinstance(recipe, (str, dict)):
+        raise GrowError(f"recipe must be a shipped name, a YAML path or a recipe dict, got {recipe!r}")
+    args.texts("sets", sets)
     deep = depth_args(width, layers, depth_method, insert_at) is not None
     r = recipes.load(recipe, recipes.parse_set(sets)) if not isinstance(recipe, dict) else recipe
     n_new = f"+{len(str(insert_at).split(','))}" if deep and layers is None else layers
@@ -320,8 +347,10 @@ def run_fold(
     progress=None,
 ) -> Folding:
     """``fold``, returning what the command line reports."""
-    grown, out = str(grown), str(out)
-    shard_size = _size(shard_size)
+    grown, alpha = args.path("grown", grown), args.real("alpha", alpha, 0, 1)
+    out, _, shard_size = _writer_args(out, dtype, shard_size, force, tokenizer_path)
+    if out is None:
+        raise GrowError("out must be a path (a non-empty string), got None")
     checkpoint.check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
     carry = tokenizer.carry(ck, tokenizer_path)

@@ -42,12 +42,13 @@ import os
 import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from growtool import args
 from growtool.grow import growth
 from growtool.io import checkpoint, confine
 from growtool.metrics import matrix_metrics
@@ -516,12 +517,17 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     Returns a summary dict (paths, steps, tokens, first / last val loss, final gate, seconds).
     """
     t_start = time.time()
+    unknown = sorted(set(settings) - {f.name for f in fields(Settings)})
+    if unknown:
+        raise GrowError(f"train() got an unknown setting {unknown[0]!r} (the fields of Settings)")
     opts = Settings(**settings)
     opts.check()
-    if isinstance(data_files, (str, os.PathLike)):
-        data_files = [data_files]
-    if isinstance(val_data, (str, os.PathLike)):
-        val_data = [val_data]
+    args.path("ckpt", ckpt)
+    out = args.path("out", out)
+    data_files = args.paths("data_files", data_files)
+    val_data = args.paths("val_data", val_data) if val_data else val_data
+    args.path("cache_dir", cache_dir, optional=True)
+    args.flag("resume", resume)
     run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
     own_group = start_group(run)  # before restore: --fsdp shards the model before the optimiser is built
     restore(run, resume)
