@@ -5,6 +5,7 @@ trained after its growth) how its copied units compare with their sources (train
 
 from __future__ import annotations
 
+from growtool import args
 from growtool.grow import growth
 from growtool.io import checkpoint
 
@@ -13,7 +14,8 @@ FIELDS = ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn")
 
 def inspect(ckpt, *, metrics: bool = False) -> dict:
     """The facts about ``ckpt`` (a path, or a loaded checkpoint) as a dict (``growtool inspect --json``)."""
-    ck = checkpoint.load(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else ckpt
+    args.flag("metrics", metrics)
+    ck = checkpoint.load(args.path("ckpt", ckpt)) if not isinstance(ckpt, checkpoint.Checkpoint) else ckpt
     cfg = ck.config
     info = {
         "path": str(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else None,
