@@ -155,8 +155,8 @@ def prepare_expand(
     dt = _dtype(dtype) or ck.main_dtype()
     if width is not None:
         limits.check_growth(ck.config, width, ffn, dt.itemsize)  # an absurd width: one line, before the plan
-    if layers is not None and ck.config.n_params() * dt.itemsize * layers / ck.config.layers > limits.MAX_BYTES:
-        raise GrowError(f"--layers {layers}: the grown model would be beyond any machine")
+    if layers is not None:
+        limits.check_depth(ck.config, layers, dt.itemsize)  # absurd depths: one line, before the plan
     try:
         plan = None
         if width is not None:

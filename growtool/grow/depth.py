@@ -145,6 +145,8 @@ def build_depth_plan(
     if not isinstance(layers, int) or layers < L:
         raise GrowError(f"target layers {layers} is below the source's {L}")
     n = layers - L
+    if n == 0:
+        raise GrowError(f"target layers {layers} is the source's own depth: nothing to grow (drop --layers)")
     if explicit is not None:
         if len(explicit) != n:
             raise GrowError(f"--insert-at places {len(explicit)} blocks, but --layers {layers} adds {n} to {L}")

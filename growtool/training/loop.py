@@ -230,7 +230,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
-    stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width, opts.fsdp, cfg.layers)
+    stages.precheck(opts.grow_at, opts.grow_recipe, cfg, opts.fsdp, dev)
     existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     try:  # bad data leaves no cache and no run folder behind
