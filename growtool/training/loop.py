@@ -233,25 +233,23 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     stages.precheck(opts.grow_at, opts.grow_recipe, cfg, opts.fsdp, dev)
     existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
-    try:  # bad data leaves no cache and no run folder behind
+    cache_existed = Path(cache_dir).exists()
+    try:  # bad data, or a schedule refused once the data is counted, leaves no cache and no run folder behind
         ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
-    except GrowError:
-        if not existed and rank == 0:
-            shutil.rmtree(out, ignore_errors=True)
-        raise
-    identity["source_sha256"] = ck.sha256()
-    gated = (
-        cfg.gated
-        or bool(opts.grow_at)
-        or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
-    )
-    s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
-    s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
-    try:
+        identity["source_sha256"] = ck.sha256()
+        gated = (
+            cfg.gated
+            or bool(opts.grow_at)
+            or (resume and (out / MODEL).exists() and checkpoint.load(out / MODEL).config.gated)
+        )
+        s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
+        s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
         stages.check_schedule(s, cfg.width)
     except GrowError:
-        if not existed and rank == 0:  # only the token cache was written: leave nothing behind
+        if rank == 0 and not existed:
             shutil.rmtree(out, ignore_errors=True)
+        elif rank == 0 and not cache_existed:
+            shutil.rmtree(cache_dir, ignore_errors=True)
         raise
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
