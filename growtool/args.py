@@ -26,7 +26,8 @@ def real(name: str, value, low=None, high=None, low_open: bool = False, optional
         raise GrowError(f"{name} must be a number, got {value!r}")
     if not math.isfinite(value):
         raise GrowError(f"{name} must be a finite number, got {value!r}")
-    check_range(name, value, low, high, low_open)
+    if low is not None or high is not None:
+        check_range(name, value, low, high, low_open)
     return value
 
 
@@ -36,7 +37,8 @@ def integer(name: str, value, low=None, high=None, optional: bool = False):
         return None
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise GrowError(f"{name} must be an integer, got {value!r}")
-    check_range(name, int(value), low, high)
+    if low is not None or high is not None:
+        check_range(name, int(value), low, high)
     return int(value)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from growtool import args
+
 from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
 from .rope import check as rope_check
@@ -33,6 +35,23 @@ FEATURE_FALLBACK = {
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
+
+
+# optional numbers of a config (None: absent), checked by ``ModelConfig.check``; POSITIVE ones above 0
+SCALARS = (
+    "rope_theta",
+    "rope_local_theta",
+    "attn_softcap",
+    "final_softcap",
+    "query_pre_attn_scalar",
+    "clip_qkv",
+    "embedding_multiplier",
+    "residual_multiplier",
+    "attention_multiplier",
+    "logits_scaling",
+    "logit_scale",
+)
+POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
 
 
 @dataclass
@@ -145,6 +164,8 @@ class ModelConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise GrowError(f"config {name} must be a positive integer, got {v!r}")
+        for name in SCALARS:  # a number from a config file: finite, of the right type (a string is no softcap)
+            args.real(f"config {name}", getattr(self, name), 0 if name in POSITIVE else None, None, True, True)
         if self.heads % self.kv_heads:
             raise GrowError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}")
         if not f.gqa and self.kv_heads != self.heads:

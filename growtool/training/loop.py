@@ -49,7 +49,7 @@ import torch
 import torch.distributed as dist
 
 from growtool import args
-from growtool.grow import growth
+from growtool.grow import growth, moments
 from growtool.io import checkpoint, confine
 from growtool.metrics import matrix_metrics
 from growtool.nn.errors import GrowError
@@ -276,6 +276,9 @@ def restore(run: Run, resume: bool) -> None:
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
     model.train()
+    if state is not None and not state.get("sharded"):  # moments of the model's shapes, before any is used
+        shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, stages.mup(run.s))}
+        moments.check_moments(state["optimizer"], shapes, str(run.out / STATE))
     fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
     if state is not None and state.get("sharded"):

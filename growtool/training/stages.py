@@ -284,6 +284,8 @@ def expand_run(
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
+    shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, mup(s))}
+    moments.check_moments(state["optimizer"], shapes, str(src / STATE))
     gate = run_gate_for(model.cfg, s, growths, step)
     plan, new, opt_state, entry = grow_model(
         model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads, mup=mup(s), depth=depth
