@@ -161,6 +161,8 @@ def test_a_negative_data_end_in_the_lineage_is_refused(tmp_path, made):
     [
         (["expand", "a.safetensors", "--layers", 10**7, "--dry-run"], ["--layers 10000000", "header"]),
         (["expand", "a.safetensors", "--layers", 2, "-o", "g.safetensors"], ["own depth", "nothing to grow"]),
+        (["expand", "run", "--layers", 10**7, "-o", "grown"], ["--layers 10000000", "header"]),
+        (["expand", "run", "--width", 10**12, "-o", "grown"], ["--width 1000000000000", "beyond any machine"]),
         (["expand", "a.safetensors", "--width", 32, "--layers", 2, "-o", "g.safetensors"], ["nothing to grow"]),
         (
             ["train", "a.safetensors", "--data", "t.txt", "--out", "run", *TRAIN, "--grow-at", "0.5:1000000000000"],
@@ -182,6 +184,8 @@ def test_a_negative_data_end_in_the_lineage_is_refused(tmp_path, made):
     ids=[
         "layers-1e7-dry-run",
         "layers-same",
+        "run-folder-layers-1e7",
+        "run-folder-width-1e12",
         "width-and-layers-same",
         "grow-at-width-1e12",
         "grow-at-memory",
@@ -190,7 +194,7 @@ def test_a_negative_data_end_in_the_lineage_is_refused(tmp_path, made):
     ],
 )
 def test_absurd_or_empty_growth_targets_are_refused_before_work(tmp_path, made, args, fragments):
-    w = _work(tmp_path, made)
+    w = _work(tmp_path, made, with_run=args[1] == "run")
     before = tree(w)
     refused(run(*args, cwd=w, timeout=60), 2, *fragments, folder=w, before=before)
 

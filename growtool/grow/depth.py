@@ -300,6 +300,10 @@ def build(
             f"the source's growth gates are open (values up to {max(gate_values):g}): "
             "fold it first (growtool fold --alpha ...)"
         )
+    if layers is not None:
+        from growtool.grow import limits
+
+        limits.check_depth(src, layers, dtype.itemsize)  # absurd depths: one line, before the plan
     dp = build_depth_plan(src, layers, method, insert_at)
     base = width_plan.cfg if width_plan is not None else src
     cfg = depth_config(base, dp)

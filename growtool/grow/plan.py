@@ -429,6 +429,9 @@ def build_plan(
     dtype: torch.dtype = torch.float32,
     gate_values: list[float] | None = None,
 ) -> Plan:
+    from growtool.grow import limits
+
+    limits.check_growth(src, width, ffn, dtype.itemsize)  # an absurd width: one line, before the plan
     cfg = target_config(src, width, ffn, heads)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     gated = recipe["gate"]
