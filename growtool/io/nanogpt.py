@@ -61,7 +61,7 @@ def _read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
         raise GrowError(f"{path}: not a nanoGPT checkpoint (expected the keys 'model' and 'model_args')")
     margs, sd = ck["model_args"], ck["model"]
     if not isinstance(margs, dict) or not isinstance(sd, dict):
-        raise GrowError(f"{path}: not a nanoGPT checkpoint ('model' and 'model_args' must be dictionaries)")
+        raise GrowError(f"{path}: malformed nanoGPT checkpoint ('model' and 'model_args' must be dictionaries)")
     for key in ("n_embd", "n_head", "n_layer", "vocab_size", "block_size"):
         if key not in margs:
             raise GrowError(f"{path}: model_args lacks {key!r}")
