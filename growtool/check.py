@@ -29,8 +29,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from growtool import args
 from growtool.io import checkpoint
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of
 from growtool.nn.model import LM, Block, head_logits, hidden, logit_scale, make_norm

@@ -15,8 +15,8 @@ import traceback
 import click
 from rich.console import Console
 
-from growtool import args
 from growtool.io import stdout
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 
 PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
@@ -227,7 +227,7 @@ def set_debug(ctx, param, value):
 
 def bounded(low=None, high=None, low_open=False):
     """A click callback: the option's number must be finite and lie in its range (one line naming the
-    option); the same checks as the library's (``growtool.args``)."""
+    option); the same checks as the library's (``growtool.nn.args``)."""
 
     def check(ctx, param, value):
         if isinstance(value, float):

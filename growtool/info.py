@@ -5,9 +5,9 @@ trained after its growth) how its copied units compare with their sources (train
 
 from __future__ import annotations
 
-from growtool import args
 from growtool.grow import growth
 from growtool.io import checkpoint
+from growtool.nn import args
 
 FIELDS = ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn")
 

@@ -21,9 +21,10 @@ from pathlib import Path
 
 import torch
 
-from growtool import args, machine, tokenizer
+from growtool import machine, tokenizer
 from growtool.grow import depth, growth, limits, recipes
 from growtool.io import checkpoint
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

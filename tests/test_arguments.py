@@ -1,6 +1,6 @@
 """The library checks its arguments (issue 41, cause 16): every public function raises ``GrowError``
 naming the argument for a wrong type or value, before it reads or writes anything; the command line
-goes through the same checks (``growtool.args``), so the two agree on what is valid."""
+goes through the same checks (``growtool.nn.args``), so the two agree on what is valid."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import os
 import pytest
 
 import growtool
-from growtool import args
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 
 from helpers_hardening import listing, make_config, write_ckpt

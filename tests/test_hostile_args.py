@@ -6,7 +6,7 @@ folder hashed before and after (nothing changed, nothing left behind).
     AdamW moment of the wrong shape, settings without ``steps``, a negative ``data_end``, a step
     beyond the run).
 11. Numeric options are finite and in range (``--lr inf``, ``--weight-decay inf``, seeds beyond
-    64 bits, ``init --gamma inf``), through the checks the library uses (growtool/args.py).
+    64 bits, ``init --gamma inf``), through the checks the library uses (growtool/nn/args.py).
 12. Absurd depth and --grow-at targets are refused before any work; a refusal found once the data
     is counted leaves no cache behind.
 13. A depth growth that grows nothing is refused.
@@ -197,6 +197,20 @@ def test_absurd_or_empty_growth_targets_are_refused_before_work(tmp_path, made, 
     w = _work(tmp_path, made, with_run=args[1] == "run")
     before = tree(w)
     refused(run(*args, cwd=w, timeout=60), 2, *fragments, folder=w, before=before)
+
+
+def test_the_depth_bound_is_the_readers_header_limit():
+    """The bound on --layers is the header a reader accepts: grows with the depth, refuses past it."""
+    from growtool.grow import limits
+    from growtool.io import header
+    from growtool.nn.errors import GrowError
+
+    assert limits.MAX_HEADER == header.MAX_HEADER
+    cfg = make_config(width=16, heads=2, layers=2)
+    assert 0 < limits.header_bytes(cfg, 2) < limits.header_bytes(cfg, 4) < limits.header_bytes(cfg, 1000)
+    limits.check_depth(cfg, 1000, 4)  # well within: no error
+    with pytest.raises(GrowError, match="header"):
+        limits.check_depth(cfg, 200_000, 4)
 
 
 def test_a_refusal_after_the_data_is_counted_leaves_no_cache(tmp_path, made):

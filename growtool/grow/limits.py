@@ -13,6 +13,7 @@ from pathlib import Path
 from growtool.nn.errors import GrowError
 
 MAX_BYTES = 1 << 50  # 1 PiB: beyond any machine this runs on
+MAX_HEADER = 100 * 1024 * 1024  # the largest safetensors header read (io/header.py's MAX_HEADER, the library's)
 
 
 def estimate_bytes(src, width: int, ffn: int | None, itemsize: int, layers: int | None = None) -> int:
@@ -54,8 +55,6 @@ def check_depth(src, layers: int, itemsize: int, what: str = "--layers") -> None
     bytes beyond any machine (MAX_BYTES), or its header beyond MAX_HEADER (100 MiB), the largest
     header growtool and the safetensors library read (about 100,000 blocks of a Llama). Checked
     before a depth plan is built: the plan holds an entry per tensor."""
-    from growtool.io.header import MAX_HEADER
-
     need = src.n_params() * itemsize * layers // max(src.layers, 1)
     if need > MAX_BYTES:
         raise GrowError(f"{what} {layers}: the grown model would need about {_human(need)}, beyond any machine")

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from growtool import args
+from growtool.nn import args
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, expected_shapes

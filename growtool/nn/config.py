@@ -15,8 +15,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from growtool import args
-
+from . import args
 from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
 from .rope import check as rope_check

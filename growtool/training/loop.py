@@ -48,10 +48,10 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from growtool import args
 from growtool.grow import growth, moments
 from growtool.io import checkpoint, confine
 from growtool.metrics import matrix_metrics
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM

@@ -76,9 +76,9 @@ def load_state(path: Path) -> dict:
 
 
 def check_fields(path: Path, state: dict) -> None:
-    """The fields of a training state that are used as numbers, checked as such (growtool.args): the
+    """The fields of a training state that are used as numbers, checked as such (growtool.nn.args): the
     settings that size the run, the step within it, each growth and each scheduled growth."""
-    from growtool import args
+    from growtool.nn import args
     from growtool.nn.errors import GrowError
 
     s = state["settings"]

@@ -13,7 +13,7 @@ import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 
-from growtool import args
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 
 # what the saved settings hold beyond the fields: the run's identity, compared on resume too
@@ -166,7 +166,7 @@ class Settings:
 
     def check(self) -> None:
         """Every field of its type (``None`` only where that is the default), every number finite and
-        in its range (one line naming the option, ``growtool.args``); --tokens and --steps exclusive."""
+        in its range (one line naming the option, ``growtool.nn.args``); --tokens and --steps exclusive."""
         for f in fields(self):
             check_field(f, getattr(self, f.name))
         if self.tokens is not None and self.steps is not None:
@@ -200,7 +200,7 @@ class Settings:
 
 
 def check_field(f, v) -> None:
-    """GrowError naming the option unless ``v`` is a valid value of field ``f`` (``growtool.args``)."""
+    """GrowError naming the option unless ``v`` is a valid value of field ``f`` (``growtool.nn.args``)."""
     name, m, kind = option(f.name), f.metadata, value_type(f.name)
     if v is None and f.default is None:
         return

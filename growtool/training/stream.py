@@ -15,7 +15,7 @@ from __future__ import annotations
 
 def start(lineage: list) -> int:
     """The data-stream position after the latest ``train`` entry of ``lineage`` that records one (0: none)."""
-    from growtool import args
+    from growtool.nn import args
 
     for entry in reversed(lineage or []):
         if isinstance(entry, dict) and entry.get("op") == "train" and entry.get("data_end") is not None:
