@@ -24,10 +24,10 @@ def real(name: str, value, low=None, high=None, low_open: bool = False, optional
         return None
     if isinstance(value, bool) or not isinstance(value, Real):
         raise GrowError(f"{name} must be a number, got {value!r}")
+    if low is not None or high is not None:
+        check_range(name, value, low, high, low_open)  # (nan is outside every range)
     if not math.isfinite(value):
         raise GrowError(f"{name} must be a finite number, got {value!r}")
-    if low is not None or high is not None:
-        check_range(name, value, low, high, low_open)
     return value
 
 
@@ -44,7 +44,10 @@ def integer(name: str, value, low=None, high=None, optional: bool = False):
 
 def seed(name: str, value):
     """A seed: an integer in 0 .. SEED_MAX."""
-    return integer(name, value, 0, SEED_MAX)
+    value = integer(name, value, 0)
+    if value > SEED_MAX:
+        raise GrowError(f"{name} must be at most 2**63 - 1 (a 64-bit seed), got {value}")
+    return value
 
 
 def path(name: str, value, optional: bool = False) -> str | None:

@@ -13,9 +13,9 @@ their outputs multiplied by the block's gate. A plain model has base_* equal to 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
-from . import args
 from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
 from .rope import check as rope_check
@@ -164,7 +164,11 @@ class ModelConfig:
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise GrowError(f"config {name} must be a positive integer, got {v!r}")
         for name in SCALARS:  # a number from a config file: finite, of the right type (a string is no softcap)
-            args.real(f"config {name}", getattr(self, name), 0 if name in POSITIVE else None, None, True, True)
+            v = getattr(self, name)
+            ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+            if not ok or (v is not None and name in POSITIVE and v <= 0):
+                want = "a finite positive number" if name in POSITIVE else "a finite number"
+                raise GrowError(f"config {name} must be {want}, got {v!r}")
         if self.heads % self.kv_heads:
             raise GrowError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}")
         if not f.gqa and self.kv_heads != self.heads:
