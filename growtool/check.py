@@ -30,6 +30,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from growtool.io import checkpoint
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of
 from growtool.nn.model import LM, Block, head_logits, hidden, logit_scale, make_norm
@@ -415,6 +416,11 @@ class Report:
         }
 
 
+def _checkpoint_arg(name: str, value):
+    """A checkpoint argument: a loaded ``Checkpoint`` as it is, else a path (as a str)."""
+    return value if isinstance(value, checkpoint.Checkpoint) else args.path(name, value)
+
+
 def verify(
     source,
     grown,
@@ -439,10 +445,18 @@ def verify(
     continuations of ``prompts`` (default: from ``data``, else random ids). ``progress``: called once
     as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
     ``progress(name, amount)`` callback (``growtool.console.Bar``)."""
+    source, grown = _checkpoint_arg("source", source), _checkpoint_arg("grown", grown)
+    args.real("alpha", alpha, 0, 1)
+    args.integer("samples", samples, 1)
+    args.path("data", data, optional=True)
+    args.real("tol", tol, 0)
+    args.seed("seed", seed)
+    args.integer("generate", generate, 1, optional=True)
+    args.texts("prompts", prompts)
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
-    a = checkpoint.load(source) if isinstance(source, (str, Path)) else source
-    b = checkpoint.load(grown) if isinstance(grown, (str, Path)) else grown
+    a = checkpoint.load(source) if isinstance(source, str) else source
+    b = checkpoint.load(grown) if isinstance(grown, str) else grown
     if a.config.vocab_size != b.config.vocab_size:
         raise GrowError(f"vocab sizes differ: {source} has {a.config.vocab_size}, {grown} has {b.config.vocab_size}")
     if a.config.family != b.config.family:

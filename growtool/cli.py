@@ -25,6 +25,7 @@ from rich.console import Console  # noqa: E402
 from growtool import check, info, surgery, views  # noqa: E402
 from growtool.console import (  # noqa: E402 (the frame of the command line)
     DEPTH_OPTIONS,
+    SEED,
     Bar,
     Growtool,
     Ratio,
@@ -135,7 +136,7 @@ ATTACH_TOKENIZER = click.option(
 @click.option("--norm-eps", type=float, default=1e-12, show_default=True, callback=bounded(0, low_open=True))
 @click.option("--attn-gate/--no-attn-gate", default=True, show_default=True, help="gated attention")
 @click.option("--tie/--no-tie", default=True, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
+@click.option("--seed", type=int, default=0, show_default=True, callback=SEED)
 @click.option("-o", "--out", required=True, help=".safetensors file, HF folder, or -")
 @click.option("--force", is_flag=True, help="replace an existing output")
 def init(
@@ -254,7 +255,7 @@ def show_expanded(job) -> None:
 @DEPTH_OPTIONS
 @click.option("--recipe", default="srio", show_default=True, help="shipped name or YAML file")
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE", help="override a recipe field")
-@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
+@click.option("--seed", type=int, default=0, show_default=True, callback=SEED)
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--untie", is_flag=True, help="a tied head becomes a tensor of its own (+vocab x width parameters)")
@@ -367,7 +368,7 @@ def ratios_resolved(ckpt, width, layers):
 @click.option(
     "--tol", type=float, default=1e-4, show_default=True, callback=bounded(0), help="max |dlogit| / logit scale"
 )
-@click.option("--seed", type=int, default=0, show_default=True, callback=bounded(0))
+@click.option("--seed", type=int, default=0, show_default=True, callback=SEED)
 @click.option("--json", "as_json", is_flag=True, help="print the figures as JSON on stdout")
 @click.option("--quiet", "-q", is_flag=True, help="no table, no progress bar (the verdict line stays)")
 @click.option(
@@ -528,7 +529,7 @@ def inspect(ckpt, metrics, as_json):
 )
 @click.option("--top-k", type=int, default=None, callback=bounded(1), help="sample among the K most likely tokens")
 @click.option(
-    "--seed", type=int, default=0, show_default=True, callback=bounded(0), help="sampling seed (same seed, same text)"
+    "--seed", type=int, default=0, show_default=True, callback=SEED, help="sampling seed (same seed, same text)"
 )
 @click.option(
     "--alpha",

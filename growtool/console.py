@@ -17,7 +17,8 @@ import click
 from rich.console import Console
 
 from growtool.io import stdout
-from growtool.nn.errors import GrowError, check_range
+from growtool.nn import args
+from growtool.nn.errors import GrowError
 
 PROGRESS_DELAY = 1.0  # seconds of work before a progress bar appears (short runs stay quiet)
 
@@ -243,13 +244,14 @@ def set_debug(ctx, param, value):
 
 
 def bounded(low=None, high=None, low_open=False):
-    """A click callback: the option's number must lie in its range (one line naming the option)."""
+    """A click callback: the option's number must be finite and lie in its range (one line naming the
+    option); the same checks as the library's (``growtool.nn.args``)."""
 
     def check(ctx, param, value):
+        if isinstance(value, float):
+            return args.real(args.option_name(param), value, low, high, low_open)
         if value is not None:
-            check_range(
-                param.opts[-1] if param.opts[-1].startswith("--") else param.opts[0], value, low, high, low_open
-            )
+            return args.integer(args.option_name(param), value, low, high)
         return value
 
     return check
@@ -277,7 +279,7 @@ class SizeOrRatio(click.ParamType):
 def size_or_ratio(ctx, param, value):
     """The click callback of a ``SizeOrRatio`` option: a number at least 1, a ratio above 0."""
     if isinstance(value, Ratio):
-        check_range(param.opts[-1], value, 0, low_open=True)
+        args.real(args.option_name(param), float(value), 0, low_open=True)
         return value
     return bounded(1)(ctx, param, value)
 
@@ -291,6 +293,10 @@ def resolve_ratio(option: str, value, current: int):
     if abs(n - round(n)) > 1e-6:
         raise GrowError(f"{option} {value:g}x of {current} is {n:g}, not a whole number: give the size itself")
     return round(n)
+
+
+def SEED(ctx, param, value):  # noqa: N802 (a seed option's callback, named as the constants beside it)
+    return args.seed(args.option_name(param), value)
 
 
 def settings_options(fn):

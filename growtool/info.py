@@ -9,6 +9,7 @@ from pathlib import Path
 
 from growtool.grow.plan import gate_values
 from growtool.io import checkpoint
+from growtool.nn import args
 
 FIELDS = ("family", "width", "layers", "heads", "kv_heads", "head_dim", "ffn")
 
@@ -23,7 +24,8 @@ def run_state(path) -> str | None:
 def inspect(ckpt, *, metrics: bool = False) -> dict:
     """The facts about ``ckpt`` (a path, a training run folder: its ``last.safetensors``, or a
     loaded checkpoint) as a dict (``growtool inspect --json``)."""
-    run = None if isinstance(ckpt, checkpoint.Checkpoint) else run_state(ckpt)
+    args.flag("metrics", metrics)
+    run = None if isinstance(ckpt, checkpoint.Checkpoint) else run_state(args.path("ckpt", ckpt))
     run, ckpt = (str(ckpt), run) if run else (None, ckpt)
     ck = checkpoint.load(ckpt) if not isinstance(ckpt, checkpoint.Checkpoint) else ckpt
     cfg = ck.config

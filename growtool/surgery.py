@@ -30,6 +30,7 @@ from growtool.io import checkpoint
 from growtool.io.checkpoint import Output
 from growtool.io.files import check_destination, parse_size
 from growtool.io.stream import Producer
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 
@@ -65,7 +66,34 @@ def _dtype(dtype) -> torch.dtype | None:
 
 
 def _size(shard_size) -> int | None:
-    return parse_size(shard_size) if isinstance(shard_size, str) else shard_size
+    """``shard_size``: None, a positive number of bytes, or a size such as "2GB"."""
+    if isinstance(shard_size, str):
+        return parse_size(shard_size)
+    return args.integer("shard_size", shard_size, 1, optional=True)
+
+
+def _writer_args(out, dtype, shard_size, force, tokenizer_path) -> tuple:
+    """The checked arguments every writer (expand, fold) takes: (out, dtype, shard_size)."""
+    args.flag("force", force)
+    args.path("tokenizer_path", tokenizer_path, optional=True)
+    if dtype is not None and not isinstance(dtype, torch.dtype):
+        args.text("dtype", dtype, list(DTYPES))
+    return args.path("out", out, optional=True), _dtype(dtype), _size(shard_size)
+
+
+def _expand_args(src, q: Request) -> str:
+    """GrowError naming the first of ``expand``'s own arguments of the wrong type or value."""
+    for name in ("width", "ffn", "heads", "layers"):
+        args.integer(name, getattr(q, name), 1, optional=True)
+    args.text("depth_method", q.depth_method, depth.METHODS)
+    args.text("insert_at", q.insert_at, optional=True)
+    args.seed("seed", q.seed)
+    args.flag("allow_lossy", q.allow_lossy)
+    args.flag("untie", q.untie)
+    if not isinstance(q.recipe, (str, dict)):
+        raise GrowError(f"recipe must be a shipped name, a YAML path or a recipe dict, got {q.recipe!r}")
+    args.texts("sets", q.sets)
+    return args.path("src", src)
 
 
 def _bar(progress, items: int, nbytes: int):
@@ -134,8 +162,8 @@ def prepare_expand(src: str, request: Request = Request()) -> Expansion:
     ``request.layers`` / ``insert_at`` grow the depth too (``grow/depth.py``; ``width`` None: depth alone):
     the plan is then a ``depth.Grown``, the width plan's tensors placed by the depth plan."""
     q = request
-    src, out = str(src), None if q.out is None else str(q.out)
-    shard_size = _size(q.shard_size)
+    src = _expand_args(src, q)
+    out, _, shard_size = _writer_args(q.out, q.dtype, q.shard_size, q.force, q.tokenizer_path)
     deep = q.depth() is not None
     r = q.loaded_recipe()
     n_new = f"+{len(str(q.insert_at).split(','))}" if deep and q.layers is None else q.layers
@@ -149,8 +177,8 @@ def prepare_expand(src: str, request: Request = Request()) -> Expansion:
     dt = _dtype(q.dtype) or ck.main_dtype()
     if q.width is not None:
         limits.check_growth(ck.config, q.width, q.ffn, dt.itemsize)  # an absurd width: one line, before the plan
-    if q.layers is not None and ck.config.n_params() * dt.itemsize * q.layers / ck.config.layers > limits.MAX_BYTES:
-        raise GrowError(f"--layers {q.layers}: the grown model would be beyond any machine")
+    if q.layers is not None:
+        limits.check_depth(ck.config, q.layers, dt.itemsize)  # absurd depths: one line, before the plan
     try:
         plan = None
         if q.width is not None:
@@ -372,8 +400,10 @@ def run_fold(
     progress=None,
 ) -> Folding:
     """``fold``, returning what the command line reports."""
-    grown, out = str(grown), str(out)
-    shard_size = _size(shard_size)
+    grown, alpha = args.path("grown", grown), args.real("alpha", alpha, 0, 1)
+    out, _, shard_size = _writer_args(out, dtype, shard_size, force, tokenizer_path)
+    if out is None:
+        raise GrowError("out must be a path (a non-empty string), got None")
     check_destination(out, [grown], force)  # fail before any work
     ck = checkpoint.load(grown)
     carry = tokenizer.carry(ck, tokenizer_path)

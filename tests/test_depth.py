@@ -351,7 +351,8 @@ def small(tmp_path_factory):
     "args,msg",
     [
         (["--layers", 1], "target layers 1 is below the source's 2"),
-        (["--layers", 10**12], "--layers 1000000000000: the grown model would be beyond any machine"),
+        (["--layers", 10**12], "--layers 1000000000000: the grown model would need about"),
+        (["--layers", 2], "target layers 2 is the source's own depth: nothing to grow"),
         (["--layers", 3, "--insert-at", 5], "--insert-at position 5 is out of range (0..2"),
         (["--layers", 3, "--insert-at", "1:7"], "source block 7 is out of range"),
         (["--layers", 4, "--insert-at", 1], "--insert-at places 1 blocks, but --layers 4 adds 2"),

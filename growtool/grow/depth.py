@@ -146,6 +146,8 @@ def build_depth_plan(
     if not isinstance(layers, int) or layers < L:
         raise GrowError(f"target layers {layers} is below the source's {L}")
     n = layers - L
+    if n == 0:
+        raise GrowError(f"target layers {layers} is the source's own depth: nothing to grow (drop --layers)")
     if explicit is not None:
         if len(explicit) != n:
             raise GrowError(f"--insert-at places {len(explicit)} blocks, but --layers {layers} adds {n} to {L}")
@@ -299,6 +301,10 @@ def build(
             f"the source's growth gates are open (values up to {max(gate_values):g}): "
             "fold it first (growtool fold --alpha ...)"
         )
+    if layers is not None:
+        from growtool.grow import limits
+
+        limits.check_depth(src, layers, dtype.itemsize)  # absurd depths: one line, before the plan
     dp = build_depth_plan(src, layers, method, insert_at)
     base = width_plan.cfg if width_plan is not None else src
     cfg = depth_config(base, dp)

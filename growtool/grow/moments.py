@@ -199,6 +199,30 @@ def moments_by_name(names: list[str], opt_state: dict) -> dict[str, dict]:
     return {n: opt_state["state"][i] for n, i in zip(names, ids) if i in opt_state["state"]}
 
 
+def check_moments(opt_state, shapes: dict, where: str) -> None:
+    """GrowError (naming ``where``, the file) unless ``opt_state`` is an AdamW ``state_dict`` for
+    parameters of ``shapes`` ({checkpoint name: shape}, in the optimizer's order): one group entry per
+    parameter, and each parameter's moments tensors of its shape with a finite step count."""
+    groups = opt_state.get("param_groups") if isinstance(opt_state, dict) else None
+    state = opt_state.get("state") if isinstance(opt_state, dict) else None
+    if not isinstance(groups, list) or not isinstance(state, dict) or not all(isinstance(g, dict) for g in groups):
+        raise GrowError(f"{where}: the optimizer state is not an AdamW state (state and param_groups expected)")
+    ids = [i for g in groups for i in (g.get("params") if isinstance(g.get("params"), list) else [None])]
+    if len(ids) != len(shapes) or any(isinstance(i, bool) or not isinstance(i, int) for i in ids):
+        raise GrowError(f"{where}: the optimizer state has {len(ids)} parameters, the model {len(shapes)}")
+    for (name, shape), i in zip(shapes.items(), ids):
+        m = state.get(i)
+        if m is None:
+            continue
+        ok = isinstance(m, dict) and all(
+            isinstance(m.get(k), torch.Tensor) and tuple(m[k].shape) == tuple(shape) for k in ("exp_avg", "exp_avg_sq")
+        )
+        step = m.get("step") if isinstance(m, dict) else None
+        step = step.item() if isinstance(step, torch.Tensor) and step.numel() == 1 else step
+        if not ok or isinstance(step, bool) or not isinstance(step, (int, float)) or not 0 <= step < 2**53:
+            raise GrowError(f"{where}: the AdamW moments of {name} do not match its shape {tuple(shape)}")
+
+
 def grow_optimizer_state(opt_state: dict, src_names: list[str], new_groups: list[list[str]], plan, get) -> dict:
     """The AdamW ``state_dict`` for the grown model (parameter groups ``new_groups``): every moment
     grown by the rules above, the step counts and hyperparameters kept. Parameters without a source
@@ -229,4 +253,12 @@ def grow_optimizer_state(opt_state: dict, src_names: list[str], new_groups: list
     return {"state": state, "param_groups": groups}
 
 
-__all__ = ["grow_moment", "grow_optimizer_state", "rotate_sq_", "param_order", "param_groups", "moments_by_name"]
+__all__ = [
+    "grow_moment",
+    "check_moments",
+    "grow_optimizer_state",
+    "rotate_sq_",
+    "param_order",
+    "param_groups",
+    "moments_by_name",
+]

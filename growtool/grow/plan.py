@@ -389,6 +389,9 @@ def build_plan(
     ``recipe``, its random expansions drawn from ``seed``; refused (GrowError) where the source
     cannot grow so, or where the result does not keep the function and neither the recipe
     (``lossy: true``) nor ``allow_lossy`` allows that."""
+    from growtool.grow import limits
+
+    limits.check_growth(src, width, ffn, dtype.itemsize)  # an absurd width: one line, before the plan
     cfg = target_config(src, width, ffn, heads)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     alibi = arch_of(src).features.positions == "alibi"

@@ -325,6 +325,8 @@ def untied(ck: Checkpoint) -> Checkpoint:
 
 def load(src: str | os.PathLike) -> Checkpoint:
     """Open a checkpoint: a .safetensors file, an HF model folder, or ``-`` (standard input)."""
+    if not isinstance(src, (str, os.PathLike)):
+        raise GrowError(f"src must be a path (a string), got {src!r}")
     s = str(src)
     if not s:
         raise GrowError("empty checkpoint path")

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import torch
 
+from growtool.nn import args
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import IGNORED, expected_shapes
@@ -58,27 +59,30 @@ def _read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
         raise GrowError(f"{path}: cannot read as a torch checkpoint ({str(e).splitlines()[0][:120]})") from None
     if not isinstance(ck, dict) or "model" not in ck or "model_args" not in ck:
         raise GrowError(f"{path}: not a nanoGPT checkpoint (expected the keys 'model' and 'model_args')")
-    args, sd = ck["model_args"], ck["model"]
-    try:
-        d, h = int(args["n_embd"]), int(args["n_head"])
-        cfg = ModelConfig(
-            family="gpt2",
-            vocab_size=int(args["vocab_size"]),
-            width=d,
-            layers=int(args["n_layer"]),
-            heads=h,
-            kv_heads=h,
-            head_dim=d // h,
-            ffn=4 * d,
-            context=int(args["block_size"]),
-            norm_eps=1e-5,
-            tie=True,
-            activation="gelu",
-        )
-    except KeyError as e:
-        raise GrowError(f"{path}: model_args lacks {e.args[0]!r}") from None
+    margs, sd = ck["model_args"], ck["model"]
+    if not isinstance(margs, dict) or not isinstance(sd, dict):
+        raise GrowError(f"{path}: malformed nanoGPT checkpoint ('model' and 'model_args' must be dictionaries)")
+    for key in ("n_embd", "n_head", "n_layer", "vocab_size", "block_size"):
+        if key not in margs:
+            raise GrowError(f"{path}: model_args lacks {key!r}")
+        args.integer(f"{path}: model_args {key}", margs[key], 1)
+    d, h = margs["n_embd"], margs["n_head"]
     if d % h:
         raise GrowError(f"{path}: n_head {h} does not divide n_embd {d}")
+    cfg = ModelConfig(
+        family="gpt2",
+        vocab_size=margs["vocab_size"],
+        width=d,
+        layers=margs["n_layer"],
+        heads=h,
+        kv_heads=h,
+        head_dim=d // h,
+        ffn=4 * d,
+        context=margs["block_size"],
+        norm_eps=1e-5,
+        tie=True,
+        activation="gelu",
+    )
     sd = {k.removeprefix("_orig_mod."): v for k, v in sd.items() if not IGNORED.search(k)}
     head = sd.pop("lm_head.weight", None)
     if head is not None and not torch.equal(head, sd.get("transformer.wte.weight", head)):
@@ -100,5 +104,5 @@ def _read(path: Path) -> tuple[ModelConfig, dict[str, torch.Tensor], dict]:
             raise GrowError(f"{path}: tensor {name} has shape {tuple(out[name].shape)}, model_args say {shape}")
         if not out[name].is_floating_point():
             raise GrowError(f"{path}: tensor {name} is not floating point")
-    entry = {"op": "import", "from": "nanogpt", "iter_num": ck.get("iter_num"), "bias": bool(args.get("bias", True))}
+    entry = {"op": "import", "from": "nanogpt", "iter_num": ck.get("iter_num"), "bias": bool(margs.get("bias", True))}
     return cfg, out, entry

@@ -13,6 +13,7 @@ their outputs multiplied by the block's gate. A plain model has base_* equal to 
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
@@ -33,6 +34,23 @@ FEATURE_FALLBACK = {
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
+
+
+# optional numbers of a config (None: absent), checked by ``ModelConfig.check``; POSITIVE ones above 0
+SCALARS = (
+    "rope_theta",
+    "rope_local_theta",
+    "attn_softcap",
+    "final_softcap",
+    "query_pre_attn_scalar",
+    "clip_qkv",
+    "embedding_multiplier",
+    "residual_multiplier",
+    "attention_multiplier",
+    "logits_scaling",
+    "logit_scale",
+)
+POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
 
 
 @dataclass
@@ -145,6 +163,12 @@ class ModelConfig:
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise GrowError(f"config {name} must be a positive integer, got {v!r}")
+        for name in SCALARS:  # a number from a config file: finite, of the right type (a string is no softcap)
+            v = getattr(self, name)
+            ok = v is None or (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v))
+            if not ok or (v is not None and name in POSITIVE and v <= 0):
+                want = "a finite positive number" if name in POSITIVE else "a finite number"
+                raise GrowError(f"config {name} must be {want}, got {v!r}")
         if self.heads % self.kv_heads:
             raise GrowError(f"kv_heads {self.kv_heads} does not divide heads {self.heads}")
         if not f.gqa and self.kv_heads != self.heads:

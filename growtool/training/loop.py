@@ -39,18 +39,21 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import time
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
 
+from growtool.grow import moments
 from growtool.grow.fold import fold_config, fold_tensor
 from growtool.grow.plan import gate_values
 from growtool.io import checkpoint, confine
 from growtool.metrics import matrix_metrics
+from growtool.nn import args
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
@@ -213,18 +216,27 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
-    stages.precheck(opts.grow_at, opts.grow_recipe, cfg.width, opts.fsdp, cfg.layers)
+    stages.precheck(opts.grow_at, opts.grow_recipe, cfg, opts.fsdp, dev)
+    existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
-    ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
-    identity["source_sha256"] = ck.sha256()
-    gated = (
-        cfg.gated
-        or bool(opts.grow_at)
-        or (resume and (out / MODEL).exists() and checkpoint.load(confine.run_file(out / MODEL)).config.gated)
-    )
-    s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
-    s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
-    stages.check_schedule(s, cfg.width)
+    cache_existed = Path(cache_dir).exists()
+    try:  # bad data, or a schedule refused once the data is counted, leaves no cache and no run folder behind
+        ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
+        identity["source_sha256"] = ck.sha256()
+        gated = (
+            cfg.gated
+            or bool(opts.grow_at)
+            or (resume and (out / MODEL).exists() and checkpoint.load(confine.run_file(out / MODEL)).config.gated)
+        )
+        s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
+        s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
+        stages.check_schedule(s, cfg.width)
+    except GrowError:
+        if rank == 0 and not existed:
+            shutil.rmtree(out, ignore_errors=True)
+        elif rank == 0 and not cache_existed:
+            shutil.rmtree(cache_dir, ignore_errors=True)
+        raise
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
 
 
@@ -251,6 +263,9 @@ def restore(run: Run, resume: bool) -> None:
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
     model.train()
+    if state is not None and not state.get("sharded"):  # moments of the model's shapes, before any is used
+        shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, stages.mup(run.s))}
+        moments.check_moments(state["optimizer"], shapes, str(run.out / STATE))
     fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
     if state is not None and state.get("sharded"):
@@ -511,12 +526,17 @@ def train(ckpt, data_files, out, *, resume=False, progress=True, cache_dir=None,
     Returns a summary dict (paths, steps, tokens, first / last val loss, final gate, seconds).
     """
     t_start = time.time()
+    unknown = sorted(set(settings) - {f.name for f in fields(Settings)})
+    if unknown:
+        raise GrowError(f"train() got an unknown setting {unknown[0]!r} (the fields of Settings)")
     opts = Settings(**settings)
     opts.check()
-    if isinstance(data_files, (str, os.PathLike)):
-        data_files = [data_files]
-    if isinstance(val_data, (str, os.PathLike)):
-        val_data = [val_data]
+    args.path("ckpt", ckpt)
+    out = args.path("out", out)
+    data_files = args.paths("data_files", data_files)
+    val_data = args.paths("val_data", val_data) if val_data else val_data
+    args.path("cache_dir", cache_dir, optional=True)
+    args.flag("resume", resume)
     with run_folder.held(Path(out), int(os.environ.get("RANK", "0")) == 0, STATE):  # locked; a failed new one removed
         run = prepare(ckpt, data_files, Path(out), opts, resume, cache_dir, val_data, progress)
         run.inputs = {"data": list(map(str, data_files)), "val_data": list(map(str, val_data or []))}

@@ -75,7 +75,38 @@ def load_state(path: Path) -> dict:
     )
     if not ok:
         raise GrowError(f"{path}: incomplete training state (step, settings, rng and optimizer expected)")
+    check_fields(path, state)
     return state
+
+
+def check_fields(path: Path, state: dict) -> None:
+    """The fields of a training state that are used as numbers, checked as such (growtool.nn.args): the
+    settings that size the run, the step within it, each growth and each scheduled growth."""
+    from growtool.nn import args
+    from growtool.nn.errors import GrowError
+
+    s = state["settings"]
+    steps = args.integer(f"{path}: settings steps", s.get("steps"), 1)
+    for key in ("batch", "seq"):
+        args.integer(f"{path}: settings {key}", s.get(key), 1)
+    args.seed(f"{path}: settings seed", s.get("seed", 0))
+    for key in ("data_start", "gate_warmup_tokens"):
+        args.integer(f"{path}: settings {key}", s.get(key), 0, optional=True)
+    args.integer(f"{path}: step", state["step"], 0, steps)
+    grow_at = s.get("grow_at") or []
+    if not isinstance(grow_at, list) or not all(
+        isinstance(g, (list, tuple)) and len(g) == 2 and isinstance(g[1], (int, dict)) for g in grow_at
+    ):
+        raise GrowError(f"{path}: settings grow_at must be a list of [step, target] pairs, got {grow_at!r}"[:200])
+    for st, _ in grow_at:
+        args.integer(f"{path}: settings grow_at step", st, 1, steps)
+    for g in state.get("growths", []):
+        if not isinstance(g, dict):
+            raise GrowError(f"{path}: growths must be a list of records, got {g!r}"[:200])
+        args.integer(f"{path}: growth step", g.get("step"), 0, steps)
+        args.integer(f"{path}: growth width", g.get("width"), 1)
+        for key in ("from", "layers", "layers_from"):
+            args.integer(f"{path}: growth {key}", g.get(key), 1, optional=True)
 
 
 def restoring(path: Path):

@@ -13,7 +13,8 @@ import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
 
-from growtool.nn.errors import GrowError, check_range
+from growtool.nn import args
+from growtool.nn.errors import GrowError
 
 # what the saved settings hold beyond the fields: the run's identity, compared on resume too
 IDENTITY = ("data_sha256", "val_sha256", "source_sha256")
@@ -108,7 +109,7 @@ class Settings:
         resume="a cadence: decides when the run measures, not what it computes",
         saved=True,
     )
-    seed: int = setting(0, "data order and initial RNG state", low=0)
+    seed: int = setting(0, "data order and initial RNG state", low=0, high=args.SEED_MAX)
     data_start: int | None = setting(
         None,
         "first batch of the data stream (default: where the input's lineage says its training stopped, "
@@ -203,18 +204,12 @@ class Settings:
     )
 
     def check(self) -> None:
-        """Every number in its range (one line naming the option); --tokens and --steps exclusive."""
+        """Every field of its type (``None`` only where that is the default), every number finite and
+        in its range (one line naming the option, ``growtool.nn.args``); --tokens and --steps exclusive."""
+        for f in fields(self):
+            check_field(f, getattr(self, f.name))
         if self.tokens is not None and self.steps is not None:
             raise GrowError("give --tokens or --steps, not both")
-        for f in fields(self):
-            v, m = getattr(self, f.name), f.metadata
-            if v is not None and m["choices"] and v not in m["choices"]:
-                raise GrowError(f"{option(f.name)} must be one of {', '.join(m['choices'])}, got {v!r}")
-            if v is None or (m["low"] is None and m["high"] is None):
-                continue
-            if value_type(f.name) is int and (not isinstance(v, int) or isinstance(v, bool)):
-                raise GrowError(f"{option(f.name)} must be an integer, got {v!r}")
-            check_range(option(f.name), v, m["low"], m["high"], m["low_open"])
         parse_grow_at(self.grow_at)
 
     def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
@@ -252,6 +247,23 @@ def default_every(name: str, steps: int) -> int:
     """The default of cadence ``name`` for a run of ``steps``: its share of the run, at least its floor,
     at most the run (validation and metrics also run at step 0 and at the end, a save at the end)."""
     return min(steps, max(FLOORS[name], round(SHARES[name] * steps)))
+
+
+def check_field(f, v) -> None:
+    """GrowError naming the option unless ``v`` is a valid value of field ``f`` (``growtool.nn.args``)."""
+    name, m, kind = option(f.name), f.metadata, value_type(f.name)
+    if v is None and f.default is None:
+        return
+    if m["multiple"]:
+        args.texts(name, v)
+    elif m["flag"]:
+        args.flag(name, v)
+    elif kind is int:
+        args.integer(name, v, m["low"], m["high"])
+    elif kind is float:
+        args.real(name, v, m["low"], m["high"], m["low_open"])
+    else:
+        args.text(name, v, m["choices"])
 
 
 def default_gate_tokens(steps: int, per_step: int) -> int:

@@ -28,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.grow import moments, recipes
+from growtool.grow import limits, moments, recipes
 from growtool.grow.engine import grow_tensor
 from growtool.grow.fold import fold_config, fold_tensor
 from growtool.grow.plan import build_plan, lineage_entry
@@ -48,12 +48,21 @@ from growtool.training.settings import (
 # ---- the schedule ----------------------------------------------------------------------------
 
 
-def precheck(grow_at, recipe: str, width: int, fsdp: bool = False, layers: int | None = None) -> None:
-    """What can be checked before the data is read: widths above the model's and rising, layers not
-    below the model's, the recipe; not with --fsdp (growing a sharded model and optimizer is not built)."""
+def precheck(grow_at, recipe: str, cfg, fsdp: bool = False, device=None) -> None:
+    """What can be checked before the data is read: widths above the model's and rising, layers above
+    the model's, each grown model small enough to train on ``device`` (grow/limits.py), the recipe;
+    not with --fsdp (growing a sharded model and optimizer is not built)."""
     if grow_at and fsdp:
         raise GrowError("--grow-at does not work with --fsdp yet (a sharded model and optimizer cannot grow)")
-    check_targets([w for _, w in parse_grow_at(grow_at)], width, layers)
+    targets = [w for _, w in parse_grow_at(grow_at)]
+    check_targets(targets, cfg.width, cfg.layers)
+    width, layers = cfg.width, cfg.layers
+    for item, w in zip(grow_at or (), targets):
+        width, layers = target_width(w) or width, target_layers(w) or layers
+        if layers != cfg.layers:
+            limits.check_depth(cfg, layers, 4, f"--grow-at {item}: layers")
+        limits.check_growth(cfg, width, None, 4, f"--grow-at {item}: width")
+        limits.check_trainable(cfg, width, layers, device, f"--grow-at {item}")
     if grow_at:
         recipes.load(recipe)
 
@@ -82,7 +91,7 @@ def check_targets(targets: list, width: int, layers: int | None = None) -> None:
             raise GrowError(f"--grow-at: width {tw} is not larger than the model's width {width} before it")
         if tl is not None and layers is not None and tl < layers:
             raise GrowError(f"--grow-at: layers {tl} is below the model's {layers} before it")
-        if tl is not None and layers is not None and tl == layers and tw is None:
+        if tl is not None and layers is not None and tl == layers:
             raise GrowError(f"--grow-at: layers {tl} is not more than the model's {layers} before it")
         width, layers = tw or width, tl or layers
 
@@ -281,6 +290,8 @@ def expand_run(
     for n, p in model.named_parameters():
         if n.endswith("growth_gate"):
             p.requires_grad_(False)
+    shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, mup(s))}
+    moments.check_moments(state["optimizer"], shapes, str(src / STATE))
     gate = run_gate_for(model.cfg, s, growths, step)
     plan, new, opt_state, entry = grow_model(
         model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads, mup=mup(s), depth=depth

@@ -15,9 +15,11 @@ from __future__ import annotations
 
 def start(lineage: list) -> int:
     """The data-stream position after the latest ``train`` entry of ``lineage`` that records one (0: none)."""
+    from growtool.nn import args
+
     for entry in reversed(lineage or []):
-        if entry.get("op") == "train" and isinstance(entry.get("data_end"), int):
-            return entry["data_end"]
+        if isinstance(entry, dict) and entry.get("op") == "train" and entry.get("data_end") is not None:
+            return args.integer("the lineage's data_end", entry["data_end"], 0)
     return 0
 
 
