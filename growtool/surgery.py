@@ -339,6 +339,7 @@ def expand(
     ``depth_method`` ("stack", "interleave", "middle", "identity"), ``insert_at`` ("P[:S],...").
     ``progress``: see the module docstring."""
     request = Request(width=width, out=out, recipe=recipe, **options)
+    src = _expand_args(src, request)  # every argument checked, a run folder's too
     if is_run_folder(src):
         return grow_run_folder(src, request).out
     job = run_expand(prepare_expand(src, request), progress=progress)
@@ -374,8 +375,8 @@ def grow_run_folder(src, request: Request) -> RunGrowth:
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
     confine.check_output(q.out, [src])  # not inside the source run, nor holding it
     with machine.surgery_threading():
-        args = (q.seed, q.ffn, q.heads, q.allow_lossy, q.force, q.depth())
-        plan, step = expand_run(Path(src), Path(q.out), q.width, q.loaded_recipe(), *args)
+        rest = (q.seed, q.ffn, q.heads, q.allow_lossy, q.force, q.depth())
+        plan, step = expand_run(Path(src), Path(q.out), q.width, q.loaded_recipe(), *rest)
     return RunGrowth(plan, step, Path(q.out))
 
 
