@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import confine, hf_remote, nanogpt, one_config, overflow, prehash, stdout
+from growtool.io import confine, hf_remote, loadable, nanogpt, one_config, overflow, prehash, stdout
 from growtool.io.files import (  # noqa: F401 (kept importable here)
     SIZE_UNITS,
     _clobbers,
@@ -512,6 +512,9 @@ def save(
             f"{out}: the output ({total:,} bytes) exceeds --shard-size {shard_size:,}: "
             "give a folder as -o to write shards"
         )
+
+    if dest is not None and is_folder_target(out):
+        loadable.check(cfg)  # its config.json must load in transformers: refused before any byte is written
 
     def write(fh, part):
         try:

@@ -220,6 +220,10 @@ class ModelConfig:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
             rp = {k: dict(v) if isinstance(v, dict) else v for k, v in (hf.get("rope_parameters") or {}).items()}
+            if a.features.rope_per_type and "full_attention" not in rp:  # a legacy (4.x) spelling: made per type
+                rp = {"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}}
+                if "rope_local_base_freq" in hf:
+                    hf["rope_local_base_freq"] = self.rope_local_theta or self.rope_theta
             if "full_attention" in rp:  # one RoPE per layer type (Gemma 3)
                 rp["full_attention"]["rope_theta"] = self.rope_theta
                 if "sliding_attention" in rp:
@@ -282,6 +286,8 @@ class ModelConfig:
                 local = (rp.get("sliding_attention") or {}).get("rope_theta", local)
                 rp = rp["full_attention"]
             scaling = rope_from_hf(hf, int(get("context"))) if a.features.positions == "rope" else None
+            if scaling and a.features.rope_per_type and "rope_type" in scaling:  # legacy global rope_scaling:
+                scaling = {"full_attention": scaling}  # transformers applies it to the full-attention layers
             theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
             frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
             if frac is None and hf.get("rotary_dim"):  # GPT-J: rotated dims per head, absolute

@@ -68,6 +68,8 @@ class Features:
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
     #                           so width grows by duplicating the residual (whole factors) or, untied, by a
     #                           refit of the embedding table (any width; grow/plan.py ``copies``) (BLOOM)
+    rope_per_type: bool = False  # one RoPE per layer type (Gemma 3): rope_parameters is keyed by layer type, and a
+    #                              legacy global rope_scaling applies to the full-attention layers only
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
@@ -387,7 +389,7 @@ GEMMA3 = Arch(
     hf_class="Gemma3ForCausalLM",
     block="model.layers.{i}.",
     modules=_GEMMA_SANDWICH,
-    features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head"),
+    features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head", rope_per_type=True),
     keys=_GEMMA_KEYS,
     fixed={"mlp_bias": False},
     defaults=_GEMMA_DEFAULTS,
