@@ -69,6 +69,9 @@ def _falcon(tie=True, **over):
     return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+NO_DROP = dict(attention_dropout=0.0, residual_dropout=0.0)
+WINDOWS = dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 
@@ -141,6 +144,59 @@ CASES = {
         _llama_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
         {},
     ),
+    # the families of issue 44: aliases and close kin (windows on inputs longer than 8 tokens)
+    "internlm3": (_llama_like("InternLM3", "LlamaForCausalLM", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "internlm3-tied-biases": (
+        _llama_like("InternLM3", "LlamaForCausalLM", attention_bias=True, mlp_bias=True, **IDS),
+        {"tie": True},
+    ),
+    "exaone": (_llama_like("Exaone", "LlamaForCausalLM", num_key_value_heads=2, **IDS), {}),
+    "seed_oss-biases": (
+        _llama_like(
+            "SeedOss", num_key_value_heads=2, head_dim=24, attention_out_bias=True, mlp_bias=True, **NO_DROP, **IDS
+        ),
+        {},
+    ),
+    "ministral-window": (_llama_like("Ministral", num_key_value_heads=2, head_dim=16, **WINDOWS, **IDS), {"tie": True}),
+    "helium": (_llama_like("Helium", num_key_value_heads=2, head_dim=16, attention_bias=True, **IDS), {}),
+    "ernie4_5-bias": (_llama_like("Ernie4_5", num_key_value_heads=2, head_dim=16, use_bias=True, **IDS), {}),
+    "ernie4_5-tied": (_llama_like("Ernie4_5", head_dim=24, **IDS), {"tie": True}),
+    "olmo3-window": (
+        _llama_like(
+            "Olmo3",
+            num_key_value_heads=2,
+            **WINDOWS,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+            },
+            **IDS,
+        ),
+        {},
+    ),
+    "exaone4-window": (_llama_like("Exaone4", num_key_value_heads=2, head_dim=24, **WINDOWS, **IDS), {}),
+    "exaone4-nowindow-tied": (
+        _llama_like("Exaone4", num_key_value_heads=4, sliding_window=None, layer_types=["full_attention"] * 2, **IDS),
+        {"tie": True},
+    ),
+    "cohere2-window": (
+        _llama_like("Cohere2", num_key_value_heads=2, logit_scale=0.5, **WINDOWS, **IDS),
+        {"tie": True},
+    ),
+    "vaultgemma-window": (
+        _llama_like(
+            "VaultGemma",
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+            **WINDOWS,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    "stablelm-qkv-bias": (_llama_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 
 

@@ -139,6 +139,15 @@ class ModelConfig:
             return None
         return self.sliding_window
 
+    def has_rope(self, layer: int) -> bool:
+        """Whether a layer rotates q and k (``rope_layers``, and ``Features.rope_where``)."""
+        if self.rope_layers is not None and not self.rope_layers[layer]:
+            return False
+        where = self.arch.features.rope_where
+        if where == "windowed" or (where == "windowed_if_any" and self.sliding_window):
+            return self.window(layer) is not None
+        return True
+
     def check(self) -> None:
         f = self.arch.features
         for name in ("vocab_size", "width", "layers", "heads", "kv_heads", "head_dim", "ffn", "context"):

@@ -36,6 +36,7 @@ Adding an architecture: one ``Arch`` entry below (plus its parity test against t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -70,6 +71,8 @@ class Features:
     #                           refit of the embedding table (any width; grow/plan.py ``copies``) (BLOOM)
     rope_per_type: bool = False  # one RoPE per layer type (Gemma 3): rope_parameters is keyed by layer type, and a
     #                              legacy global rope_scaling applies to the full-attention layers only
+    rope_where: str = ""  # "" every layer | "windowed": only layers with a sliding window (Cohere 2) |
+    #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
@@ -808,12 +811,153 @@ BLOOM = Arch(
     alt_keys={"hidden_size": "n_embed", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"},
 )
 
+# ---- the families of 2025-2026 (issue 44) ---------------------------------------------------
+# Aliases: another model_type (and, for EXAONE 3.5, other tensor names) for a function growtool has.
+
+INTERNLM3 = dataclasses.replace(LLAMA, name="internlm3", model_type="internlm3", hf_class="LlamaForCausalLM")
+
+EXAONE = Arch(
+    name="exaone",
+    model_type="exaone",
+    hf_class="LlamaForCausalLM",  # transformers loads EXAONE 3.5 as Llama, renaming its tensors
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_1",
+        "ln2": "ln_2",
+        "q": "attn.attention.q_proj",
+        "k": "attn.attention.k_proj",
+        "v": "attn.attention.v_proj",
+        "o": "attn.attention.out_proj",
+        "g": "attn.attention.g_proj",
+        "gate": "mlp.c_fc_0",
+        "up": "mlp.c_fc_1",
+        "down": "mlp.c_proj",
+    },
+    features=Features(),
+    keys=LLAMA.keys,
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
+    alt_keys={  # the Hub's EXAONE 3.5 config.json spelling
+        "num_hidden_layers": "num_layers",
+        "rms_norm_eps": "layer_norm_epsilon",
+        "hidden_act": "activation_function",
+    },
+)
+
+SEED_OSS = Arch(
+    name="seed_oss",
+    model_type="seed_oss",
+    hf_class="SeedOssForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_out_bias", "mlp_bias": "mlp_bias"},
+    defaults={"activation": "silu", "tie": False, "context": 524288, "norm_eps": 1e-6, "qkv_bias": True},
+    template={"attention_dropout": 0.0, "residual_dropout": 0.0},
+)
+
+MINISTRAL = dataclasses.replace(
+    MISTRAL,
+    name="ministral",
+    model_type="ministral",
+    hf_class="MinistralForCausalLM",
+    keys={**MISTRAL.keys, "layer_types": "layer_types"},
+)
+
+# Close kin: a function growtool has, with one or two known features combined otherwise.
+
+HELIUM = Arch(
+    name="helium",
+    model_type="helium",
+    hf_class="HeliumForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(rope_interleaved=True, free_head_dim=False),  # o_proj is hidden x hidden
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "mlp_bias": "mlp_bias"},
+    fixed={"o_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-8},
+)
+
+ERNIE4_5 = Arch(
+    name="ernie4_5",
+    model_type="ernie4_5",
+    hf_class="Ernie4_5ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(rope_interleaved=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "use_bias", "o_bias": "use_bias", "mlp_bias": "use_bias"},
+    defaults={"activation": "silu", "tie": True, "context": 131072, "norm_eps": 1e-5},
+)
+
+OLMO3 = dataclasses.replace(
+    OLMO2,
+    name="olmo3",
+    model_type="olmo3",
+    hf_class="Olmo3ForCausalLM",
+    features=dataclasses.replace(OLMO2.features, rope_per_type=True),
+    keys={**OLMO2.keys, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+)
+
+EXAONE4 = Arch(
+    name="exaone4",
+    model_type="exaone4",
+    hf_class="Exaone4ForCausalLM",
+    block="model.layers.{i}.",
+    modules=OLMO2.modules,
+    features=Features(pre_norms=False, post_norms=True, qk_norm="head", rope_where="windowed_if_any"),
+    keys={**_LLAMA_KEYS, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+)
+
+COHERE2 = dataclasses.replace(
+    COHERE,
+    name="cohere2",
+    model_type="cohere2",
+    hf_class="Cohere2ForCausalLM",
+    features=dataclasses.replace(COHERE.features, free_head_dim=False, rope_where="windowed"),
+    keys={**COHERE.keys, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    require={},
+)
+
+VAULTGEMMA = Arch(
+    name="vaultgemma",
+    model_type="vaultgemma",
+    hf_class="VaultGemmaForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "ln2": "pre_feedforward_layernorm"},
+    features=Features(norm_offset=1.0, embed_scale=True),
+    keys=_GEMMA_KEYS,
+    fixed={"mlp_bias": False},
+    defaults=_GEMMA_DEFAULTS,
+)
+
+STABLELM = Arch(
+    name="stablelm",
+    model_type="stablelm",
+    hf_class="StableLmForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", free_head_dim=False),
+    keys={**_LLAMA_KEYS, "norm_eps": "layer_norm_eps", "qkv_bias": "use_qkv_bias"},
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5, "rotary_fraction": 0.25},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    require={
+        "use_parallel_residual": (False, "stablelm with use_parallel_residual=true is not supported"),
+        "qk_layernorm": (False, "stablelm with qk_layernorm=true (a LayerNorm per head) is not supported"),
+    },
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
+        *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}

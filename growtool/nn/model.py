@@ -463,8 +463,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
             if key not in ropes:
                 ropes[key] = rope_tables(cfg, T, idx.device, layer=i)
             rope = ropes[key]
-        if cfg.rope_layers is not None and not cfg.rope_layers[i]:
-            rope = None  # SmolLM3: no RoPE in this layer
+        if not cfg.has_rope(i):
+            rope = None  # SmolLM3's no-RoPE layers; Cohere 2 / EXAONE 4: RoPE on sliding layers only
         x = b(x, rope, alpha)
     return model.get_submodule(a.modules["final_norm"])(x)
 
