@@ -79,6 +79,8 @@ ARCH_CASES = {
     "cohere2": "cohere2-window",
     "vaultgemma": "vaultgemma-window",
     "stablelm": "stablelm-qkv-bias",
+    "arcee": "arcee-relu2-tied-biases",
+    "nemotron": "nemotron-tied-biases-rotary-quarter",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

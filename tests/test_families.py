@@ -196,6 +196,21 @@ CASES = {
         ),
         {"tie": True},
     ),
+    "arcee-relu2": (_llama_like("Arcee", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "arcee-relu2-tied-biases": (_llama_like("Arcee", attention_bias=True, mlp_bias=True, **IDS), {"tie": True}),
+    "nemotron": (_llama_like("Nemotron", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "nemotron-tied-biases-rotary-quarter": (
+        _llama_like(
+            "Nemotron",
+            head_dim=16,
+            num_key_value_heads=4,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+            **IDS,
+        ),
+        {"tie": True},
+    ),
     "stablelm-qkv-bias": (_llama_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 

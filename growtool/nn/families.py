@@ -951,6 +951,30 @@ STABLELM = Arch(
     },
 )
 
+# One new mechanism each.
+
+ARCEE = Arch(
+    name="arcee",
+    model_type="arcee",
+    hf_class="ArceeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(mlp="plain"),  # up -> ReLU^2 -> down, no gate
+    keys=LLAMA.keys,
+    defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5},
+)
+
+NEMOTRON = Arch(
+    name="nemotron",
+    model_type="nemotron",
+    hf_class="NemotronForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", norm_offset=1.0, mlp="plain"),  # LayerNorm1P: gain 1 + w; ReLU^2
+    keys={**LLAMA.keys, "norm_eps": "norm_eps"},
+    defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5, "rotary_fraction": 0.5},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -958,6 +982,8 @@ ARCHS = {
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
+        ARCEE,
+        NEMOTRON,
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}

@@ -34,6 +34,7 @@ ACT = {
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "relu2": lambda x: torch.square(F.relu(x)),  # ReLU squared (So et al. 2021, Primer): Arcee, Nemotron
     "silu": F.silu,
     "bloom_gelu": lambda x: x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))),  # BLOOM's constants
 }
@@ -72,9 +73,24 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+class OffsetLayerNorm(nn.LayerNorm):
+    """LayerNorm whose gain is ``offset + weight`` (Nemotron's LayerNorm1P stores w with gain 1 + w)."""
+
+    def __init__(self, d: int, eps: float, offset: float, bias: bool):
+        super().__init__(d, eps=eps, bias=bias)
+        self.offset = offset
+        with torch.no_grad():
+            self.weight.fill_(1.0 - offset)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight + self.offset, self.bias, self.eps)
+
+
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     if cfg.norm == "layernorm":
         f = arch_of(cfg).features
+        if f.norm_offset:
+            return OffsetLayerNorm(d, cfg.norm_eps, f.norm_offset, f.norm_bias)
         return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=f.norm_affine, bias=f.norm_affine and f.norm_bias)
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
