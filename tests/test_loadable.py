@@ -63,8 +63,9 @@ def _gemma3_legacy(path):
     model = perturbed(transformers.Gemma3ForCausalLM(cfg)).eval()
     model.save_pretrained(path)
     hf = json.loads((path / "config.json").read_text())
-    del hf["rope_parameters"]
+    del hf["rope_parameters"], hf["layer_types"]  # 4.x: the layer types by a rule, every 2nd layer full
     hf.update(rope_theta=500.0, rope_local_base_freq=10000.0, rope_scaling={"rope_type": "linear", "factor": 4.0})
+    hf["sliding_window_pattern"] = 2
     (path / "config.json").write_text(json.dumps(hf))
     legacy = transformers.AutoModelForCausalLM.from_pretrained(path).eval()
     assert rel(logits(legacy), logits(model)) == 0.0  # transformers reads the old spelling as the new

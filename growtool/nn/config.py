@@ -16,7 +16,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
+from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -223,6 +223,8 @@ class ModelConfig:
             if val is None and key not in hf:
                 continue
             hf[key] = val
+            if a.alt_keys.get(key) in hf:  # the other spelling the source used says the same (it may win on load)
+                hf[a.alt_keys[key]] = val
         for key, name in a.mirrors.items():
             hf[key] = getattr(self, name)
         if a.features.free_head_dim:
@@ -260,6 +262,8 @@ class ModelConfig:
             raise GrowError("config is not a JSON object")
         own = hf.get("growtool") or {}
         mt = own.get("model_type") if hf.get("model_type") == "growtool" else hf.get("model_type")
+        if mt in UNSUPPORTED:
+            raise GrowError(f"{mt} is not supported yet: growtool does not implement {UNSUPPORTED[mt]}")
         if mt not in BY_MODEL_TYPE:
             raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
         a = BY_MODEL_TYPE[mt]
@@ -309,6 +313,11 @@ class ModelConfig:
                 types = [
                     "sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
                     for i in range(int(get("layers")))
+                ]
+            if window and types is None and a.window_every:  # transformers' rule for configs without layer_types
+                every = int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or a.window_every)
+                types = [
+                    "sliding_attention" if (i + 1) % every else "full_attention" for i in range(int(get("layers")))
                 ]
             rope_layers = get("rope_layers")
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer

@@ -94,6 +94,8 @@ class Arch:
     require: dict = field(default_factory=dict)  # HF key -> (value(s), reason[, value when absent]), else refused
     mirrors: dict = field(default_factory=dict)  # HF key -> ModelConfig field it must equal (written back with it)
     alt_keys: dict = field(default_factory=dict)  # HF key -> another spelling configs use for it (read only)
+    window_every: int | None = None  # without layer_types: every n-th layer full, the others sliding (transformers'
+    #                                  rule; a config's sliding_window_pattern gives n where it has one)
 
     @property
     def embed(self) -> str:
@@ -384,6 +386,7 @@ GEMMA2 = Arch(
     keys=_GEMMA_KEYS,
     fixed={"mlp_bias": False},
     defaults=_GEMMA_DEFAULTS,
+    window_every=2,
 )
 
 GEMMA3 = Arch(
@@ -396,6 +399,7 @@ GEMMA3 = Arch(
     keys=_GEMMA_KEYS,
     fixed={"mlp_bias": False},
     defaults=_GEMMA_DEFAULTS,
+    window_every=6,
 )
 
 OLMO2 = Arch(
@@ -898,6 +902,7 @@ OLMO3 = dataclasses.replace(
     hf_class="Olmo3ForCausalLM",
     features=dataclasses.replace(OLMO2.features, rope_per_type=True),
     keys={**OLMO2.keys, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    window_every=4,
 )
 
 EXAONE4 = Arch(
@@ -910,6 +915,7 @@ EXAONE4 = Arch(
     keys={**_LLAMA_KEYS, "sliding_window": "sliding_window", "layer_types": "layer_types"},
     fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+    window_every=4,
 )
 
 COHERE2 = dataclasses.replace(
@@ -920,6 +926,7 @@ COHERE2 = dataclasses.replace(
     features=dataclasses.replace(COHERE.features, free_head_dim=False, rope_where="windowed"),
     keys={**COHERE.keys, "sliding_window": "sliding_window", "layer_types": "layer_types"},
     require={},
+    window_every=4,
 )
 
 VAULTGEMMA = Arch(
@@ -932,6 +939,7 @@ VAULTGEMMA = Arch(
     keys=_GEMMA_KEYS,
     fixed={"mlp_bias": False},
     defaults=_GEMMA_DEFAULTS,
+    window_every=2,
 )
 
 STABLELM = Arch(
@@ -987,6 +995,56 @@ ARCHS = {
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
+
+# Decoder families transformers has and growtool does not grow yet: model_type -> the mechanism missing
+# (refused with one line naming it, instead of "unknown family").
+_DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
+_MAMBA = "Mamba state-space mixer layers"
+_GDN = "Gated DeltaNet linear-attention mixer layers"
+_PLE = "per-layer embeddings and AltUp"
+_LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
+_FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
+UNSUPPORTED = {
+    "granitemoe": _FUSED_EXPERTS,
+    "granitemoeshared": _FUSED_EXPERTS,
+    "apertus": "the xIELU activation with learned per-layer scalars",
+    "hunyuan_v1_dense": "q/k norms applied after RoPE",
+    "glm": "GLM's fused gate_up MLP with interleaved partial RoPE",
+    "glm4": "GLM-4's sandwich norms with a fused gate_up MLP and interleaved partial RoPE",
+    "ministral3": "Ministral 3's position-dependent query scale",
+    "phimoe": "PhiMoE's sparsemixer routing",
+    "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "glm4_moe": _DEEPSEEK_MOE,
+    "dots1": _DEEPSEEK_MOE,
+    "minimax_m2": _DEEPSEEK_MOE,
+    "ernie4_5_moe": _DEEPSEEK_MOE,
+    "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
+    "exaone_moe": _DEEPSEEK_MOE,
+    "llama4": _LLAMA4,
+    "llama4_text": _LLAMA4,
+    "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
+    "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
+    "jamba": _MAMBA,
+    "falcon_h1": _MAMBA,
+    "granitemoehybrid": _MAMBA,
+    "nemotron_h": _MAMBA,
+    "zamba2": _MAMBA,
+    "mamba": _MAMBA,
+    "mamba2": _MAMBA,
+    "qwen3_next": _GDN,
+    "qwen3_5": _GDN,
+    "qwen3_5_text": _GDN,
+    "qwen3_5_moe": _GDN,
+    "kimi_linear": "Kimi delta attention (KDA) mixer layers and MLA",
+    "lfm2": "LFM2's short-convolution mixer layers",
+    "minimax": "MiniMax's lightning-attention layers",
+    "gemma3n": _PLE,
+    "gemma3n_text": _PLE,
+    "gemma4": _PLE,
+    "gemma4_text": _PLE,
+}
 
 # Buffers some HF checkpoints carry that are not weights (causal masks, rotary tables).
 IGNORED = re.compile(r"(^|\.)(attn|attention)\.(masked_)?bias$|rotary_emb\.inv_freq$")

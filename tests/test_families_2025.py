@@ -1,0 +1,168 @@
+"""The families of issue 44 beyond test_families' round trip (their width and depth cases live in the
+tables of tests/test_families.py and tests/test_depth.py):
+
+* each family's config.json in the transformers 4.x spelling (``rope_theta`` / ``partial_rotary_factor``
+  at the top level, ``rope_scaling``, EXAONE 3.5's ``num_layers`` / ``layer_norm_epsilon`` /
+  ``activation_function``, Cohere 2's and EXAONE 4's ``sliding_window_pattern`` instead of
+  ``layer_types``) reads as transformers reads it, grows, and folds into a folder transformers loads
+  with the source's logits;
+* Cohere 2 and EXAONE 4 rotate q and k on their sliding layers only (the rule bites);
+* a decoder family transformers has and growtool does not grow is refused with one line naming
+  the mechanism it lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from test_families import CASES, X, hf_logits, make_source, rel  # noqa: E402
+
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn import families  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.nn.families import UNSUPPORTED  # noqa: E402
+
+from conftest import cli, perturbed, verify_json  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+EXAONE_4X = {
+    "num_hidden_layers": "num_layers",
+    "rms_norm_eps": "layer_norm_epsilon",
+    "hidden_act": "activation_function",
+}
+
+
+def spelled_4x(hf: dict) -> dict:
+    """A transformers 5.x config.json as transformers 4.x wrote it."""
+    out = dict(hf)
+    rp = dict(out.pop("rope_parameters"))
+    out["rope_theta"] = rp.pop("rope_theta")
+    if "partial_rotary_factor" in rp:
+        out["partial_rotary_factor"] = rp.pop("partial_rotary_factor")
+    if rp.get("rope_type", "default") != "default":
+        out["rope_scaling"] = rp
+    if out["model_type"] == "exaone":
+        out.update({old: out.pop(new) for new, old in EXAONE_4X.items()})
+    pattern = out.get("layer_types") == ["sliding_attention", "full_attention"]
+    if out["model_type"] in ("cohere2", "exaone4") and pattern:
+        del out["layer_types"]
+        out["sliding_window_pattern"] = 2  # every 2nd layer full
+    return out
+
+
+# one case per family of issue 44 whose Hub configs exist in the 4.x spelling (OLMo 3 and Gemma 3 have
+# one RoPE per layer type: Gemma 3's legacy spelling is tests/test_loadable.py's)
+LEGACY = [
+    "internlm3",
+    "exaone",
+    "seed_oss-biases",
+    "ministral-window",
+    "helium",
+    "ernie4_5-bias",
+    "exaone4-window",
+    "cohere2-window",
+    "vaultgemma-window",
+    "stablelm-qkv-bias",
+    "arcee-relu2",
+    "nemotron-tied-biases-rotary-quarter",
+]
+
+
+@pytest.mark.parametrize("name", LEGACY)
+def test_configs_in_the_4x_spelling_grow_and_fold_into_loadable_folders(name, tmp_path):
+    src = tmp_path / "src"
+    model = make_source(name, src)
+    hf = json.loads((src / "config.json").read_text())
+    old = spelled_4x(hf)
+    assert "rope_parameters" not in old and old != hf
+    (src / "config.json").write_text(json.dumps(old))
+    legacy = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
+    assert rel(hf_logits(legacy), hf_logits(model)) <= 1e-6  # transformers reads the old spelling as the new
+    with torch.no_grad():
+        assert rel(checkpoint.load(src).model()(X), hf_logits(model)) <= 1e-5
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", src, "--width", 96, "-q", "-o", grown)
+    assert r.exit_code == 0, r.stderr
+    code, rep = verify_json(src, grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    assert cli("fold", grown, "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert type(back) is type(model) and back.config.hidden_size == 96
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+@pytest.mark.parametrize("name", ["cohere2-window", "exaone4-window", "exaone4-nowindow-tied"])
+def test_rope_only_on_sliding_layers(name, tmp_path, monkeypatch):
+    """Cohere 2 rotates q and k on layers with a window only; EXAONE 4 too, but on every layer when the
+    config has no window. Read with the other rule (RoPE on every layer, or on none), the logits differ."""
+    model = make_source(name, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg = ck.config
+    want = [t == "sliding_attention" for t in cfg.layer_types] if cfg.sliding_window else [True] * cfg.layers
+    assert [cfg.has_rope(i) for i in range(cfg.layers)] == want and any(want)
+    a = families.ARCHS[cfg.family]
+    other = dataclasses.replace(a.features, rope_where="windowed" if all(want) else "")
+    monkeypatch.setitem(families.ARCHS, cfg.family, dataclasses.replace(a, features=other))
+    assert [cfg.has_rope(i) for i in range(cfg.layers)] != want
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) > 1e-3
+
+
+def _known_unsupported() -> list[str]:
+    from transformers.models.auto.configuration_auto import CONFIG_MAPPING
+
+    return sorted(mt for mt in UNSUPPORTED if mt in CONFIG_MAPPING)
+
+
+@pytest.mark.parametrize("mt", _known_unsupported())
+def test_known_but_unsupported_families_name_what_is_missing(mt):
+    hf = transformers.AutoConfig.for_model(mt).to_dict()
+    with pytest.raises(GrowError, match=f"^{mt} is not supported yet: growtool does not implement "):
+        ModelConfig.from_hf(hf)
+
+
+def test_an_unsupported_family_is_one_line_exit_2_nothing_written(tmp_path):
+    cfg = transformers.AutoConfig.for_model(
+        "lfm2", vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
+    )
+    torch.manual_seed(0)
+    transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "lfm2 is not supported yet: growtool does not implement LFM2's short-convolution mixer layers" in r.stderr
+    assert not (tmp_path / "g").exists()
+
+
+@pytest.mark.parametrize(
+    "name",
+    ["gemma2-softcap-window", "vaultgemma-window", "olmo3-window", "cohere2-window", "exaone4-window", "gemma3"],
+)
+def test_without_layer_types_the_layers_follow_transformers_rule(name, tmp_path):
+    """A config without ``layer_types`` (4.x): transformers makes every n-th layer full (Gemma 2 and
+    VaultGemma n = 2, OLMo 3 / Cohere 2 / EXAONE 4 n = 4, Gemma 3 n = 6, or ``sliding_window_pattern``);
+    growtool reads the same layer types, and writes them out."""
+    from test_architectures import CASES as ARCH_CASES
+
+    make, kw = {**ARCH_CASES, **CASES}[name]
+    torch.manual_seed(0)
+    perturbed(make(**kw)).save_pretrained(tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    del hf["layer_types"]
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.layer_types == back.config.layer_types
+    x = X % hf["vocab_size"]  # test_architectures' models have 128 tokens
+    with torch.no_grad():
+        assert rel(ck.model()(x), hf_logits(back, x)) <= 1e-5
+    r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 4, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert json.loads((tmp_path / "g" / "config.json").read_text())["layer_types"] == back.config.layer_types * 2
