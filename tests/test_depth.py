@@ -81,6 +81,9 @@ ARCH_CASES = {
     "stablelm": "stablelm-qkv-bias",
     "arcee": "arcee-relu2-tied-biases",
     "nemotron": "nemotron-tied-biases-rotary-quarter",
+    "hunyuan_v1_dense": "hunyuan_v1_dense-tied-bias",
+    "glm": "glm-tied-nobias-rotary-quarter",
+    "glm4": "glm4",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -211,6 +211,28 @@ CASES = {
         ),
         {"tie": True},
     ),
+    "hunyuan_v1_dense": (_llama_like("HunYuanDenseV1", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "hunyuan_v1_dense-tied-bias": (
+        _llama_like("HunYuanDenseV1", num_key_value_heads=4, head_dim=24, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
+    "glm": (_llama_like("Glm", num_key_value_heads=2, head_dim=16, pad_token_id=0), {}),
+    "glm-tied-nobias-rotary-quarter": (
+        _llama_like(
+            "Glm",
+            head_dim=24,
+            num_key_value_heads=4,
+            attention_bias=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+            pad_token_id=0,
+        ),
+        {"tie": True},
+    ),
+    "glm4": (_llama_like("Glm4", num_key_value_heads=2, head_dim=16, pad_token_id=0), {}),
+    "glm4-tied-nobias": (
+        _llama_like("Glm4", num_key_value_heads=4, head_dim=24, attention_bias=False, pad_token_id=0),
+        {"tie": True},
+    ),
     "stablelm-qkv-bias": (_llama_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 

@@ -166,3 +166,22 @@ def test_without_layer_types_the_layers_follow_transformers_rule(name, tmp_path)
     r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 4, "-q", "-o", tmp_path / "g")
     assert r.exit_code == 0, r.stderr
     assert json.loads((tmp_path / "g" / "config.json").read_text())["layer_types"] == back.config.layer_types * 2
+
+
+def test_hunyuan_norms_the_rotated_q_and_k(tmp_path, monkeypatch):
+    """HunYuan applies its per-head q/k RMSNorms after RoPE: normed before it (as Qwen 3), the logits differ."""
+    model = make_source("hunyuan_v1_dense", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert "model.layers.0.self_attn.query_layernorm.weight" in ck.names()
+    a = families.ARCHS["hunyuan_v1_dense"]
+    before = dataclasses.replace(a, features=dataclasses.replace(a.features, qk_norm_after_rope=False))
+    monkeypatch.setitem(families.ARCHS, "hunyuan_v1_dense", before)
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) > 1e-3
+
+
+def test_hunyuan_ntk_alpha_rope_is_refused_with_one_line():
+    hf = {**transformers.HunYuanDenseV1Config(head_dim=16).to_dict()}
+    hf["rope_parameters"] = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 10000.0}
+    with pytest.raises(GrowError, match="HunYuan's NTK-alpha RoPE"):
+        ModelConfig.from_hf(hf)

@@ -122,7 +122,8 @@ DEPTH_FAMILIES = frozenset([
     "gemma3_text", "olmo2", "opt", "olmo", "gpt_bigcode", "granite", "phi", "gptj", "cohere", "falcon",
     "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "bloom",
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
-    "vaultgemma", "stablelm", "arcee", "nemotron",
+    "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
+    "glm4",
 ])
 # fmt: on
 

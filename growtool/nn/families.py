@@ -71,6 +71,7 @@ class Features:
     #                           refit of the embedding table (any width; grow/plan.py ``copies``) (BLOOM)
     rope_per_type: bool = False  # one RoPE per layer type (Gemma 3): rope_parameters is keyed by layer type, and a
     #                              legacy global rope_scaling applies to the full-attention layers only
+    qk_norm_after_rope: bool = False  # the "head" q/k norms are applied to the rotated q and k (HunYuan)
     rope_where: str = ""  # "" every layer | "windowed": only layers with a sliding window (Cohere 2) |
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
@@ -983,6 +984,50 @@ NEMOTRON = Arch(
     defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5, "rotary_fraction": 0.5},
 )
 
+HUNYUAN_DENSE = Arch(
+    name="hunyuan_v1_dense",
+    model_type="hunyuan_v1_dense",
+    hf_class="HunYuanDenseV1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "q_norm": "self_attn.query_layernorm", "k_norm": "self_attn.key_layernorm"},
+    features=Features(qk_norm="head", qk_norm_after_rope=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+)
+
+_GLM_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up")},
+    "gate_up": "mlp.gate_up_proj",
+}
+_GLM_KEYS = {**_LLAMA_KEYS, "qkv_bias": "attention_bias"}
+
+GLM = Arch(
+    name="glm",
+    model_type="glm",
+    hf_class="GlmForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GLM_MODULES,
+    features=Features(mlp="glu_fused", rope_interleaved=True),  # [gate | up] in one tensor; partial pair RoPE
+    keys=_GLM_KEYS,
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1.5625e-07, "rotary_fraction": 0.5},
+)
+
+GLM4 = dataclasses.replace(
+    GLM,
+    name="glm4",
+    model_type="glm4",
+    hf_class="Glm4ForCausalLM",
+    modules={
+        **_GLM_MODULES,
+        "post_attn": "post_self_attn_layernorm",
+        "ln2": "post_attention_layernorm",  # the norm before the MLP, despite its name
+        "post_ffn": "post_mlp_layernorm",
+    },
+    features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -990,8 +1035,7 @@ ARCHS = {
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
-        ARCEE,
-        NEMOTRON,
+        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1008,9 +1052,6 @@ UNSUPPORTED = {
     "granitemoe": _FUSED_EXPERTS,
     "granitemoeshared": _FUSED_EXPERTS,
     "apertus": "the xIELU activation with learned per-layer scalars",
-    "hunyuan_v1_dense": "q/k norms applied after RoPE",
-    "glm": "GLM's fused gate_up MLP with interleaved partial RoPE",
-    "glm4": "GLM-4's sandwich norms with a fused gate_up MLP and interleaved partial RoPE",
     "ministral3": "Ministral 3's position-dependent query scale",
     "phimoe": "PhiMoE's sparsemixer routing",
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,

@@ -306,12 +306,14 @@ class Block(nn.Module):
         if cfg.clip_qkv is not None:  # OLMo, OLMoE: clamped after the projections (and a full q/k norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
-        if f.qk_norm == "head":
+        if f.qk_norm == "head" and not f.qk_norm_after_rope:
             q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             turn = apply_rope_interleaved if f.rope_interleaved else apply_rope
             q, k = turn(q, *rope), turn(k, *rope)
+        if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
+            q, k = s["q_norm"](q), s["k_norm"](k)
         y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
