@@ -84,6 +84,7 @@ ARCH_CASES = {
     "hunyuan_v1_dense": "hunyuan_v1_dense-tied-bias",
     "glm": "glm-tied-nobias-rotary-quarter",
     "glm4": "glm4",
+    "ministral3": "ministral3-yarn-query-scale",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -233,6 +233,26 @@ CASES = {
         _llama_like("Glm4", num_key_value_heads=4, head_dim=24, attention_bias=False, pad_token_id=0),
         {"tie": True},
     ),
+    "ministral3-yarn-query-scale": (
+        _llama_like(
+            "Ministral3",
+            num_key_value_heads=2,
+            head_dim=16,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "original_max_position_embeddings": 8,  # positions 8.. get a query scale > 1
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+            **IDS,
+        ),
+        {},
+    ),
     "stablelm-qkv-bias": (_llama_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 

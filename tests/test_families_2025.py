@@ -28,6 +28,7 @@ from growtool.nn import families  # noqa: E402
 from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.families import UNSUPPORTED  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
 
 from conftest import cli, perturbed, verify_json  # noqa: E402
 
@@ -185,3 +186,20 @@ def test_hunyuan_ntk_alpha_rope_is_refused_with_one_line():
     hf["rope_parameters"] = {"rope_type": "dynamic", "alpha": 1000.0, "factor": 1.0, "rope_theta": 10000.0}
     with pytest.raises(GrowError, match="HunYuan's NTK-alpha RoPE"):
         ModelConfig.from_hf(hf)
+
+
+def test_ministral3_scales_queries_by_position(tmp_path):
+    """Ministral 3 multiplies the rotated query at position p by 1 + beta log(1 + floor(p / original
+    max positions)) (beta: the RoPE parameters' llama_4_scaling_beta, carried through growth): without
+    it the logits differ at the positions past 8."""
+    model = make_source("ministral3-yarn-query-scale", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.rope_scaling["llama_4_scaling_beta"] == 0.5
+    plain = ck.config.replace(rope_scaling={**ck.config.rope_scaling, "llama_4_scaling_beta": 0.0})
+    with torch.no_grad():
+        got = LM.from_tensors(plain, {n: ck.get(n) for n in ck.names()})(X)
+    want = hf_logits(model)
+    assert rel(got[:, :8], want[:, :8]) <= 1e-5 and rel(got[:, 8:], want[:, 8:]) > 1e-3
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    rp = json.loads((tmp_path / "g" / "config.json").read_text())["rope_parameters"]
+    assert rp["llama_4_scaling_beta"] == 0.5 and rp["original_max_position_embeddings"] == 8

@@ -873,6 +873,14 @@ MINISTRAL = dataclasses.replace(
 
 # Close kin: a function growtool has, with one or two known features combined otherwise.
 
+MINISTRAL3 = dataclasses.replace(
+    MISTRAL,
+    name="ministral3",
+    model_type="ministral3",
+    hf_class="Ministral3ForCausalLM",  # queries scaled by position (RoPE's llama_4_scaling_beta): nn/model.py
+    defaults={**MISTRAL.defaults, "context": 262144},
+)
+
 HELIUM = Arch(
     name="helium",
     model_type="helium",
@@ -1035,7 +1043,7 @@ ARCHS = {
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
-        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4),
+        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1052,7 +1060,6 @@ UNSUPPORTED = {
     "granitemoe": _FUSED_EXPERTS,
     "granitemoeshared": _FUSED_EXPERTS,
     "apertus": "the xIELU activation with learned per-layer scalars",
-    "ministral3": "Ministral 3's position-dependent query scale",
     "phimoe": "PhiMoE's sparsemixer routing",
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,

@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from .config import ModelConfig
 from .families import arch_of
-from .rope import extends_context, layer_key, tables
+from .rope import extends_context, layer_key, layer_params, tables
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
@@ -122,6 +122,18 @@ def apply_rope_interleaved(x, cos, sin):
     turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
     xr = xr * cos + turned * sin
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
+
+
+def query_scale(q: torch.Tensor, cfg: ModelConfig, layer: int) -> torch.Tensor:
+    """Ministral 3 (Llama 4's attention temperature): the rotated query at position p times
+    1 + beta log(1 + floor(p / original_max_position_embeddings)), beta the RoPE parameters'
+    ``llama_4_scaling_beta``; unchanged without it."""
+    p = layer_params(cfg, layer) or {}
+    if not p.get("llama_4_scaling_beta"):
+        return q
+    pos = torch.arange(q.shape[-2], device=q.device)
+    scale = 1 + p["llama_4_scaling_beta"] * torch.log(1 + torch.floor(pos / p["original_max_position_embeddings"]))
+    return q * scale[:, None].to(q.dtype)
 
 
 def alibi_slopes(n: int) -> torch.Tensor:
@@ -314,6 +326,7 @@ class Block(nn.Module):
             q, k = turn(q, *rope), turn(k, *rope)
         if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
             q, k = s["q_norm"](q), s["k_norm"](k)
+        q = query_scale(q, cfg, self.layer)
         y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
