@@ -85,6 +85,7 @@ ARCH_CASES = {
     "glm": "glm-tied-nobias-rotary-quarter",
     "glm4": "glm4",
     "ministral3": "ministral3-yarn-query-scale",
+    "apertus": "apertus-xielu-tied-bias",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -72,6 +72,16 @@ def _falcon(tie=True, **over):
 IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
 NO_DROP = dict(attention_dropout=0.0, residual_dropout=0.0)
 WINDOWS = dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+)
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 
@@ -253,6 +263,8 @@ CASES = {
         ),
         {},
     ),
+    "apertus-xielu": (_llama_like("Apertus", num_key_value_heads=2, head_dim=16, **LLAMA3, **IDS), {}),
+    "apertus-xielu-tied-bias": (_llama_like("Apertus", attention_bias=True, **LLAMA3, **IDS), {"tie": True}),
     "stablelm-qkv-bias": (_llama_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 

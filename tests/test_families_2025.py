@@ -203,3 +203,20 @@ def test_ministral3_scales_queries_by_position(tmp_path):
     assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
     rp = json.loads((tmp_path / "g" / "config.json").read_text())["rope_parameters"]
     assert rp["llama_4_scaling_beta"] == 0.5 and rp["original_max_position_embeddings"] == 8
+
+
+def test_apertus_xielu_scalars_are_read_and_kept(tmp_path):
+    """Apertus' xIELU has learned scalars per block (alpha_p, alpha_n of shape [1]; beta, eps 0-d):
+    growtool reads them (with other values the logits differ), width growth keeps them bit for bit,
+    and the grown folder stores them in their shapes."""
+    model = make_source("apertus-xielu", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    names = [n for n in ck.names() if ".act_fn." in n]
+    assert len(names) == 8 and ck.get("model.layers.0.mlp.act_fn.beta").shape == ()
+    t = {n: ck.get(n) for n in ck.names()}
+    t["model.layers.1.mlp.act_fn.alpha_p"] = t["model.layers.1.mlp.act_fn.alpha_p"] + 0.5
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) > 1e-3
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    g = checkpoint.load(tmp_path / "g")
+    assert all(torch.equal(g.get(n), ck.get(n)) and g.get(n).shape == ck.get(n).shape for n in names)

@@ -115,8 +115,9 @@ class Plan:
         for name, shape, _ in self.outputs():
             steps = self.steps[name]
             pieces = self.pieces(name)
-            rows = pieces[0][1] if pieces else shape[0]
-            src = math.prod(old[name]) * rows // shape[0] if name in old else 0
+            lead = shape[0] if shape else 1  # a 0-d scalar (Apertus' xIELU beta, eps) is one row
+            rows = pieces[0][1] if pieces else lead
+            src = math.prod(old[name]) * rows // lead if name in old else 0
             if engine._whole_steps(self, name, shape) < len(steps):
                 f32 = 4 * engine.ROW_BLOCK
             else:
@@ -221,6 +222,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Duplicate()]
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
+    if role == "act_param":
+        return [Keep("a scalar of the activation")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -255,6 +258,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("over head_dim, which is fixed")]
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
+    if role == "act_param":
+        return [Keep("a scalar of the activation")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):

@@ -21,7 +21,7 @@ from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "bloom_gelu", "relu2")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "bloom_gelu", "relu2", "xielu")
 FEATURE_FALLBACK = {
     "qkv_bias": False,
     "o_bias": False,

@@ -22,6 +22,7 @@ Roles
   head         the untied output head (a reader of the final norm)
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
+  act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
@@ -72,6 +73,8 @@ class Features:
     rope_per_type: bool = False  # one RoPE per layer type (Gemma 3): rope_parameters is keyed by layer type, and a
     #                              legacy global rope_scaling applies to the full-attention layers only
     qk_norm_after_rope: bool = False  # the "head" q/k norms are applied to the rotated q and k (HunYuan)
+    act_params: tuple = ()  # (name, shape) of the activation's own tensors at slot "act" (Apertus' xIELU: learned
+    #                         scalars, one set per block, kept by width growth)
     rope_where: str = ""  # "" every layer | "windowed": only layers with a sliding window (Cohere 2) |
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
@@ -1004,6 +1007,27 @@ HUNYUAN_DENSE = Arch(
     defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
 )
 
+APERTUS = Arch(
+    name="apertus",
+    model_type="apertus",
+    hf_class="ApertusForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **_LLAMA_MODULES,
+        "ln1": "attention_layernorm",
+        "ln2": "feedforward_layernorm",
+        "act": "mlp.act_fn",
+    },
+    features=Features(
+        mlp="plain",  # up -> xIELU -> down
+        qk_norm="head",
+        act_params=(("alpha_p", (1,)), ("alpha_n", (1,)), ("beta", ()), ("eps", ())),
+    ),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "xielu", "tie": False, "context": 65536, "norm_eps": 1e-5},
+)
+
 _GLM_MODULES = {
     **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up")},
     "gate_up": "mlp.gate_up_proj",
@@ -1043,7 +1067,7 @@ ARCHS = {
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
-        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3),
+        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1059,7 +1083,6 @@ _FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
     "granitemoe": _FUSED_EXPERTS,
     "granitemoeshared": _FUSED_EXPERTS,
-    "apertus": "the xIELU activation with learned per-layer scalars",
     "phimoe": "PhiMoE's sparsemixer routing",
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
@@ -1201,6 +1224,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
     if not f.moe:
         s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    s += [TensorSpec(B + a.modules["act"] + "." + p, "act_param") for p, _ in f.act_params]
     if f.post_norms:
         s += norm("post_ffn")
     if cfg.gated:
@@ -1249,6 +1273,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.width,)
     if spec.role == "head_norm":
         return (cfg.head_dim,)
+    if spec.role == "act_param":
+        return dict(arch_of(cfg).features.act_params)[name.rsplit(".", 1)[1]]
     if spec.role == "embedding":
         a = arch_of(cfg)
         rows = cfg.vocab_size if name == a.embed else cfg.context + a.features.pos_offset

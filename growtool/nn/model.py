@@ -86,6 +86,24 @@ class OffsetLayerNorm(nn.LayerNorm):
         return F.layer_norm(x, self.normalized_shape, self.weight + self.offset, self.bias, self.eps)
 
 
+class XIELU(nn.Module):
+    """xIELU (Huang et al. 2024, arXiv:2411.13010) with learned scalars, as Apertus stores them:
+    x > 0: a_p x^2 + beta x; else (expm1(min(x, eps)) - x) a_n + beta x, with a_p = softplus(alpha_p),
+    a_n = beta + softplus(alpha_n). alpha_p and alpha_n are trained, beta and eps are constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.alpha_p, self.alpha_n = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+        self.register_buffer("beta", torch.tensor(0.5))
+        self.register_buffer("eps", torch.tensor(-1e-6))
+
+    def forward(self, x):
+        a_p, a_n = F.softplus(self.alpha_p), self.beta + F.softplus(self.alpha_n)
+        return torch.where(
+            x > 0, a_p * x * x + self.beta * x, (torch.expm1(torch.min(x, self.eps)) - x) * a_n + self.beta * x
+        )
+
+
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     if cfg.norm == "layernorm":
         f = arch_of(cfg).features
@@ -279,6 +297,8 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
             m["gate"] = lin(d, f_n, cfg.mlp_bias)
         m["up"] = lin(d, f_n, cfg.mlp_bias)
     m["down"] = lin(f_n, d, cfg.mlp_bias)
+    if f.act_params:
+        m["act"] = XIELU()
     return m
 
 
@@ -372,7 +392,7 @@ class Block(nn.Module):
         cfg, s, f = self.cfg, self.slot, self.features
         if f.moe:
             return self._moe(x, g)
-        act = ACT[cfg.activation]
+        act = s["act"] if "act" in s else ACT[cfg.activation]
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
             h = act(gate) * up
