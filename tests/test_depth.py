@@ -86,6 +86,7 @@ ARCH_CASES = {
     "glm4": "glm4",
     "ministral3": "ministral3-yarn-query-scale",
     "apertus": "apertus-xielu-tied-bias",
+    "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

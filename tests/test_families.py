@@ -265,6 +265,26 @@ CASES = {
     ),
     "apertus-xielu": (_llama_like("Apertus", num_key_value_heads=2, head_dim=16, **LLAMA3, **IDS), {}),
     "apertus-xielu-tied-bias": (_llama_like("Apertus", attention_bias=True, **LLAMA3, **IDS), {"tie": True}),
+    "phimoe-sparsemixer": (
+        _llama_like(
+            "Phimoe", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48, **IDS
+        ),
+        {},
+    ),
+    "phimoe-sparsemixer-tied-biases-jitter": (
+        _llama_like(
+            "Phimoe",
+            num_key_value_heads=4,
+            num_local_experts=3,
+            num_experts_per_tok=2,
+            intermediate_size=48,
+            attention_bias=True,
+            lm_head_bias=True,
+            router_jitter_noise=0.3,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
     "stablelm-qkv-bias": (_llama_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 

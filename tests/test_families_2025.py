@@ -220,3 +220,23 @@ def test_apertus_xielu_scalars_are_read_and_kept(tmp_path):
     assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
     g = checkpoint.load(tmp_path / "g")
     assert all(torch.equal(g.get(n), ck.get(n)) and g.get(n).shape == ck.get(n).shape for n in names)
+
+
+def test_phimoe_routes_by_sparsemixer_and_keeps_its_head_bias(tmp_path, monkeypatch):
+    """PhiMoE picks the best expert, then the best of the rest, each weighted by a softmax over the
+    experts near it (SparseMixer); read as a plain softmax top-2 the logits differ. Its lm_head has
+    a bias where lm_head_bias says so, kept by growth."""
+    model = make_source("phimoe-sparsemixer-tied-biases-jitter", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.router_jitter == 0.3 and "lm_head.bias" in ck.names()
+    a = families.ARCHS["phimoe"]
+    softmax = dataclasses.replace(a, features=dataclasses.replace(a.features, routing="softmax"))
+    monkeypatch.setitem(families.ARCHS, "phimoe", softmax)
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) > 1e-3
+    monkeypatch.setitem(families.ARCHS, "phimoe", a)
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    assert torch.equal(checkpoint.load(tmp_path / "g").get("lm_head.bias"), ck.get("lm_head.bias"))
+    hf = {**model.config.to_dict(), "num_experts_per_tok": 1}
+    with pytest.raises(GrowError, match="routes to exactly 2 experts"):
+        ModelConfig.from_hf(hf)

@@ -123,7 +123,7 @@ DEPTH_FAMILIES = frozenset([
     "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "bloom",
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
-    "glm4", "ministral3", "apertus",
+    "glm4", "ministral3", "apertus", "phimoe",
 ])
 # fmt: on
 

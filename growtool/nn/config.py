@@ -78,6 +78,7 @@ class ModelConfig:
     norm_topk: bool | None = None  # the top_k routing weights renormalised to sum 1
     shared_ffn: int | None = None  # neurons of the shared expert (Qwen2-MoE), gated by sigmoid(x w)
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
+    router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
 
     def __post_init__(self):
@@ -361,6 +362,7 @@ class ModelConfig:
                 top_k=get("top_k"),
                 norm_topk=get("norm_topk"),
                 shared_ffn=get("shared_ffn"),
+                router_jitter=get("router_jitter"),
                 base_shared_ffn=own.get("base_shared_ffn"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),

@@ -65,6 +65,8 @@ class Features:
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
+    head_bias_key: str = ""  # the config key that gives the head a bias (PhiMoE: lm_head_bias)
+    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -1028,6 +1030,24 @@ APERTUS = Arch(
     defaults={"activation": "xielu", "tie": False, "context": 65536, "norm_eps": 1e-5},
 )
 
+PHIMOE = Arch(
+    name="phimoe",
+    model_type="phimoe",
+    hf_class="PhimoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=MIXTRAL.modules,  # stored as Mixtral (the router as block_sparse_moe.gate)
+    features=Features(norm="layernorm", moe=True, routing="sparsemixer", head_bias_key="lm_head_bias"),
+    keys={
+        **MIXTRAL.keys,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "router_jitter": "router_jitter_noise",
+    },
+    fixed={"mlp_bias": False, "norm_topk": False},
+    defaults={"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1e-5, "router_jitter": 0.01},
+    require={"num_experts_per_tok": (2, "phimoe's sparsemixer routes to exactly 2 experts", 2)},
+)
+
 _GLM_MODULES = {
     **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up")},
     "gate_up": "mlp.gate_up_proj",
@@ -1067,7 +1087,7 @@ ARCHS = {
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
-        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS),
+        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1083,7 +1103,6 @@ _FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
     "granitemoe": _FUSED_EXPERTS,
     "granitemoeshared": _FUSED_EXPERTS,
-    "phimoe": "PhiMoE's sparsemixer routing",
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
@@ -1123,6 +1142,12 @@ IGNORED = re.compile(r"(^|\.)(attn|attention)\.(masked_)?bias$|rotary_emb\.inv_f
 
 def arch_of(cfg) -> Arch:
     return ARCHS[cfg.family]
+
+
+def has_head_bias(cfg) -> bool:
+    """The output head has a bias: always (Phi, GPT-J), or where the config's key says so (PhiMoE)."""
+    f = arch_of(cfg).features
+    return f.head_bias or bool(f.head_bias_key and cfg.extra.get(f.head_bias_key))
 
 
 # ---- tensors of a config ------------------------------------------------------------------
@@ -1232,7 +1257,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += norm("final_norm")
     if not cfg.tie:
         s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
-    if f.head_bias:
+    if has_head_bias(cfg):
         s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
     return s
 

@@ -26,7 +26,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .families import arch_of
+from .families import arch_of, has_head_bias
 from .rope import extends_context, layer_key, layer_params, tables
 
 ACT = {
@@ -140,6 +140,22 @@ def apply_rope_interleaved(x, cos, sin):
     turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
     xr = xr * cos + turned * sin
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
+
+
+def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PhiMoE's top-2 routing at inference (SparseMixer, Liu et al. 2024, arXiv:2409.12136): the best
+    expert, then the best of the rest; each one's weight is its softmax among the experts whose logit
+    s is within 2 eps of its own, relatively: (best - s) / max(|s|, best) <= 2 eps. (weights, experts)."""
+
+    def pick(s, best):
+        top = s.gather(-1, best)
+        far = (top - scores) / scores.abs().clamp(min=top) > 2 * eps
+        return torch.softmax(s.masked_fill(far, float("-inf")), dim=-1).gather(-1, best)
+
+    first = scores.argmax(dim=-1, keepdim=True)
+    rest = scores.scatter(-1, first, float("-inf"))
+    second = rest.argmax(dim=-1, keepdim=True)
+    return torch.cat([pick(scores, first), pick(rest, second)], -1), torch.cat([first, second], -1)
 
 
 def query_scale(q: torch.Tensor, cfg: ModelConfig, layer: int) -> torch.Tensor:
@@ -366,8 +382,11 @@ class Block(nn.Module):
         cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
         act, shape = ACT[cfg.activation], x.shape
         x = x.reshape(-1, shape[-1])
-        probs = torch.softmax(s["router"](x).float(), dim=-1)
-        top, pick = torch.topk(probs, cfg.top_k, dim=-1)
+        if a.features.routing == "sparsemixer":
+            top, pick = sparsemixer(s["router"](x), cfg.router_jitter)
+        else:
+            probs = torch.softmax(s["router"](x).float(), dim=-1)
+            top, pick = torch.topk(probs, cfg.top_k, dim=-1)
         if cfg.norm_topk:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top.to(x.dtype)
@@ -480,7 +499,7 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
         _put(model, a.modules["embed_norm"], make_norm(cfg, cfg.width))
     _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
     _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
-    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=a.features.head_bias))
+    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=has_head_bias(cfg)))
     if cfg.tie:
         model.get_submodule(a.modules["head"]).weight = model.get_submodule(a.modules["embed"]).weight
 
