@@ -74,6 +74,11 @@ LEGACY = [
     "stablelm-qkv-bias",
     "arcee-relu2",
     "nemotron-tied-biases-rotary-quarter",
+    "hunyuan_v1_dense",
+    "glm",
+    "glm4",
+    "apertus-xielu",
+    "phimoe-sparsemixer",
 ]
 
 
