@@ -156,6 +156,19 @@ def _falcon(tie=True, **over):
     return transformers.FalconForCausalLM(transformers.FalconConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+IDS = dict(pad_token_id=0, bos_token_id=1, eos_token_id=2)
+NO_DROP = dict(attention_dropout=0.0, residual_dropout=0.0)
+WINDOWS = dict(sliding_window=8, layer_types=["sliding_attention", "full_attention"])
+LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
+    rope_parameters={
+        "rope_type": "llama3",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "low_freq_factor": 1.0,
+        "high_freq_factor": 4.0,
+        "original_max_position_embeddings": 16,
+    }
+)
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 
@@ -230,6 +243,141 @@ FAMILY_CASES = {
         _family_like("Olmo", pad_token_id=0, eos_token_id=1, clip_qkv=0.05, attention_bias=True),
         {},
     ),
+    # the families of issue 44: aliases and close kin (windows on inputs longer than 8 tokens)
+    "internlm3": (_family_like("InternLM3", "LlamaForCausalLM", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "internlm3-tied-biases": (
+        _family_like("InternLM3", "LlamaForCausalLM", attention_bias=True, mlp_bias=True, **IDS),
+        {"tie": True},
+    ),
+    "exaone": (_family_like("Exaone", "LlamaForCausalLM", num_key_value_heads=2, **IDS), {}),
+    "seed_oss-biases": (
+        _family_like(
+            "SeedOss", num_key_value_heads=2, head_dim=24, attention_out_bias=True, mlp_bias=True, **NO_DROP, **IDS
+        ),
+        {},
+    ),
+    "ministral-window": (
+        _family_like("Ministral", num_key_value_heads=2, head_dim=16, **WINDOWS, **IDS),
+        {"tie": True},
+    ),
+    "helium": (_family_like("Helium", num_key_value_heads=2, head_dim=16, attention_bias=True, **IDS), {}),
+    "ernie4_5-bias": (_family_like("Ernie4_5", num_key_value_heads=2, head_dim=16, use_bias=True, **IDS), {}),
+    "ernie4_5-tied": (_family_like("Ernie4_5", head_dim=24, **IDS), {"tie": True}),
+    "olmo3-window": (
+        _family_like(
+            "Olmo3",
+            num_key_value_heads=2,
+            **WINDOWS,
+            rope_parameters={
+                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0},
+                "full_attention": {"rope_type": "default", "rope_theta": 500.0},
+            },
+            **IDS,
+        ),
+        {},
+    ),
+    "exaone4-window": (_family_like("Exaone4", num_key_value_heads=2, head_dim=24, **WINDOWS, **IDS), {}),
+    "exaone4-nowindow-tied": (
+        _family_like("Exaone4", num_key_value_heads=4, sliding_window=None, layer_types=["full_attention"] * 2, **IDS),
+        {"tie": True},
+    ),
+    "cohere2-window": (
+        _family_like("Cohere2", num_key_value_heads=2, logit_scale=0.5, **WINDOWS, **IDS),
+        {"tie": True},
+    ),
+    "vaultgemma-window": (
+        _family_like(
+            "VaultGemma",
+            num_key_value_heads=2,
+            head_dim=16,
+            query_pre_attn_scalar=24,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+            **WINDOWS,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    "arcee-relu2": (_family_like("Arcee", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "arcee-relu2-tied-biases": (_family_like("Arcee", attention_bias=True, mlp_bias=True, **IDS), {"tie": True}),
+    "nemotron": (_family_like("Nemotron", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "nemotron-tied-biases-rotary-quarter": (
+        _family_like(
+            "Nemotron",
+            head_dim=16,
+            num_key_value_heads=4,
+            attention_bias=True,
+            mlp_bias=True,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    "hunyuan_v1_dense": (_family_like("HunYuanDenseV1", num_key_value_heads=2, head_dim=16, **IDS), {}),
+    "hunyuan_v1_dense-tied-bias": (
+        _family_like("HunYuanDenseV1", num_key_value_heads=4, head_dim=24, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
+    "glm": (_family_like("Glm", num_key_value_heads=2, head_dim=16, pad_token_id=0), {}),
+    "glm-tied-nobias-rotary-quarter": (
+        _family_like(
+            "Glm",
+            head_dim=24,
+            num_key_value_heads=4,
+            attention_bias=False,
+            rope_parameters={"rope_type": "default", "rope_theta": 500.0, "partial_rotary_factor": 0.25},
+            pad_token_id=0,
+        ),
+        {"tie": True},
+    ),
+    "glm4": (_family_like("Glm4", num_key_value_heads=2, head_dim=16, pad_token_id=0), {}),
+    "glm4-tied-nobias": (
+        _family_like("Glm4", num_key_value_heads=4, head_dim=24, attention_bias=False, pad_token_id=0),
+        {"tie": True},
+    ),
+    "ministral3-yarn-query-scale": (
+        _family_like(
+            "Ministral3",
+            num_key_value_heads=2,
+            head_dim=16,
+            rope_parameters={
+                "rope_type": "yarn",
+                "rope_theta": 10000.0,
+                "factor": 8.0,
+                "original_max_position_embeddings": 8,  # positions 8.. get a query scale > 1
+                "beta_fast": 32.0,
+                "beta_slow": 1.0,
+                "mscale": 1.0,
+                "mscale_all_dim": 1.0,
+                "llama_4_scaling_beta": 0.5,
+            },
+            **IDS,
+        ),
+        {},
+    ),
+    "apertus-xielu": (_family_like("Apertus", num_key_value_heads=2, head_dim=16, **LLAMA3, **IDS), {}),
+    "apertus-xielu-tied-bias": (_family_like("Apertus", attention_bias=True, **LLAMA3, **IDS), {"tie": True}),
+    "phimoe-sparsemixer": (
+        _family_like(
+            "Phimoe", num_key_value_heads=2, num_local_experts=4, num_experts_per_tok=2, intermediate_size=48, **IDS
+        ),
+        {},
+    ),
+    "phimoe-sparsemixer-tied-biases-jitter": (
+        _family_like(
+            "Phimoe",
+            num_key_value_heads=4,
+            num_local_experts=3,
+            num_experts_per_tok=2,
+            intermediate_size=48,
+            attention_bias=True,
+            lm_head_bias=True,
+            router_jitter_noise=0.3,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
 }
 
 

@@ -65,6 +65,27 @@ ARCH_CASES = {
     # BLOOM (tied, embedding LayerNorm before the blocks, ALiBi slopes the same on every layer)
     # grows its width only by whole factors: its width variants take 64 -> 128 (WIDER)
     "bloom": "bloom",
+    # issue 44: aliases and close kin; windowed ones keep each copied block's layer type (and with it
+    # Cohere 2's and EXAONE 4's RoPE-on-sliding-layers-only, OLMo 3's RoPE per layer type)
+    "internlm3": "internlm3-tied-biases",
+    "exaone": "exaone",
+    "seed_oss": "seed_oss-biases",
+    "ministral": "ministral-window",
+    "helium": "helium",
+    "ernie4_5": "ernie4_5-bias",
+    "olmo3": "olmo3-window",
+    "exaone4": "exaone4-window",
+    "cohere2": "cohere2-window",
+    "vaultgemma": "vaultgemma-window",
+    "stablelm": "stablelm-qkv-bias",
+    "arcee": "arcee-relu2-tied-biases",
+    "nemotron": "nemotron-tied-biases-rotary-quarter",
+    "hunyuan_v1_dense": "hunyuan_v1_dense-tied-bias",
+    "glm": "glm-tied-nobias-rotary-quarter",
+    "glm4": "glm4",
+    "ministral3": "ministral3-yarn-query-scale",
+    "apertus": "apertus-xielu-tied-bias",
+    "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
@@ -223,6 +244,7 @@ WINDOWED = {
     "qwen2": (QWEN2_WINDOW, {}),
     "mixtral": FAMILY_CASES["mixtral-tied-top1-window"],
     "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
+    **{n: FAMILY_CASES[f"{n}-window"] for n in ("ministral", "olmo3", "exaone4", "cohere2", "vaultgemma")},
 }
 
 

@@ -122,6 +122,9 @@ DEPTH_FAMILIES = frozenset([
     "gpt2", "llama", "mistral", "qwen2", "qwen3", "phi3", "gpt_neox", "starcoder2", "gemma", "gemma2",
     "gemma3_text", "olmo2", "opt", "olmo", "gpt_bigcode", "granite", "phi", "gptj", "cohere", "falcon",
     "mixtral", "qwen2_moe", "qwen3_moe", "olmoe", "smollm3", "bloom",
+    "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
+    "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
+    "glm4", "ministral3", "apertus", "phimoe",
 ])
 # fmt: on
 

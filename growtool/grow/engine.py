@@ -261,8 +261,9 @@ def producer_bytes(plan: Plan) -> int:
     for name, shape, _ in plan.outputs():
         steps = plan.steps[name]
         parts = pieces(plan, name)
-        rows = parts[0][1] if parts else shape[0]
-        src = math.prod(old[name]) * rows // shape[0] if name in old else 0
+        lead = shape[0] if shape else 1  # a 0-d scalar (Apertus' xIELU beta, eps) is one row
+        rows = parts[0][1] if parts else lead
+        src = math.prod(old[name]) * rows // lead if name in old else 0
         if _whole_steps(plan, name, shape) < len(steps):
             f32 = 4 * ROW_BLOCK
         else:

@@ -170,6 +170,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Duplicate()]
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
+    if role == "act_param":
+        return [Keep("a scalar of the activation")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -204,6 +206,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("over head_dim, which is fixed")]
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
+    if role == "act_param":
+        return [Keep("a scalar of the activation")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import confine, hf_remote, nanogpt, one_config, overflow, prehash, stdout
+from growtool.io import confine, hf_remote, loadable, nanogpt, one_config, overflow, prehash, stdout
 from growtool.io.files import (
     _replace,
     _umask,
@@ -494,6 +494,9 @@ def save(out: str, cfg: ModelConfig, lineage: list, specs, producer: Producer, o
             f"{out}: the output ({total:,} bytes) exceeds --shard-size {options.shard_size:,}: "
             "give a folder as -o to write shards"
         )
+
+    if dest is not None and is_folder_target(out):
+        loadable.check(cfg)  # its config.json must load in transformers: refused before any byte is written
 
     def write(fh, part):
         try:

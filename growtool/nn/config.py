@@ -17,12 +17,12 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, arch_of, expected_shapes
+from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
 
-ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "bloom_gelu")
+ACTIVATIONS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu", "silu", "bloom_gelu", "relu2", "xielu")
 FEATURE_FALLBACK = {
     "qkv_bias": False,
     "o_bias": False,
@@ -96,6 +96,7 @@ class ModelConfig:
     norm_topk: bool | None = None  # the top_k routing weights renormalised to sum 1
     shared_ffn: int | None = None  # neurons of the shared expert (Qwen2-MoE), gated by sigmoid(x w)
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
+    router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
 
     def __post_init__(self):
@@ -156,6 +157,15 @@ class ModelConfig:
         if self.layer_types is not None and self.layer_types[layer] != "sliding_attention":
             return None
         return self.sliding_window
+
+    def has_rope(self, layer: int) -> bool:
+        """Whether a layer rotates q and k (``rope_layers``, and ``Features.rope_where``)."""
+        if self.rope_layers is not None and not self.rope_layers[layer]:
+            return False
+        where = self.arch.features.rope_where
+        if where == "windowed" or (where == "windowed_if_any" and self.sliding_window):
+            return self.window(layer) is not None
+        return True
 
     def check(self) -> None:
         f = self.arch.features
@@ -238,12 +248,18 @@ class ModelConfig:
             if val is None and key not in hf:
                 continue
             hf[key] = val
+            if a.alt_keys.get(key) in hf:  # the other spelling the source used says the same (it may win on load)
+                hf[a.alt_keys[key]] = val
         for key, name in a.mirrors.items():
             hf[key] = getattr(self, name)
         if a.features.free_head_dim:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
             rp = {k: dict(v) if isinstance(v, dict) else v for k, v in (hf.get("rope_parameters") or {}).items()}
+            if a.features.rope_per_type and "full_attention" not in rp:  # a legacy (4.x) spelling: made per type
+                rp = {"full_attention": {"rope_type": "default"}, "sliding_attention": {"rope_type": "default"}}
+                if "rope_local_base_freq" in hf:
+                    hf["rope_local_base_freq"] = self.rope_local_theta or self.rope_theta
             if "full_attention" in rp:  # one RoPE per layer type (Gemma 3)
                 rp["full_attention"]["rope_theta"] = self.rope_theta
                 if "sliding_attention" in rp:
@@ -271,6 +287,8 @@ class ModelConfig:
             raise GrowError("config is not a JSON object")
         own = hf.get("growtool") or {}
         mt = own.get("model_type") if hf.get("model_type") == "growtool" else hf.get("model_type")
+        if mt in UNSUPPORTED:
+            raise GrowError(f"{mt} is not supported yet: growtool does not implement {UNSUPPORTED[mt]}")
         if mt not in BY_MODEL_TYPE:
             raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
         a = BY_MODEL_TYPE[mt]
@@ -306,6 +324,8 @@ class ModelConfig:
                 local = (rp.get("sliding_attention") or {}).get("rope_theta", local)
                 rp = rp["full_attention"]
             scaling = rope_from_hf(hf, int(get("context"))) if a.features.positions == "rope" else None
+            if scaling and a.features.rope_per_type and "rope_type" in scaling:  # legacy global rope_scaling:
+                scaling = {"full_attention": scaling}  # transformers applies it to the full-attention layers
             theta = rp.get("rope_theta") or hf.get("rope_theta") or hf.get("rotary_emb_base") or 10000.0
             frac = rp.get("partial_rotary_factor") or hf.get("partial_rotary_factor") or hf.get("rotary_pct")
             if frac is None and hf.get("rotary_dim"):  # GPT-J: rotated dims per head, absolute
@@ -318,6 +338,11 @@ class ModelConfig:
                 types = [
                     "sliding_attention" if i >= hf["max_window_layers"] else "full_attention"
                     for i in range(int(get("layers")))
+                ]
+            if window and types is None and a.window_every:  # transformers' rule for configs without layer_types
+                every = int(hf.get("sliding_window_pattern") or hf.get("_sliding_window_pattern") or a.window_every)
+                types = [
+                    "sliding_attention" if (i + 1) % every else "full_attention" for i in range(int(get("layers")))
                 ]
             rope_layers = get("rope_layers")
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
@@ -361,6 +386,7 @@ class ModelConfig:
                 top_k=get("top_k"),
                 norm_topk=get("norm_topk"),
                 shared_ffn=get("shared_ffn"),
+                router_jitter=get("router_jitter"),
                 base_shared_ffn=own.get("base_shared_ffn"),
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),

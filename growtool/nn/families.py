@@ -22,6 +22,7 @@ Roles
   head         the untied output head (a reader of the final norm)
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
+  act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
@@ -36,6 +37,7 @@ Adding an architecture: one ``Arch`` entry below (plus its parity test against t
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
 
@@ -63,11 +65,20 @@ class Features:
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
+    head_bias_key: str = ""  # the config key that gives the head a bias (PhiMoE: lm_head_bias)
+    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
     #                           so width grows by duplicating the residual (whole factors) or, untied, by a
     #                           refit of the embedding table (any width; grow/plan.py ``copies``) (BLOOM)
+    rope_per_type: bool = False  # one RoPE per layer type (Gemma 3): rope_parameters is keyed by layer type, and a
+    #                              legacy global rope_scaling applies to the full-attention layers only
+    qk_norm_after_rope: bool = False  # the "head" q/k norms are applied to the rotated q and k (HunYuan)
+    act_params: tuple = ()  # (name, shape) of the activation's own tensors at slot "act" (Apertus' xIELU: learned
+    #                         scalars, one set per block, kept by width growth)
+    rope_where: str = ""  # "" every layer | "windowed": only layers with a sliding window (Cohere 2) |
+    #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
 
@@ -89,6 +100,8 @@ class Arch:
     require: dict = field(default_factory=dict)  # HF key -> (value(s), reason[, value when absent]), else refused
     mirrors: dict = field(default_factory=dict)  # HF key -> ModelConfig field it must equal (written back with it)
     alt_keys: dict = field(default_factory=dict)  # HF key -> another spelling configs use for it (read only)
+    window_every: int | None = None  # without layer_types: every n-th layer full, the others sliding (transformers'
+    #                                  rule; a config's sliding_window_pattern gives n where it has one)
 
     @property
     def embed(self) -> str:
@@ -379,6 +392,7 @@ GEMMA2 = Arch(
     keys=_GEMMA_KEYS,
     fixed={"mlp_bias": False},
     defaults=_GEMMA_DEFAULTS,
+    window_every=2,
 )
 
 GEMMA3 = Arch(
@@ -387,10 +401,11 @@ GEMMA3 = Arch(
     hf_class="Gemma3ForCausalLM",
     block="model.layers.{i}.",
     modules=_GEMMA_SANDWICH,
-    features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head"),
+    features=Features(norm_offset=1.0, embed_scale=True, post_norms=True, qk_norm="head", rope_per_type=True),
     keys=_GEMMA_KEYS,
     fixed={"mlp_bias": False},
     defaults=_GEMMA_DEFAULTS,
+    window_every=6,
 )
 
 OLMO2 = Arch(
@@ -806,15 +821,320 @@ BLOOM = Arch(
     alt_keys={"hidden_size": "n_embed", "n_layer": "num_hidden_layers", "n_head": "num_attention_heads"},
 )
 
+# ---- the families of 2025-2026 (issue 44) ---------------------------------------------------
+# Aliases: another model_type (and, for EXAONE 3.5, other tensor names) for a function growtool has.
+
+INTERNLM3 = dataclasses.replace(LLAMA, name="internlm3", model_type="internlm3", hf_class="LlamaForCausalLM")
+
+EXAONE = Arch(
+    name="exaone",
+    model_type="exaone",
+    hf_class="LlamaForCausalLM",  # transformers loads EXAONE 3.5 as Llama, renaming its tensors
+    block="transformer.h.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.ln_f",
+        "head": "lm_head",
+        "ln1": "ln_1",
+        "ln2": "ln_2",
+        "q": "attn.attention.q_proj",
+        "k": "attn.attention.k_proj",
+        "v": "attn.attention.v_proj",
+        "o": "attn.attention.out_proj",
+        "g": "attn.attention.g_proj",
+        "gate": "mlp.c_fc_0",
+        "up": "mlp.c_fc_1",
+        "down": "mlp.c_proj",
+    },
+    features=Features(),
+    keys=LLAMA.keys,
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
+    alt_keys={  # the Hub's EXAONE 3.5 config.json spelling
+        "num_hidden_layers": "num_layers",
+        "rms_norm_eps": "layer_norm_epsilon",
+        "hidden_act": "activation_function",
+    },
+)
+
+SEED_OSS = Arch(
+    name="seed_oss",
+    model_type="seed_oss",
+    hf_class="SeedOssForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_out_bias", "mlp_bias": "mlp_bias"},
+    defaults={"activation": "silu", "tie": False, "context": 524288, "norm_eps": 1e-6, "qkv_bias": True},
+    template={"attention_dropout": 0.0, "residual_dropout": 0.0},
+)
+
+MINISTRAL = dataclasses.replace(
+    MISTRAL,
+    name="ministral",
+    model_type="ministral",
+    hf_class="MinistralForCausalLM",
+    keys={**MISTRAL.keys, "layer_types": "layer_types"},
+)
+
+# Close kin: a function growtool has, with one or two known features combined otherwise.
+
+MINISTRAL3 = dataclasses.replace(
+    MISTRAL,
+    name="ministral3",
+    model_type="ministral3",
+    hf_class="Ministral3ForCausalLM",  # queries scaled by position (RoPE's llama_4_scaling_beta): nn/model.py
+    defaults={**MISTRAL.defaults, "context": 262144},
+)
+
+HELIUM = Arch(
+    name="helium",
+    model_type="helium",
+    hf_class="HeliumForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(rope_interleaved=True, free_head_dim=False),  # o_proj is hidden x hidden
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "mlp_bias": "mlp_bias"},
+    fixed={"o_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-8},
+)
+
+ERNIE4_5 = Arch(
+    name="ernie4_5",
+    model_type="ernie4_5",
+    hf_class="Ernie4_5ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(rope_interleaved=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "use_bias", "o_bias": "use_bias", "mlp_bias": "use_bias"},
+    defaults={"activation": "silu", "tie": True, "context": 131072, "norm_eps": 1e-5},
+)
+
+OLMO3 = dataclasses.replace(
+    OLMO2,
+    name="olmo3",
+    model_type="olmo3",
+    hf_class="Olmo3ForCausalLM",
+    features=dataclasses.replace(OLMO2.features, rope_per_type=True),
+    keys={**OLMO2.keys, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    window_every=4,
+)
+
+EXAONE4 = Arch(
+    name="exaone4",
+    model_type="exaone4",
+    hf_class="Exaone4ForCausalLM",
+    block="model.layers.{i}.",
+    modules=OLMO2.modules,
+    features=Features(pre_norms=False, post_norms=True, qk_norm="head", rope_where="windowed_if_any"),
+    keys={**_LLAMA_KEYS, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+    window_every=4,
+)
+
+COHERE2 = dataclasses.replace(
+    COHERE,
+    name="cohere2",
+    model_type="cohere2",
+    hf_class="Cohere2ForCausalLM",
+    features=dataclasses.replace(COHERE.features, free_head_dim=False, rope_where="windowed"),
+    keys={**COHERE.keys, "sliding_window": "sliding_window", "layer_types": "layer_types"},
+    require={},
+    window_every=4,
+)
+
+VAULTGEMMA = Arch(
+    name="vaultgemma",
+    model_type="vaultgemma",
+    hf_class="VaultGemmaForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "ln2": "pre_feedforward_layernorm"},
+    features=Features(norm_offset=1.0, embed_scale=True),
+    keys=_GEMMA_KEYS,
+    fixed={"mlp_bias": False},
+    defaults=_GEMMA_DEFAULTS,
+    window_every=2,
+)
+
+STABLELM = Arch(
+    name="stablelm",
+    model_type="stablelm",
+    hf_class="StableLmForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", free_head_dim=False),
+    keys={**_LLAMA_KEYS, "norm_eps": "layer_norm_eps", "qkv_bias": "use_qkv_bias"},
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5, "rotary_fraction": 0.25},
+    template={"hidden_dropout": 0.0, "attention_dropout": 0.0},
+    require={
+        "use_parallel_residual": (False, "stablelm with use_parallel_residual=true is not supported"),
+        "qk_layernorm": (False, "stablelm with qk_layernorm=true (a LayerNorm per head) is not supported"),
+    },
+)
+
+# One new mechanism each.
+
+ARCEE = Arch(
+    name="arcee",
+    model_type="arcee",
+    hf_class="ArceeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(mlp="plain"),  # up -> ReLU^2 -> down, no gate
+    keys=LLAMA.keys,
+    defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5},
+)
+
+NEMOTRON = Arch(
+    name="nemotron",
+    model_type="nemotron",
+    hf_class="NemotronForCausalLM",
+    block="model.layers.{i}.",
+    modules=_LLAMA_MODULES,
+    features=Features(norm="layernorm", norm_offset=1.0, mlp="plain"),  # LayerNorm1P: gain 1 + w; ReLU^2
+    keys={**LLAMA.keys, "norm_eps": "norm_eps"},
+    defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5, "rotary_fraction": 0.5},
+)
+
+HUNYUAN_DENSE = Arch(
+    name="hunyuan_v1_dense",
+    model_type="hunyuan_v1_dense",
+    hf_class="HunYuanDenseV1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "q_norm": "self_attn.query_layernorm", "k_norm": "self_attn.key_layernorm"},
+    features=Features(qk_norm="head", qk_norm_after_rope=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5},
+)
+
+APERTUS = Arch(
+    name="apertus",
+    model_type="apertus",
+    hf_class="ApertusForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **_LLAMA_MODULES,
+        "ln1": "attention_layernorm",
+        "ln2": "feedforward_layernorm",
+        "act": "mlp.act_fn",
+    },
+    features=Features(
+        mlp="plain",  # up -> xIELU -> down
+        qk_norm="head",
+        act_params=(("alpha_p", (1,)), ("alpha_n", (1,)), ("beta", ()), ("eps", ())),
+    ),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "xielu", "tie": False, "context": 65536, "norm_eps": 1e-5},
+)
+
+PHIMOE = Arch(
+    name="phimoe",
+    model_type="phimoe",
+    hf_class="PhimoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=MIXTRAL.modules,  # stored as Mixtral (the router as block_sparse_moe.gate)
+    features=Features(norm="layernorm", moe=True, routing="sparsemixer", head_bias_key="lm_head_bias"),
+    keys={
+        **MIXTRAL.keys,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "router_jitter": "router_jitter_noise",
+    },
+    fixed={"mlp_bias": False, "norm_topk": False},
+    defaults={"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1e-5, "router_jitter": 0.01},
+    require={"num_experts_per_tok": (2, "phimoe's sparsemixer routes to exactly 2 experts", 2)},
+)
+
+_GLM_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up")},
+    "gate_up": "mlp.gate_up_proj",
+}
+_GLM_KEYS = {**_LLAMA_KEYS, "qkv_bias": "attention_bias"}
+
+GLM = Arch(
+    name="glm",
+    model_type="glm",
+    hf_class="GlmForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GLM_MODULES,
+    features=Features(mlp="glu_fused", rope_interleaved=True),  # [gate | up] in one tensor; partial pair RoPE
+    keys=_GLM_KEYS,
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1.5625e-07, "rotary_fraction": 0.5},
+)
+
+GLM4 = dataclasses.replace(
+    GLM,
+    name="glm4",
+    model_type="glm4",
+    hf_class="Glm4ForCausalLM",
+    modules={
+        **_GLM_MODULES,
+        "post_attn": "post_self_attn_layernorm",
+        "ln2": "post_attention_layernorm",  # the norm before the MLP, despite its name
+        "post_ffn": "post_mlp_layernorm",
+    },
+    features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
+)
+
 ARCHS = {
     a.name: a
     for a in (
         *(GPT2, LLAMA, MISTRAL, QWEN2, QWEN3, PHI3, GPT_NEOX, STARCODER2, GEMMA, GEMMA2, GEMMA3, OLMO2),
         *(OPT, OLMO, GPT_BIGCODE, GRANITE, PHI, GPTJ, COHERE, FALCON),
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
+        *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
+        *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
+
+# Decoder families transformers has and growtool does not grow yet: model_type -> the mechanism missing
+# (refused with one line naming it, instead of "unknown family").
+_DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
+_MAMBA = "Mamba state-space mixer layers"
+_GDN = "Gated DeltaNet linear-attention mixer layers"
+_PLE = "per-layer embeddings and AltUp"
+_LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
+_FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
+UNSUPPORTED = {
+    "granitemoe": _FUSED_EXPERTS,
+    "granitemoeshared": _FUSED_EXPERTS,
+    "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "glm4_moe": _DEEPSEEK_MOE,
+    "dots1": _DEEPSEEK_MOE,
+    "minimax_m2": _DEEPSEEK_MOE,
+    "ernie4_5_moe": _DEEPSEEK_MOE,
+    "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
+    "exaone_moe": _DEEPSEEK_MOE,
+    "llama4": _LLAMA4,
+    "llama4_text": _LLAMA4,
+    "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
+    "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
+    "jamba": _MAMBA,
+    "falcon_h1": _MAMBA,
+    "granitemoehybrid": _MAMBA,
+    "nemotron_h": _MAMBA,
+    "zamba2": _MAMBA,
+    "mamba": _MAMBA,
+    "mamba2": _MAMBA,
+    "qwen3_next": _GDN,
+    "qwen3_5": _GDN,
+    "qwen3_5_text": _GDN,
+    "qwen3_5_moe": _GDN,
+    "kimi_linear": "Kimi delta attention (KDA) mixer layers and MLA",
+    "lfm2": "LFM2's short-convolution mixer layers",
+    "minimax": "MiniMax's lightning-attention layers",
+    "gemma3n": _PLE,
+    "gemma3n_text": _PLE,
+    "gemma4": _PLE,
+    "gemma4_text": _PLE,
+}
 
 # Buffers some HF checkpoints carry that are not weights (causal masks, rotary tables).
 IGNORED = re.compile(r"(^|\.)(attn|attention)\.(masked_)?bias$|rotary_emb\.inv_freq$")
@@ -822,6 +1142,12 @@ IGNORED = re.compile(r"(^|\.)(attn|attention)\.(masked_)?bias$|rotary_emb\.inv_f
 
 def arch_of(cfg) -> Arch:
     return ARCHS[cfg.family]
+
+
+def has_head_bias(cfg) -> bool:
+    """The output head has a bias: always (Phi, GPT-J), or where the config's key says so (PhiMoE)."""
+    f = arch_of(cfg).features
+    return f.head_bias or bool(f.head_bias_key and cfg.extra.get(f.head_bias_key))
 
 
 # ---- tensors of a config ------------------------------------------------------------------
@@ -923,6 +1249,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
     if not f.moe:
         s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    s += [TensorSpec(B + a.modules["act"] + "." + p, "act_param") for p, _ in f.act_params]
     if f.post_norms:
         s += norm("post_ffn")
     if cfg.gated:
@@ -930,7 +1257,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += norm("final_norm")
     if not cfg.tie:
         s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
-    if f.head_bias:
+    if has_head_bias(cfg):
         s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
     return s
 
@@ -971,6 +1298,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.width,)
     if spec.role == "head_norm":
         return (cfg.head_dim,)
+    if spec.role == "act_param":
+        return dict(arch_of(cfg).features.act_params)[name.rsplit(".", 1)[1]]
     if spec.role == "embedding":
         a = arch_of(cfg)
         rows = cfg.vocab_size if name == a.embed else cfg.context + a.features.pos_offset

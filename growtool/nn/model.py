@@ -26,14 +26,15 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from .config import ModelConfig
-from .families import arch_of
-from .rope import extends_context, layer_key, tables
+from .families import arch_of, has_head_bias
+from .rope import extends_context, layer_key, layer_params, tables
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
     "gelu_new": lambda x: F.gelu(x, approximate="tanh"),
     "gelu_pytorch_tanh": lambda x: F.gelu(x, approximate="tanh"),
     "relu": F.relu,
+    "relu2": lambda x: torch.square(F.relu(x)),  # ReLU squared (So et al. 2021, Primer): Arcee, Nemotron
     "silu": F.silu,
     "bloom_gelu": lambda x: x * 0.5 * (1.0 + torch.tanh(0.79788456 * x * (1 + 0.044715 * x * x))),  # BLOOM's constants
 }
@@ -72,9 +73,42 @@ class RMSNorm(nn.Module):
         return self.weight * h.to(x.dtype)
 
 
+class OffsetLayerNorm(nn.LayerNorm):
+    """LayerNorm whose gain is ``offset + weight`` (Nemotron's LayerNorm1P stores w with gain 1 + w)."""
+
+    def __init__(self, d: int, eps: float, offset: float, bias: bool):
+        super().__init__(d, eps=eps, bias=bias)
+        self.offset = offset
+        with torch.no_grad():
+            self.weight.fill_(1.0 - offset)
+
+    def forward(self, x):
+        return F.layer_norm(x, self.normalized_shape, self.weight + self.offset, self.bias, self.eps)
+
+
+class XIELU(nn.Module):
+    """xIELU (Huang et al. 2024, arXiv:2411.13010) with learned scalars, as Apertus stores them:
+    x > 0: a_p x^2 + beta x; else (expm1(min(x, eps)) - x) a_n + beta x, with a_p = softplus(alpha_p),
+    a_n = beta + softplus(alpha_n). alpha_p and alpha_n are trained, beta and eps are constants."""
+
+    def __init__(self):
+        super().__init__()
+        self.alpha_p, self.alpha_n = nn.Parameter(torch.zeros(1)), nn.Parameter(torch.zeros(1))
+        self.register_buffer("beta", torch.tensor(0.5))
+        self.register_buffer("eps", torch.tensor(-1e-6))
+
+    def forward(self, x):
+        a_p, a_n = F.softplus(self.alpha_p), self.beta + F.softplus(self.alpha_n)
+        return torch.where(
+            x > 0, a_p * x * x + self.beta * x, (torch.expm1(torch.min(x, self.eps)) - x) * a_n + self.beta * x
+        )
+
+
 def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
     if cfg.norm == "layernorm":
         f = arch_of(cfg).features
+        if f.norm_offset:
+            return OffsetLayerNorm(d, cfg.norm_eps, f.norm_offset, f.norm_bias)
         return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=f.norm_affine, bias=f.norm_affine and f.norm_bias)
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
 
@@ -106,6 +140,34 @@ def apply_rope_interleaved(x, cos, sin):
     turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
     xr = xr * cos + turned * sin
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
+
+
+def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """PhiMoE's top-2 routing at inference (SparseMixer, Liu et al. 2024, arXiv:2409.12136): the best
+    expert, then the best of the rest; each one's weight is its softmax among the experts whose logit
+    s is within 2 eps of its own, relatively: (best - s) / max(|s|, best) <= 2 eps. (weights, experts)."""
+
+    def pick(s, best):
+        top = s.gather(-1, best)
+        far = (top - scores) / scores.abs().clamp(min=top) > 2 * eps
+        return torch.softmax(s.masked_fill(far, float("-inf")), dim=-1).gather(-1, best)
+
+    first = scores.argmax(dim=-1, keepdim=True)
+    rest = scores.scatter(-1, first, float("-inf"))
+    second = rest.argmax(dim=-1, keepdim=True)
+    return torch.cat([pick(scores, first), pick(rest, second)], -1), torch.cat([first, second], -1)
+
+
+def query_scale(q: torch.Tensor, cfg: ModelConfig, layer: int) -> torch.Tensor:
+    """Ministral 3 (Llama 4's attention temperature): the rotated query at position p times
+    1 + beta log(1 + floor(p / original_max_position_embeddings)), beta the RoPE parameters'
+    ``llama_4_scaling_beta``; unchanged without it."""
+    p = layer_params(cfg, layer) or {}
+    if not p.get("llama_4_scaling_beta"):
+        return q
+    pos = torch.arange(q.shape[-2], device=q.device)
+    scale = 1 + p["llama_4_scaling_beta"] * torch.log(1 + torch.floor(pos / p["original_max_position_embeddings"]))
+    return q * scale[:, None].to(q.dtype)
 
 
 def alibi_slopes(n: int) -> torch.Tensor:
@@ -251,6 +313,8 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
             m["gate"] = lin(d, f_n, cfg.mlp_bias)
         m["up"] = lin(d, f_n, cfg.mlp_bias)
     m["down"] = lin(f_n, d, cfg.mlp_bias)
+    if f.act_params:
+        m["act"] = XIELU()
     return m
 
 
@@ -290,12 +354,15 @@ class Block(nn.Module):
         if cfg.clip_qkv is not None:  # OLMo, OLMoE: clamped after the projections (and a full q/k norm)
             q, k, v = (t.clamp(-cfg.clip_qkv, cfg.clip_qkv) for t in (q, k, v))
         q, k, v = q.reshape(B, T, H, hd), k.reshape(B, T, K, hd), v.reshape(B, T, K, hd)
-        if f.qk_norm == "head":
+        if f.qk_norm == "head" and not f.qk_norm_after_rope:
             q, k = s["q_norm"](q), s["k_norm"](k)
         q, k, v = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         if rope is not None:
             turn = apply_rope_interleaved if f.rope_interleaved else apply_rope
             q, k = turn(q, *rope), turn(k, *rope)
+        if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
+            q, k = s["q_norm"](q), s["k_norm"](k)
+        q = query_scale(q, cfg, self.layer)
         y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
@@ -315,8 +382,11 @@ class Block(nn.Module):
         cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
         act, shape = ACT[cfg.activation], x.shape
         x = x.reshape(-1, shape[-1])
-        probs = torch.softmax(s["router"](x).float(), dim=-1)
-        top, pick = torch.topk(probs, cfg.top_k, dim=-1)
+        if a.features.routing == "sparsemixer":
+            top, pick = sparsemixer(s["router"](x), cfg.router_jitter)
+        else:
+            probs = torch.softmax(s["router"](x).float(), dim=-1)
+            top, pick = torch.topk(probs, cfg.top_k, dim=-1)
         if cfg.norm_topk:
             top = top / top.sum(dim=-1, keepdim=True)
         top = top.to(x.dtype)
@@ -341,7 +411,7 @@ class Block(nn.Module):
         cfg, s, f = self.cfg, self.slot, self.features
         if f.moe:
             return self._moe(x, g)
-        act = ACT[cfg.activation]
+        act = s["act"] if "act" in s else ACT[cfg.activation]
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
             h = act(gate) * up
@@ -429,7 +499,7 @@ def build(model: nn.Module, cfg: ModelConfig) -> None:
         _put(model, a.modules["embed_norm"], make_norm(cfg, cfg.width))
     _put(model, a.blocks_path, nn.ModuleList(Block(cfg, i) for i in range(cfg.layers)))
     _put(model, a.modules["final_norm"], make_norm(cfg, cfg.width))
-    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=a.features.head_bias))
+    _put(model, a.modules["head"], nn.Linear(cfg.width, cfg.vocab_size, bias=has_head_bias(cfg)))
     if cfg.tie:
         model.get_submodule(a.modules["head"]).weight = model.get_submodule(a.modules["embed"]).weight
 
@@ -463,8 +533,8 @@ def hidden(model: nn.Module, idx: torch.Tensor, alpha=None) -> torch.Tensor:
             if key not in ropes:
                 ropes[key] = rope_tables(cfg, T, idx.device, layer=i)
             rope = ropes[key]
-        if cfg.rope_layers is not None and not cfg.rope_layers[i]:
-            rope = None  # SmolLM3: no RoPE in this layer
+        if not cfg.has_rope(i):
+            rope = None  # SmolLM3's no-RoPE layers; Cohere 2 / EXAONE 4: RoPE on sliding layers only
         x = b(x, rope, alpha)
     return model.get_submodule(a.modules["final_norm"])(x)
 

@@ -48,6 +48,8 @@ def _normalise(r: dict, hf: dict, context: int) -> dict | None:
     rtype = ALIASES.get(rtype, rtype)
     if rtype not in TYPES:
         raise GrowError(f"rope type {rtype!r} is not supported (supported: {', '.join(TYPES)})")
+    if rtype == "dynamic" and r.get("alpha"):
+        raise GrowError("rope type 'dynamic' with alpha (HunYuan's NTK-alpha RoPE) is not supported")
     if rtype == "default":
         return None
     out = {k: v for k, v in r.items() if k not in _OWN_FIELDS}
