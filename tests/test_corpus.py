@@ -21,6 +21,7 @@ from growtool.init import init_model
 from growtool.io import checkpoint
 from growtool.nn.errors import GrowError
 from growtool.tokenizer import get_tokenizer
+from growtool.training import cache as token_cache
 from growtool.training import corpus, data, schedule
 from growtool.training.loop import train
 from growtool.training.readers import expand_inputs, line_safe, read_text
@@ -40,8 +41,9 @@ pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thr
 @pytest.fixture
 def small_sizes(monkeypatch):
     """Blocks, pieces, batches and checkpoints a few hundred units long, so small files cross them."""
-    for name, v in (("BLOCK", 700), ("PIECE", 120), ("BATCH", 900), ("CHECKPOINT", 50), ("SCAN", 64)):
+    for name, v in (("BLOCK", 700), ("PIECE", 120), ("BATCH", 900), ("CHECKPOINT", 50)):
         monkeypatch.setattr(corpus, name, v)
+    monkeypatch.setattr(token_cache, "SCAN", 64)
 
 
 def make_docs(n: int, seed: int = 0) -> list[str]:
@@ -123,7 +125,7 @@ def test_each_document_kind_gives_the_reference_ids(tmp_path, bpe, small_sizes, 
     # the cache is reused (same key), and another separator is another cache
     again = corpus.load([src], bpe, tmp_path / "cache", bpe.vocab_size)
     assert again.tokens.tolist() == c.tokens.tolist()
-    none = corpus.load([src], bpe, tmp_path / "cache", bpe.vocab_size, doc_sep="none")
+    none = corpus.load([src], bpe, tmp_path / "cache", bpe.vocab_size, reading=corpus.Reading(doc_sep="none"))
     assert none.tokens.tolist() == reference(bpe, docs, None)
     assert len(list((tmp_path / "cache").glob("tokens-*.uint16"))) == 2
     assert not list((tmp_path / "cache").glob(".*"))  # no partial files left
@@ -184,10 +186,10 @@ def test_byte_tokenizer_documents_and_separator(tmp_path, small_sizes):
     src = write_kind(tmp_path, "jsonl", docs)
     c = corpus.load([src], byte, tmp_path / "cache", 256)
     assert c.sep is None and c.tokens.tolist() == reference(byte, docs, None)  # auto: nothing between
-    nl = corpus.load([src], byte, tmp_path / "cache", 256, doc_sep="\n")
+    nl = corpus.load([src], byte, tmp_path / "cache", 256, reading=corpus.Reading(doc_sep="\n"))
     assert nl.tokens.tolist() == reference(byte, docs, 10)
     with pytest.raises(GrowError, match="one byte"):
-        corpus.load([src], byte, tmp_path / "cache", 256, doc_sep="<|endoftext|>")
+        corpus.load([src], byte, tmp_path / "cache", 256, reading=corpus.Reading(doc_sep="<|endoftext|>"))
 
 
 @pytest.mark.parametrize("kind", ["bin", "npy"])
@@ -207,7 +209,9 @@ def test_token_files_are_taken_as_they_are(tmp_path, bpe, small_sizes, kind):
     assert both.tokens.tolist() == ids.tolist() + reference(bpe, ["the cat sees\nthe dog"], 0)
     # uint32 by --data-dtype
     (tmp_path / "w.bin").write_bytes(ids.astype(np.uint32).tobytes())
-    w = corpus.load([tmp_path / "w.bin"], bpe, tmp_path / "cache", bpe.vocab_size, data_dtype="uint32")
+    w = corpus.load(
+        [tmp_path / "w.bin"], bpe, tmp_path / "cache", bpe.vocab_size, reading=corpus.Reading(data_dtype="uint32")
+    )
     assert w.tokens.tolist() == ids.tolist()
 
 

@@ -190,7 +190,6 @@ MAX_FUNCTION_LINES, MAX_PARAMETERS = 60, 8
 LONG_FUNCTIONS = {
     "growtool.nn.families:arch_specs": "the architecture table: one entry per family, data",
     "growtool.nn.config:from_hf": "HF config.json keys read one by one, one line each, per family",
-    "growtool.training.corpus:build": "training/ was being edited by other work; to split into a cache-writer object",
     "growtool.training.stages:expand_run": "training/ was being edited by other work; to split",
     "growtool.demo:run_demo": "the demo's story step by step, each step a printed line",
     "growtool.lab.learned:learn_srio_eps": "a research optimiser loop kept in one piece to match its paper's algorithm",
@@ -201,8 +200,6 @@ MANY_PARAMETERS = {
     "growtool.lab.learned:__init__": "LiGO's operator: its knobs, set once",
     "growtool.training.stages:grow_model": "training/ was being edited by other work; to take a request object",
     "growtool.training.stages:expand_run": "training/ was being edited by other work; to take surgery.Request",
-    "growtool.training.corpus:build": "training/ was being edited by other work; to become a cache-writer object",
-    "growtool.training.corpus:load": "training/ was being edited by other work",
     "growtool.training.settings:setting": "one declaration per setting: name, type, default, help, bounds, ...",
     "growtool.check:verify": "the library's verify: its documented keywords (docs/library.md)",
     "growtool.grow.plan:build_plan": "the plan's inputs, one keyword each, so called by tests and bench",

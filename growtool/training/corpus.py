@@ -37,7 +37,8 @@ What holds:
   file is fsynced and renamed to ``tokens-KEY.<dtype>`` beside ``tokens-KEY.json`` (count, largest
   id, separator) and ``tokens-KEY.docs`` (int64 end of every document): a cache file is always
   whole. KEY is the sha256 of the format, the tokenizer, every input's kind and sha256, the text
-  key, the separator and the token-file dtype.
+  key, the separator and the token-file dtype. ``CacheWriter`` writes the cache; the checks of a
+  progress record and of a finished cache are ``growtool.training.cache``'s.
 * Bad input (``GrowError``, one line naming the file and line / row / position): a JSONL line that
   is not JSON, not an object or lacks the key (or its value is not a string), a Parquet file
   without the column (or a null in it), a token file whose size is not a multiple of its dtype or
@@ -60,9 +61,10 @@ from pathlib import Path
 
 import numpy as np
 
-from growtool.io.confine import create_new, open_regular, read_regular, same_file
+from growtool.io.confine import create_new, open_regular, same_file
 from growtool.io.files import atomic_file
 from growtool.nn.errors import GrowError
+from growtool.training import cache as token_cache
 from growtool.training.readers import (
     FORCE,
     TOKEN_KINDS,
@@ -88,7 +90,6 @@ BLOCK = 2 << 20  # bytes of a text file read at a time
 PIECE = 1 << 16  # characters per piece of a long document in a parallel batch (line-safe tokenizers)
 BATCH = 2 << 20  # characters per encode batch
 CHECKPOINT = 8 << 20  # tokens between resumable progress records
-SCAN = 1 << 22  # ids per chunk when scanning a token file
 
 
 # ---- encoding -------------------------------------------------------------------------------------
@@ -168,6 +169,17 @@ class Encoder:
 # ---- the cache ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Reading:
+    """How inputs are read: the JSONL key / Parquet column of the text, the separator after each
+    document (``doc_separator``: "auto", "none" or a token) and the dtype of ``.bin`` token files
+    ("auto": by the tokenizer's size)."""
+
+    text_key: str = "text"
+    doc_sep: str | None = "auto"
+    data_dtype: str = "auto"
+
+
 @dataclass
 class Corpus:
     """The tokens of a set of inputs (a read-only memory map) and where its documents end."""
@@ -182,14 +194,14 @@ class Corpus:
     extra: dict = field(default_factory=dict)
 
 
-def _reader(path: Path, kind: str, start: int, text_key: str, dtype, vocab, block: int):
+def _reader(path: Path, kind: str, start: int, text_key: str, dtype, vocab):
     if kind == "text":
-        return read_text(path, start, block)
+        return read_text(path, start, BLOCK)
     if kind == "jsonl":
         return read_jsonl(path, start, text_key)
     if kind == "parquet":
         return read_parquet(path, start, text_key)
-    return read_tokens(path, token_file(path, kind, dtype), start, vocab, SCAN)
+    return read_tokens(path, token_file(path, kind, dtype), start, vocab, token_cache.SCAN)
 
 
 class Bar:
@@ -268,209 +280,172 @@ TRIM = _trimmer()
 HOOK = None  # tests: called as HOOK(tokens_written) after each written batch (to interrupt a run)
 
 
-def build(
-    files: list[Path],
-    shas: list[str],
-    tok,
-    cache: Path,
-    dtype,
-    sep: int | None,
-    text_key: str,
-    vocab: int | None,
-    bin_dtype,
-    progress: bool = False,
-    label: str = "tokenise",
-) -> None:
-    """Tokenise ``files`` into the token file ``cache`` (and its .json / .docs), resuming a partial
-    build of the same key when its record fits the inputs and the partial files (``_resumable``), else
-    from the start; see the module docstring (sizes: the module's BLOCK, BATCH, CHECKPOINT)."""
-    args = (files, tok, cache, dtype, sep, text_key, vocab, bin_dtype, progress, label)
-    try:
-        _build(*args, _resumable(cache, files, dtype, sep, vocab, bin_dtype))
-    except Stale:  # the record points past the end of an input: start over
-        _build(*args, None)
+@dataclass
+class CacheWriter:
+    """Tokenises ``files`` into the token file ``cache`` (and its .json / .docs): started afresh, or
+    resumed from the progress record of an interrupted build of the same key when that record fits
+    the inputs and the partial files (``cache.resumable``); documents written in encoded batches,
+    with a progress record every ``CHECKPOINT`` tokens; the finished files renamed into place. See
+    the module docstring (sizes: the module's BLOCK, BATCH, CHECKPOINT)."""
 
+    files: list[Path]
+    tok: object
+    cache: Path
+    dtype: np.dtype
+    sep: int | None
+    text_key: str
+    vocab: int | None
+    bin_dtype: np.dtype
+    progress: bool = False
+    label: str = "tokenise"
+    # the build under way: the partial files, the tokens, documents and largest id they hold, and
+    # the tokens written since the last progress record
+    fh: object = field(default=None, init=False, repr=False)
+    dh: object = field(default=None, init=False, repr=False)
+    tokens: int = field(default=0, init=False)
+    docs: int = field(default=0, init=False)
+    top: int = field(default=-1, init=False)
+    since: int = field(default=0, init=False)
 
-def _partials(cache: Path) -> tuple[Path, Path, Path]:
-    folder, key = cache.parent, cache.with_suffix("").name
-    return folder / f".{cache.name}.partial", folder / f".{key}.docs.partial", folder / f".{key}.progress.json"
+    def write(self) -> None:
+        """Build the cache: from the progress record when it fits, else (or when the record points
+        past the end of an input: ``Stale``) from the start."""
+        try:
+            self._build(token_cache.resumable(self.cache, self.files, self.dtype, self.sep, self.vocab, self.bin_dtype))
+        except Stale:  # the record points past the end of an input: start over
+            self._build(None)
 
-
-def _int(v, lo: int, hi: int) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool) and lo <= v <= hi
-
-
-def _position_bound(path: Path, dtype) -> int:
-    """The largest position a progress record may hold for ``path`` (bytes, lines, rows or ids)."""
-    kind = kind_of(path)
-    if kind == "parquet":
-        return _rows(path)
-    if kind in TOKEN_KINDS:
-        return len(token_file(path, kind, dtype))
-    return path.stat().st_size + 1  # text: a byte offset; JSONL: lines (checked again as read: Stale)
-
-
-def _rows(path: Path) -> int:
-    import pyarrow.parquet as pq
-
-    try:
-        return pq.ParquetFile(path).metadata.num_rows
-    except Exception:  # pyarrow's own types; the build refuses the file with its message
-        return 0
-
-
-def _resumable(cache: Path, files, dtype, sep, vocab, bin_dtype) -> dict | None:
-    """The progress record of an interrupted build of this key, if it fits: every field of its type,
-    its file and position inside the inputs, its token and document counts held by the partial files,
-    the partial tokens' largest id the recorded one (and inside the vocabulary), the document ends
-    increasing. None (start over) otherwise."""
-    part, docs_part, prog = _partials(cache)
-    try:
-        rec = json.loads(read_regular(prog, "token cache"))
-        with open_regular(part, "token cache") as fh, open_regular(docs_part, "token cache") as dh:
-            ok = (
-                isinstance(rec, dict)
-                and _int(rec.get("file"), 0, len(files) - 1)
-                and _int(rec.get("tokens"), 0, os.fstat(fh.fileno()).st_size // dtype.itemsize)
-                and _int(rec.get("docs"), 0, min(rec["tokens"], os.fstat(dh.fileno()).st_size // 8))
-                and _int(rec.get("max"), -1, (vocab or 1 << 32) - 1)
-                and isinstance(rec.get("open", False), bool)
-                and _int(rec.get("marker"), 0, _position_bound(files[rec["file"]], bin_dtype))
-            )
-            if not ok:
-                return None
-            ids = np.memmap(fh, dtype=dtype, mode="r", shape=(rec["tokens"],)) if rec["tokens"] else np.zeros(0, dtype)
-            ends = np.fromfile(dh, dtype=np.int64, count=rec["docs"])
-            return rec if _fits(ids, ends, rec["max"], sep) else None
-    except (OSError, ValueError, GrowError, KeyError):
-        return None
-
-
-def _fits(ids: np.ndarray, ends: np.ndarray, top: int, sep) -> bool:
-    """Do token ids and document ends agree with a record's largest id and count (chunked reads)?"""
-    seen = -1
-    for lo in range(0, len(ids), SCAN):
-        chunk = np.asarray(ids[lo : lo + SCAN])
-        seen = max(seen, int(chunk.max()))
-    if seen != top:
-        return False
-    if len(ends) and (ends[0] <= 0 or ends[-1] > len(ids) or np.any(np.diff(ends) <= 0)):
-        return False
-    return sep is None or all(int(ids[e - 1]) == sep for e in ends[-8:])
-
-
-def _build(files, tok, cache, dtype, sep, text_key, vocab, bin_dtype, progress, label, state) -> None:
-    block, batch_chars, checkpoint = BLOCK, BATCH, CHECKPOINT
-    key_path = cache.with_suffix("")
-    part, docs_part, prog = _partials(cache)
-    if state is None:  # fresh partial files (never written through a link planted in their place)
-        _remove(prog)
-        state = {"file": 0, "marker": 0, "tokens": 0, "docs": 0, "max": -1}
-        fh, dh = create_new(part), create_new(docs_part)
-    else:
-        fh, dh = open_regular(part, "token cache", "r+b"), open_regular(docs_part, "token cache", "r+b")
-    enc = Encoder(tok, dtype)
-    sizes = [p.stat().st_size for p in files]
-    bar = Bar(progress and sys.stderr.isatty(), sum(sizes), label)
-    tokens, docs, top = state["tokens"], state["docs"], state["max"]
-    fh.truncate(tokens * dtype.itemsize)
-    dh.truncate(docs * 8)
-    fh.seek(0, 2)
-    dh.seek(0, 2)
-    since, done_bytes = 0, sum(sizes[: state["file"]])
-    pool = ThreadPoolExecutor(1)
-    try:
-
-        def flush(job):
-            nonlocal tokens, docs, top, since
-            fut, metas = job
-            arrays = fut.result()
-            ends = []
-            for (_, _, last), ids in zip(metas, arrays):
-                if len(ids):
-                    fh.write(ids.tobytes())
-                    tokens += len(ids)
-                    top = max(top, int(ids.max()))
-                if last:
-                    if sep is not None:
-                        fh.write(np.array([sep], dtype=dtype).tobytes())
-                        tokens += 1
-                        top = max(top, sep)
-                    ends.append(tokens)
-            if ends:
-                dh.write(np.asarray(ends, dtype=np.int64).tobytes())
-                docs += len(ends)
-            since += sum(len(a) for a in arrays)
-            fi, marker, last = metas[-1]
-            if since >= checkpoint:
-                since = 0
-                _fsync(fh)
-                _fsync(dh)
-                st = {"file": fi, "marker": marker, "open": not last, "tokens": tokens, "docs": docs, "max": top}
-                atomic_file(prog, lambda f: f.write(json.dumps(st).encode()))
-            if TRIM is not None:
-                TRIM(0)
-            if HOOK is not None:
-                HOOK(tokens)
-
-        pending, items, metas, chars = None, [], [], 0
-
-        def submit():
-            nonlocal pending, items, metas, chars
-            job = (pool.submit(enc.encode, items), metas)
+    def _build(self, state: dict | None) -> None:
+        state = self._start(state)
+        enc = Encoder(self.tok, self.dtype)
+        sizes = [p.stat().st_size for p in self.files]
+        bar = Bar(self.progress and sys.stderr.isatty(), sum(sizes), self.label)
+        pool = ThreadPoolExecutor(1)
+        try:
+            pending = None  # the batch being encoded in the pool's thread while the next one is read
+            for items, metas in self._batches(state, sizes, bar):
+                job = (pool.submit(enc.encode, items), metas)
+                if pending is not None:
+                    self._write(*pending)
+                pending = job
             if pending is not None:
-                flush(pending)
-            pending, items, metas, chars = job, [], [], 0
+                self._write(*pending)
+            bar.update(sum(sizes), self.tokens)
+            self._finish()
+        except (GrowError, Stale):
+            self.fh.close()
+            self.dh.close()
+            _remove(*token_cache.partials(self.cache))
+            raise
+        finally:
+            pool.shutdown(wait=True)
+            bar.close()
+            if not self.fh.closed:
+                self.fh.close()
+            if not self.dh.closed:
+                self.dh.close()
 
-        for fi in range(state["file"], len(files)):
-            path, kind = files[fi], kind_of(files[fi])
+    def _start(self, state: dict | None) -> dict:
+        """Open the partial files: fresh ones when ``state`` is None (never written through a link
+        planted in their place), else the interrupted build's, cut back to its record. The record
+        to go on from."""
+        part, docs_part, prog = token_cache.partials(self.cache)
+        if state is None:
+            _remove(prog)
+            state = {"file": 0, "marker": 0, "tokens": 0, "docs": 0, "max": -1}
+            self.fh, self.dh = create_new(part), create_new(docs_part)
+        else:
+            self.fh, self.dh = open_regular(part, "token cache", "r+b"), open_regular(docs_part, "token cache", "r+b")
+        self.tokens, self.docs, self.top, self.since = state["tokens"], state["docs"], state["max"], 0
+        self.fh.truncate(self.tokens * self.dtype.itemsize)
+        self.dh.truncate(self.docs * 8)
+        self.fh.seek(0, 2)
+        self.dh.seek(0, 2)
+        return state
+
+    def _batches(self, state: dict, sizes: list[int], bar: Bar):
+        """The documents from the record's position on, in batches of about ``BATCH`` characters:
+        (items, metas), an item (where, payload) for the encoder, a meta (input index, position in
+        it, whether the payload ends its document). The bar follows the bytes read."""
+        items, metas, chars = [], [], 0
+        done_bytes = sum(sizes[: state["file"]])
+        for fi in range(state["file"], len(self.files)):
+            path, kind = self.files[fi], kind_of(self.files[fi])
             start = state["marker"] if fi == state["file"] else 0
             open_doc = fi == state["file"] and state.get("open", False)
             if kind == "text" and start and not open_doc:
                 done_bytes += sizes[fi]  # the record was written after this file's last block
                 continue
-            for marker, payload, last, done, where in _reader(path, kind, start, text_key, bin_dtype, vocab, block):
+            for marker, payload, last, done, where in _reader(
+                path, kind, start, self.text_key, self.bin_dtype, self.vocab
+            ):
                 if last and not len(payload) and not open_doc:
                     continue  # an empty document: no tokens, no separator
                 open_doc = not last
                 items.append((where, payload))
                 metas.append((fi, marker, last))
                 chars += len(payload)
-                if chars >= batch_chars:
-                    submit()
-                    bar.update(done_bytes + done, tokens)
+                if chars >= BATCH:
+                    yield items, metas
+                    items, metas, chars = [], [], 0
+                    bar.update(done_bytes + done, self.tokens)
             done_bytes += sizes[fi]
         if items:
-            submit()
-        if pending is not None:
-            flush(pending)
-        bar.update(done_bytes, tokens)
-        if tokens == 0:
-            raise GrowError(f"{', '.join(map(str, files))}: no tokens (the data is empty)")
-        _fsync(fh)
-        _fsync(dh)
-        if not (same_file(fh, part) and same_file(dh, docs_part)):
-            raise GrowError(f"{cache.parent}: a partial token file was replaced while it was written (refused)")
-        fh.close()
-        dh.close()
-        meta = {"tokens": tokens, "max": top, "docs": docs, "sep": sep, "dtype": dtype.name}
-        os.replace(docs_part, cache.parent / f"{key_path.name}.docs")
-        atomic_file(cache.parent / f"{key_path.name}.json", lambda f: f.write(json.dumps(meta).encode()))
-        os.replace(part, cache)
-        _fsync_dir(cache.parent)
+            yield items, metas
+
+    def _write(self, fut, metas) -> None:
+        """Append one encoded batch: its ids, a separator after each document it ends, and those
+        documents' ends; a progress record when ``CHECKPOINT`` tokens have been written since the last."""
+        arrays = fut.result()
+        ends = []
+        for (_, _, last), ids in zip(metas, arrays):
+            if len(ids):
+                self.fh.write(ids.tobytes())
+                self.tokens += len(ids)
+                self.top = max(self.top, int(ids.max()))
+            if last:
+                if self.sep is not None:
+                    self.fh.write(np.array([self.sep], dtype=self.dtype).tobytes())
+                    self.tokens += 1
+                    self.top = max(self.top, self.sep)
+                ends.append(self.tokens)
+        if ends:
+            self.dh.write(np.asarray(ends, dtype=np.int64).tobytes())
+            self.docs += len(ends)
+        self.since += sum(len(a) for a in arrays)
+        if self.since >= CHECKPOINT:
+            self._record(*metas[-1])
+        if TRIM is not None:
+            TRIM(0)
+        if HOOK is not None:
+            HOOK(self.tokens)
+
+    def _record(self, fi: int, marker: int, last: bool) -> None:
+        """The partial files fsynced, then the progress record (written atomically) that holds them."""
+        self.since = 0
+        _fsync(self.fh)
+        _fsync(self.dh)
+        st = {"file": fi, "marker": marker, "open": not last, "tokens": self.tokens, "docs": self.docs, "max": self.top}
+        atomic_file(token_cache.partials(self.cache)[2], lambda f: f.write(json.dumps(st).encode()))
+
+    def _finish(self) -> None:
+        """The partial files fsynced and renamed to the cache's, its .json written, the record removed."""
+        if self.tokens == 0:
+            raise GrowError(f"{', '.join(map(str, self.files))}: no tokens (the data is empty)")
+        part, docs_part, prog = token_cache.partials(self.cache)
+        _fsync(self.fh)
+        _fsync(self.dh)
+        if not (same_file(self.fh, part) and same_file(self.dh, docs_part)):
+            raise GrowError(f"{self.cache.parent}: a partial token file was replaced while it was written (refused)")
+        self.fh.close()
+        self.dh.close()
+        key, folder = self.cache.with_suffix("").name, self.cache.parent
+        meta = {"tokens": self.tokens, "max": self.top, "docs": self.docs, "sep": self.sep, "dtype": self.dtype.name}
+        os.replace(docs_part, folder / f"{key}.docs")
+        atomic_file(folder / f"{key}.json", lambda f: f.write(json.dumps(meta).encode()))
+        os.replace(part, self.cache)
+        _fsync_dir(folder)
         _remove(prog)
-    except (GrowError, Stale):
-        fh.close()
-        dh.close()
-        _remove(part, docs_part, prog)
-        raise
-    finally:
-        pool.shutdown(wait=True)
-        bar.close()
-        if not fh.closed:
-            fh.close()
-        if not dh.closed:
-            dh.close()
 
 
 def _native(call):
@@ -530,67 +505,36 @@ def _locked(folder: Path):
         os.close(fd)  # releases the lock
 
 
-def _checked(cache: Path, meta_path: Path, docs_path: Path, dtype, sep) -> tuple | None:
-    """(record, tokens memmap, document ends) of a finished cache, if it holds what its record says:
-    regular files of the folder (no links), every field of its type, the sizes, document ends
-    increasing up to the token count, and the largest id (a chunked scan) the recorded one. None
-    otherwise: the cache is rebuilt, never trusted as found."""
-    try:
-        meta = json.loads(read_regular(meta_path, "token cache"))
-        with open_regular(cache, "token cache") as fh, open_regular(docs_path, "token cache") as dh:
-            n = os.fstat(fh.fileno()).st_size // dtype.itemsize
-            ok = (
-                isinstance(meta, dict)
-                and meta.get("tokens") == n > 0
-                and n * dtype.itemsize == os.fstat(fh.fileno()).st_size
-                and _int(meta.get("docs"), 0, n)
-                and meta["docs"] * 8 == os.fstat(dh.fileno()).st_size
-                and _int(meta.get("max"), 0, (1 << 32) - 1)
-                and meta.get("sep") == sep
-                and meta.get("dtype") == dtype.name
-            )
-            if not ok:
-                return None
-            tokens = np.memmap(fh, dtype=dtype, mode="r", shape=(n,))
-            ends = np.fromfile(dh, dtype=np.int64)
-    except (OSError, ValueError, GrowError):
-        return None
-    if not _fits(tokens, ends, meta["max"], sep):
-        return None
-    return meta, tokens, ends
-
-
 def load(
     specs,
     tok,
     cache_dir,
     vocab_size: int | None = None,
     *,
-    text_key: str = "text",
-    doc_sep: str | None = "auto",
-    data_dtype: str = "auto",
+    reading: Reading | None = None,
     write_cache: bool = True,
     progress: bool = False,
     label: str = "tokenise",
 ) -> Corpus:
-    """The corpus of ``specs`` (see ``expand_inputs``): from the cache in ``cache_dir`` when it holds
-    this key, else tokenised into it (``cache_dir`` None or ``write_cache`` False: into a private
-    temporary file, removed once mapped)."""
+    """The corpus of ``specs`` (see ``expand_inputs``), read as ``reading`` says (default: ``Reading()``):
+    from the cache in ``cache_dir`` when it holds this key, else tokenised into it (``cache_dir`` None
+    or ``write_cache`` False: into a private temporary file, removed once mapped)."""
+    reading = Reading() if reading is None else reading
     files = expand_inputs(specs)
-    bin_dtype = token_dtype(tok.vocab_size, data_dtype)
+    bin_dtype = token_dtype(tok.vocab_size, reading.data_dtype)
     dtype = token_dtype(tok.vocab_size)
     if bin_dtype.itemsize > dtype.itemsize:
         dtype = bin_dtype
-    sep = doc_separator(tok, doc_sep)
-    precheck(files, tok, text_key, bin_dtype)
+    sep = doc_separator(tok, reading.doc_sep)
+    precheck(files, tok, reading.text_key, bin_dtype)
     shas = [file_sha256(p) for p in files]
     if len(files) == 1 and kind_of(files[0]) in TOKEN_KINDS:  # one token file: used in place
         arr = token_file(files[0], kind_of(files[0]), bin_dtype)
-        top = scan_ids(files[0], arr, vocab_size, SCAN)
+        top = scan_ids(files[0], arr, vocab_size, token_cache.SCAN)
         if len(arr) == 0:
             raise GrowError(f"{files[0]}: no tokens (the data is empty)")
         return Corpus(arr, np.zeros(0, dtype=np.int64), files, shas, top, None, files[0])
-    key = cache_key(tok, files, shas, text_key, sep, bin_dtype)
+    key = cache_key(tok, files, shas, reading.text_key, sep, bin_dtype)
     private = cache_dir is None or not write_cache
     if private:
         import tempfile
@@ -599,18 +543,9 @@ def load(
     else:
         folder = Path(cache_dir)
     cache = folder / f"tokens-{key}.{dtype.name}"
-    meta_path, docs_path = folder / f"tokens-{key}.json", folder / f"tokens-{key}.docs"
+    writer = CacheWriter(files, tok, cache, dtype, sep, reading.text_key, vocab_size, bin_dtype, progress, label)
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with _locked(folder):  # one builder at a time; readers wait for it
-            found = _checked(cache, meta_path, docs_path, dtype, sep)
-            if found is None:  # none yet, or not what its record says: (re)built
-                _remove(cache, meta_path, docs_path)
-                build(files, shas, tok, cache, dtype, sep, text_key, vocab_size, bin_dtype, progress, label=label)
-                found = _checked(cache, meta_path, docs_path, dtype, sep)
-                if found is None:
-                    raise GrowError(f"{folder}: the token cache just written does not read back (a changing folder?)")
-            meta, tokens, ends = found
+        meta, tokens, ends = _read_or_write(writer)
     finally:
         if private:
             import shutil
@@ -623,4 +558,23 @@ def load(
     return Corpus(tokens, ends, files, shas, meta["max"], sep, None if private else cache)
 
 
-__all__ = ["load", "build", "Corpus", "Encoder"]
+def _read_or_write(writer: CacheWriter) -> tuple:
+    """(record, tokens memmap, document ends) of the cache ``writer`` writes: read when it holds what
+    its record says, else (re)built first; under the folder's lock (one builder at a time, readers
+    wait for it)."""
+    cache = writer.cache
+    folder, key = cache.parent, cache.with_suffix("").name
+    meta_path, docs_path = folder / f"{key}.json", folder / f"{key}.docs"
+    folder.mkdir(parents=True, exist_ok=True)
+    with _locked(folder):  # one builder at a time; readers wait for it
+        found = token_cache.checked(cache, meta_path, docs_path, writer.dtype, writer.sep)
+        if found is None:  # none yet, or not what its record says: (re)built
+            _remove(cache, meta_path, docs_path)
+            writer.write()
+            found = token_cache.checked(cache, meta_path, docs_path, writer.dtype, writer.sep)
+            if found is None:
+                raise GrowError(f"{folder}: the token cache just written does not read back (a changing folder?)")
+    return found
+
+
+__all__ = ["load", "Reading", "CacheWriter", "Corpus", "Encoder"]

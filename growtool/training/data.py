@@ -81,7 +81,7 @@ def load_tokens(
     data leaves no file behind). A memory map."""
     from growtool.training import corpus
 
-    c = corpus.load(files, tok, cache_dir, vocab_size, doc_sep="none", write_cache=write_cache)
+    c = corpus.load(files, tok, cache_dir, vocab_size, reading=corpus.Reading(doc_sep="none"), write_cache=write_cache)
     check_tokens(c.tokens, None, need, ", ".join(map(str, c.files)), top=c.max_id)
     return c.tokens
 
@@ -91,7 +91,8 @@ def corpus_dataset(files, val_files, tok, cache_dir, vocab_size, seq, opts, rank
     ``val_files`` corpus, or its last whole documents), and the run identity (inputs' sha256)."""
     from growtool.training import corpus
 
-    kw = dict(text_key=opts.text_key, doc_sep=opts.doc_sep, data_dtype=opts.data_dtype, write_cache=rank == 0)
+    reading = corpus.Reading(opts.text_key, opts.doc_sep, opts.data_dtype)
+    kw = dict(reading=reading, write_cache=rank == 0)
     train = corpus.load(files, tok, cache_dir, vocab_size, progress=progress and rank == 0, **kw)
     val = corpus.load(val_files, tok, cache_dir, vocab_size, label="validation", **kw) if val_files else None
     src = ", ".join(map(str, train.files))
