@@ -446,13 +446,7 @@ def verify(
     as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
     ``progress(name, amount)`` callback (``growtool.console.Bar``)."""
     source, grown = _checkpoint_arg("source", source), _checkpoint_arg("grown", grown)
-    args.real("alpha", alpha, 0, 1)
-    args.integer("samples", samples, 1)
-    args.path("data", data, optional=True)
-    args.real("tol", tol, 0)
-    args.seed("seed", seed)
-    args.integer("generate", generate, 1, optional=True)
-    args.texts("prompts", prompts)
+    _check_numbers(alpha, samples, data, tol, seed, generate, prompts)
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     a = checkpoint.load(source) if isinstance(source, str) else source
@@ -483,6 +477,17 @@ def verify(
         ma, mb = a.model(), b.model()
         gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), generate, alpha)
     return Report(ok and (gen is None or gen.ok), ok, alpha, tol, fl, lim, storage_name(low), rows, gen)
+
+
+def _check_numbers(alpha, samples, data, tol, seed, generate, prompts) -> None:
+    """GrowError naming the first of ``verify``'s own arguments of the wrong type or value."""
+    args.real("alpha", alpha, 0, 1)
+    args.integer("samples", samples, 1)
+    args.path("data", data, optional=True)
+    args.real("tol", tol, 0)
+    args.seed("seed", seed)
+    args.integer("generate", generate, 1, optional=True)
+    args.texts("prompts", prompts)
 
 
 def _reads_to_come(a, b, n_sets: int, n_alphas: int, low) -> tuple[int, int]:

@@ -200,45 +200,6 @@ default_out = surgery.default_out
 plan_table, plan_json = views.plan_table, views.plan_json
 
 
-def show_plan(plan, quiet: bool) -> None:
-    """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
-    for table in [] if quiet else views.plan_tables(plan, err.width):  # (a depth growth: where every block comes from)
-        err.print(table)
-    for c in [] if quiet else plan.carried:
-        err.print(f"carried: {c}", soft_wrap=True)
-    for reason in plan.lossy:
-        err.print(f"[yellow]lossy:[/] {reason}")
-    for w in plan.warnings:
-        err.print(f"[yellow]warning:[/] {w}")
-
-
-def show_dry_run(plan, out: str, quiet: bool) -> None:
-    """What ``expand --dry-run`` says: exact or lossy, and what a real run would write."""
-    size = checkpoint.specs_nbytes(plan.outputs())
-    verdict = (
-        "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
-        "measures it after a real run)"
-        if plan.exact
-        else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
-    )
-    if quiet:  # otherwise the table's caption says it
-        err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
-    err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True)
-
-
-def show_expanded(job) -> None:
-    """What ``expand`` says once written: the tokenizer note, a lossy plan's measured loss, the sizes."""
-    if job.note:
-        err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
-    if job.loss is not None:
-        c = job.loss
-        err.print(
-            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
-            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
-        )
-    err.print(views.grew_line(job.ck.config, job.plan.cfg))
-
-
 @main.command()
 @click.argument("ckpt")
 @click.option(
@@ -320,7 +281,7 @@ def expand(
                 "--untie and --tokenizer do not apply"
             )
         grew = surgery.grow_run_folder(ckpt, request)
-        show_plan(grew.plan, quiet)
+        views.show_plan(err, grew.plan, quiet)
         err.print(views.grew_run_line(ckpt, grew.step, grew.plan, out), soft_wrap=True)
         click.echo(out)
         return
@@ -328,17 +289,17 @@ def expand(
         raise GrowError("--plan-json and -o - both want standard output: give -o a path, or add --dry-run")
     job = surgery.prepare_expand(ckpt, request)
     plan, out = job.plan, job.out
-    show_plan(plan, quiet)
+    views.show_plan(err, plan, quiet)
     if job.untied and not quiet:
         head = arch_of(job.ck.config).modules["head"] + ".weight"
         err.print(f"untied (--untie): the tied embedding is also written as {head}, a head of its own", soft_wrap=True)
     if plan_json_:
         click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
     if dry_run:
-        show_dry_run(plan, out, quiet)
+        views.show_dry_run(err, plan, out, quiet)
         return
     surgery.run_expand(job, progress=functools.partial(Bar, "expand", quiet=quiet))
-    show_expanded(job)
+    views.show_expanded(err, job)
     if job.path != "-":
         click.echo(job.path)
     Growtool.done = True

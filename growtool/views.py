@@ -185,3 +185,45 @@ def growth_table(rec: dict) -> Table:
     if parts:
         t.caption, t.caption_justify = "cosine with the source: " + "; ".join(parts), "left"
     return t
+
+
+# ---- what expand says on stderr (the console ``err``) ------------------------------------------
+
+
+def show_plan(err, plan, quiet: bool) -> None:
+    """The plan on stderr: the table (unless quiet), then why it is not exact, then warnings."""
+    for table in [] if quiet else plan_tables(plan, err.width):  # (a depth growth: where every block comes from)
+        err.print(table)
+    for c in [] if quiet else plan.carried:
+        err.print(f"carried: {c}", soft_wrap=True)
+    for reason in plan.lossy:
+        err.print(f"[yellow]lossy:[/] {reason}")
+    for w in plan.warnings:
+        err.print(f"[yellow]warning:[/] {w}")
+
+
+def show_dry_run(err, plan, out: str, quiet: bool) -> None:
+    """What ``expand --dry-run`` says: exact or lossy, and what a real run would write."""
+    size = checkpoint.specs_nbytes(plan.outputs())
+    verdict = (
+        "[green]exact[/] at gate 0 (the grown model computes the source's function; growtool verify "
+        "measures it after a real run)"
+        if plan.exact
+        else "[yellow]lossy[/] (reasons above; a real run measures the loss of function)"
+    )
+    if quiet:  # otherwise the table's caption says it
+        err.print(f"residual map: {plan.residual_map}", soft_wrap=True)
+    err.print(f"dry run: {verdict}; would write {out} ({len(plan.outputs())} tensors, {size:,} bytes)", soft_wrap=True)
+
+
+def show_expanded(err, job) -> None:
+    """What ``expand`` says once written: the tokenizer note, a lossy plan's measured loss, the sizes."""
+    if job.note:
+        err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
+    if job.loss is not None:
+        c = job.loss
+        err.print(
+            f"measured loss of function at gate 0: max |dlogit| {c.max_dlogit:.3g} "
+            f"({c.rel:.2%} of the logit scale), mean KL {c.kl:.3g}"
+        )
+    err.print(grew_line(job.ck.config, job.plan.cfg))

@@ -416,7 +416,7 @@ def test_wsd_run_logs_its_schedule_with_a_growth_and_resume_checks_it(tmp_path):
     kw["gate_warmup_tokens"] = 64
     r = train(base, [text], tmp_path / "run", stop_at=12, save_every=4, **kw)
     assert r["settings"]["schedule"] == "wsd" and r["settings"]["decay_fraction"] == 0.25
-    with pytest.raises(GrowError, match="setting schedule = 'cosine'"):
+    with pytest.raises(GrowError, match="--schedule cosine differs from the run's wsd"):
         train(base, [text], tmp_path / "run", resume=True, **{**kw, "schedule": "cosine"})
     done = train(base, [text], tmp_path / "run", resume=True, **kw)
     recs = [x for x in read_metrics(Path(done["metrics"])) if "loss" in x]

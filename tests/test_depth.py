@@ -29,7 +29,7 @@ from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import ARCH_CASES as CASES  # noqa: E402
 from arch_cases import FAMILY_CASES, QWEN2_MOE, V, _bloom, _llama_like, hf_logits, rel  # noqa: E402
-from helpers import cli, make_text, perturbed, tiny_cfg  # noqa: E402  # noqa: E402
+from helpers import cli, make_text, perturbed, tiny_cfg, verify_json  # noqa: E402
 
 X = torch.randint(V, (2, 24), generator=torch.Generator().manual_seed(1))  # longer than the windows (8)
 
@@ -391,18 +391,22 @@ def test_bad_depth_input_is_one_line_exit_2_nothing_written(small, tmp_path, arg
     assert not out.exists() and list(tmp_path.iterdir()) == []
 
 
-def test_a_method_the_architecture_cannot_take_is_refused(tmp_path):
-    """A config that gives its sliding layers only by an index rule (no layer_types): copies would
-    take the rule's type for their new index, not their source's, so depth growth is refused."""
+def test_an_index_rule_config_grows_with_its_layer_types_written_out(tmp_path):
+    """A config that gives its sliding layers only by an index rule (no layer_types) is read as
+    transformers reads it (every n-th layer full); a copied block keeps its source's type, written
+    out as layer_types, and the grown folder computes the source's function and loads in transformers."""
     torch.manual_seed(0)
     CASES["gemma2-softcap-window"][0](tie=True).save_pretrained(tmp_path / "src")
     hf = json.loads((tmp_path / "src" / "config.json").read_text())
     del hf["layer_types"]
     hf["sliding_window_pattern"] = 2
     (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
-    r = cli("expand", tmp_path / "src", "--layers", 3, "-o", tmp_path / "g.safetensors")
-    assert r.exit_code == 2 and "index rule sliding_window_pattern=2" in r.stderr, r.stderr
-    assert len(r.stderr.strip().splitlines()) == 1 and not (tmp_path / "g.safetensors").exists()
+    r = cli("expand", tmp_path / "src", "--layers", 3, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    types = checkpoint.load(str(tmp_path / "g")).config.layer_types
+    assert types == ["sliding_attention", "full_attention", "sliding_attention"]  # block 2 is block 0's copy
+    code, report = verify_json(tmp_path / "src", tmp_path / "g")
+    assert code == 0 and report["results"][0]["rel"] <= 1e-4, report
 
 
 def test_dry_run_and_plan_json_show_where_each_block_comes_from(small, tmp_path):

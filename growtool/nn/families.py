@@ -275,7 +275,8 @@ PHI3 = Arch(
     keys={**_LLAMA_KEYS, "sliding_window": "sliding_window"},
     fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-5},
-    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0},
+    # pad_token_id: Phi3Config defaults to 32000, which a smaller vocabulary cannot hold (transformers refuses it)
+    template={"resid_pdrop": 0.0, "embd_pdrop": 0.0, "attention_dropout": 0.0, "pad_token_id": None},
 )
 
 GPT_NEOX = Arch(

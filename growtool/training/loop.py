@@ -73,7 +73,7 @@ from growtool.training.run_folder import (
     save_bytes,
     write_metrics,
 )
-from growtool.training.schedule import lr_at, run_gate
+from growtool.training.schedule import lr_at, mup, run_gate
 from growtool.training.settings import Settings
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -264,7 +264,7 @@ def restore(run: Run, resume: bool) -> None:
             p.requires_grad_(False)
     model.train()
     if state is not None and not state.get("sharded"):  # moments of the model's shapes, before any is used
-        shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, stages.mup(run.s))}
+        shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, mup(run.s))}
         moments.check_moments(state["optimizer"], shapes, str(run.out / STATE))
     fsdp.place(model, run.dev, run.world, run.opts.fsdp, run.opts.activation_checkpointing)  # on the device, or sharded
     run.model, run.opt = model, make_optimizer(model, run.s)
