@@ -364,7 +364,7 @@ def grow_run_folder(src, request: Request) -> RunGrowth:
     """Grow a run's resumable state (model + AdamW moments) into the new run folder ``request.out``
     (``training.stages.expand_run``), to continue with ``growtool train --resume``."""
     from growtool.io import confine
-    from growtool.training.stages import expand_run
+    from growtool.training.stages import Growth, expand_run
 
     q = request
     if q.shard_size is not None or q.dtype or q.tokenizer_path or q.untie:
@@ -375,8 +375,8 @@ def grow_run_folder(src, request: Request) -> RunGrowth:
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
     confine.check_output(q.out, [src])  # not inside the source run, nor holding it
     with machine.surgery_threading():
-        rest = (q.seed, q.ffn, q.heads, q.allow_lossy, q.force, q.depth())
-        plan, step = expand_run(Path(src), Path(q.out), q.width, q.loaded_recipe(), *rest)
+        growth = Growth(q.width, q.loaded_recipe(), q.seed, q.ffn, q.heads, q.allow_lossy, q.depth())
+        plan, step = expand_run(Path(src), Path(q.out), growth, q.force)
     return RunGrowth(plan, step, Path(q.out))
 
 
