@@ -201,7 +201,6 @@ MANY_PARAMETERS = {
     "growtool.check:verify": "the library's verify: its documented keywords (docs/library.md)",
     "growtool.grow.plan:build_plan": "the plan's inputs, one keyword each, so called by tests and bench",
     "growtool.grow.depth:build": "the depth plan's inputs (to take surgery.Request's depth fields as one object)",
-    "growtool.training.data:corpus_dataset": "training/ was being edited by other work",
 }
 
 

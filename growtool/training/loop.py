@@ -221,7 +221,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     cache_existed = Path(cache_dir).exists()
     try:  # bad data, or a schedule refused once the data is counted, leaves no cache and no run folder behind
-        ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
+        inputs = data.Inputs(files, val_files, tok, cache_dir)
+        ds, identity = data.corpus_dataset(inputs, cfg.vocab_size, seq, opts, rank, progress)
         identity["source_sha256"] = ck.sha256()
         gated = (
             cfg.gated
