@@ -24,7 +24,7 @@ import torch
 from growtool import machine, tokenizer
 from growtool.grow import depth, engine, limits, recipes
 from growtool.grow.fold import fold_config, fold_tensor
-from growtool.grow.plan import Plan, build_plan, gate_values
+from growtool.grow.plan import Plan, Units, build_plan, gate_values
 from growtool.grow.plan import lineage_entry as width_entry
 from growtool.io import checkpoint
 from growtool.io.checkpoint import Output
@@ -183,9 +183,9 @@ def prepare_expand(src: str, request: Request = Request()) -> Expansion:
         plan = None
         if q.width is not None:
             kw = dict(seed=q.seed, allow_lossy=q.allow_lossy, dtype=dt, gate_values=gate_values(ck))
-            plan = build_plan(ck.config, r, q.width, q.ffn, q.heads, **kw)
+            plan = build_plan(ck.config, r, q.width, Units(q.ffn, q.heads), **kw)
         if deep:
-            plan = depth.build(ck.config, plan, q.layers, q.depth_method, q.insert_at, r, q.seed, dt, gate_values(ck))
+            plan = depth.build(ck.config, plan, (q.layers, q.depth_method, q.insert_at), r, q.seed, dt, gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
     return Expansion(src, ck, plan, out, carry, q.force, shard_size, untie)

@@ -199,8 +199,6 @@ MANY_PARAMETERS = {
     "growtool.lab.learned:__init__": "LiGO's operator: its knobs, set once",
     "growtool.training.settings:setting": "one declaration per setting: name, type, default, help, bounds, ...",
     "growtool.check:verify": "the library's verify: its documented keywords (docs/library.md)",
-    "growtool.grow.plan:build_plan": "the plan's inputs, one keyword each, so called by tests and bench",
-    "growtool.grow.depth:build": "the depth plan's inputs (to take surgery.Request's depth fields as one object)",
 }
 
 

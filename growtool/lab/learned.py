@@ -54,7 +54,7 @@ from torch.func import functional_call
 from growtool.grow import ops, recipes
 from growtool.grow.engine import grow_tensor
 from growtool.grow.fold import fold_config
-from growtool.grow.plan import Plan, build_plan, lineage_entry
+from growtool.grow.plan import Plan, Units, build_plan, lineage_entry
 from growtool.io.checkpoint import Output, save, save_tensors
 from growtool.io.stream import Producer
 from growtool.nn.config import ModelConfig
@@ -111,7 +111,7 @@ def _srio_plan(
     heads: int | None,
 ) -> Plan:
     over = recipes._merge(overrides or {}, {"rotation": {"eps": float(eps)}})
-    return build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
+    return build_plan(src, _recipe(recipe, over), width, Units(ffn, heads), seed=seed)
 
 
 class SrioObjective:
@@ -311,7 +311,7 @@ class LiGO(torch.nn.Module):
         if src.gated:
             raise GrowError("LiGO grows plain models: fold the source's growth gates first (growtool fold)")
         r = _recipe(recipe, {"gate": False, "rotation": {"eps": 1.0}})
-        plan = build_plan(src, r, width, ffn, heads, seed=seed, allow_lossy=True)
+        plan = build_plan(src, r, width, Units(ffn, heads), seed=seed, allow_lossy=True)
         self.src, self.cfg = src, fold_config(plan.cfg)
         self.source = {n: t.detach().float() for n, t in tensors.items()}
         self.recipe = r["name"]

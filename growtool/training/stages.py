@@ -32,7 +32,7 @@ import torch
 from growtool.grow import limits, moments, recipes
 from growtool.grow.engine import grow_tensor
 from growtool.grow.fold import fold_config, fold_tensor
-from growtool.grow.plan import build_plan, lineage_entry
+from growtool.grow.plan import Units, build_plan, lineage_entry
 from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
@@ -145,7 +145,7 @@ def grow_model(model, opt_state: dict, gate: float | None, growth: Growth, mup: 
         cfg = plain
     plan = None
     if g.width is not None:
-        plan = build_plan(cfg, g.recipe, g.width, g.ffn, g.heads, seed=g.seed, allow_lossy=g.allow_lossy)
+        plan = build_plan(cfg, g.recipe, g.width, Units(g.ffn, g.heads), seed=g.seed, allow_lossy=g.allow_lossy)
     if g.depth is not None:
         return grow_depth(plan, cfg, t, (opt_state, src_names, mup), g)
     grown = {n: grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
@@ -167,7 +167,7 @@ def grow_depth(plan, cfg, t: dict, optimizer: tuple, growth: Growth):
     from growtool.nn.model import LM
 
     opt_state, src_names, mup = optimizer
-    g = deep.build(cfg, plan, *growth.depth, growth.recipe, growth.seed, torch.float32)
+    g = deep.build(cfg, plan, growth.depth, growth.recipe, growth.seed, torch.float32)
     width = (lambda n, rows=None: grow_tensor(n, plan, t.__getitem__)) if plan else (lambda n, rows=None: t[n])
     new = LM.from_tensors(g.cfg, {n: g.grow_tensor(n, width) for n, _, _ in g.outputs()})
     for n, p in new.named_parameters():
