@@ -190,7 +190,6 @@ MAX_FUNCTION_LINES, MAX_PARAMETERS = 60, 8
 LONG_FUNCTIONS = {
     "growtool.nn.families:arch_specs": "the architecture table: one entry per family, data",
     "growtool.nn.config:from_hf": "HF config.json keys read one by one, one line each, per family",
-    "growtool.demo:run_demo": "the demo's story step by step, each step a printed line",
 }
 MANY_PARAMETERS = {
     "growtool.training.settings:setting": "one declaration per setting: name, type, default, help, bounds, ...",
