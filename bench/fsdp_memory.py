@@ -156,7 +156,7 @@ def make_checkpoint(work: Path, sz: dict) -> str:
     """A grown (gated) Llama from an initialised smaller one."""
     from growtool.grow import recipes
     from growtool.grow.engine import grow_tensor
-    from growtool.grow.plan import build_plan
+    from growtool.grow.plan import Units, build_plan
     from growtool.init import init_model
     from growtool.io import checkpoint
     from growtool.nn.config import ModelConfig
@@ -178,7 +178,7 @@ def make_checkpoint(work: Path, sz: dict) -> str:
     src = checkpoint.load(
         checkpoint.save_tensors(str(work / "src.safetensors"), cfg, [], init_model(cfg).tensors(), force=True)
     )
-    plan = build_plan(cfg, recipes.load("srio"), sz["grow_to"], ffn=sz["grow_ffn"], heads=sz["grow_heads"])
+    plan = build_plan(cfg, recipes.load("srio"), sz["grow_to"], Units(sz["grow_ffn"], sz["grow_heads"]))
     tensors = {n: grow_tensor(n, plan, src.get) for n, _, _ in plan.outputs()}
     return checkpoint.save_tensors(str(work / "grown.safetensors"), plan.cfg, [], tensors, force=True)
 

@@ -248,25 +248,23 @@ def job_grow(P, name, seed, base_final):
         )
         op = {"eps": plan.eps}
     elif how == "srio_lo":
+        growth = learned.SrioGrowth(P["grow_to"], seed=seed)
         res = learned.learn_srio_eps(
             src.config,
             src.tensors(),
-            P["grow_to"],
+            growth,
             _batches(P, 7000 + seed),
             steps=max(1, P["op_steps"] // 2),
-            lookahead=1,
-            inner_lr=P["lr"],
-            seed=seed,
+            inner=learned.Lookahead(1, lr=P["lr"]),
         )
         learned.save_srio_lo(
             out,
             src.config,
             src.tensors(),
-            P["grow_to"],
+            growth,
             res,
             lineage=src.lineage,
             source_sha256=src.sha256(),
-            seed=seed,
             force=True,
         )
         op = {

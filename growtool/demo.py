@@ -166,6 +166,46 @@ def demo_config(P: dict) -> ModelConfig:
     )
 
 
+def _stage_row(stage: str, path, val, v=None, verdict: str = "") -> dict:
+    """The summary row of the checkpoint at ``path`` (width, parameters, loss on the batches ``val``,
+    the verify result), printed as one line."""
+    cfg = checkpoint.load(path).config
+    row = {
+        "stage": stage,
+        "width": cfg.width,
+        "params": cfg.n_params(),
+        "val_loss": evaluate(checkpoint.load(path).model(), val, torch.device("cpu")),
+        "verify_rel": v,
+        "pass": verdict,
+        "path": str(path),
+    }
+    err.print(
+        f"[bold]{stage}[/]: {cfg.n_params():,} params, val loss {row['val_loss']:.4f}"
+        + (f", verify {v:.2e} {verdict}" if v is not None else "")
+    )
+    return row
+
+
+def _train_stage(path, corpus: Path, out: Path, i: int, P: dict, progress: bool) -> str:
+    """Train the checkpoint at ``path`` for stage ``i``'s steps on ``corpus``; the final checkpoint's path."""
+    steps = P["steps"][i]
+    r = train(
+        path,
+        [corpus],
+        out / f"stage{2 * i + 1}-train",
+        steps=steps,
+        batch=P["batch"],
+        seq=P["seq"],
+        lr=P["lr"],
+        eval_every=max(1, steps // 10),
+        eval_batches=8,
+        device="cpu",
+        progress=progress,
+        cache_dir=out / "cache",
+    )
+    return r["final"]
+
+
 def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> bool:
     """Run every stage in folder ``out``; print the summary table (stderr); True if every verify passed."""
     t0 = time.time()
@@ -178,30 +218,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
     corpus.write_text(make_corpus(P["chars"]))
     ds = data.Dataset(data.load_tokens([corpus], get_tokenizer("byte"), None), P["seq"], P["batch"])
     val = ds.val_batches(8)
-
-    def val_loss(path):
-        return evaluate(checkpoint.load(path).model(), val, torch.device("cpu"))
-
     rows, ok = [], True
-
-    def row(stage, path, v=None, verdict=""):
-        cfg = checkpoint.load(path).config
-        rows.append(
-            {
-                "stage": stage,
-                "width": cfg.width,
-                "params": cfg.n_params(),
-                "val_loss": val_loss(path),
-                "verify_rel": v,
-                "pass": verdict,
-                "path": str(path),
-            }
-        )
-        err.print(
-            f"[bold]{stage}[/]: {cfg.n_params():,} params, val loss {rows[-1]['val_loss']:.4f}"
-            + (f", verify {v:.2e} {verdict}" if v is not None else "")
-        )
-
     cfg = demo_config(P)
     path = checkpoint.save_tensors(
         str(out / "stage0-init.safetensors"),
@@ -209,24 +226,10 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         [{"op": "init", "gamma": 0.5, "embed_gamma": 0.5, "seed": 0, "width": cfg.width}],
         init_model(cfg, gamma=0.5, seed=0).tensors(),
     )
-    row("init", path)
+    rows.append(_stage_row("init", path, val))
     for i, steps in enumerate(P["steps"]):
-        r = train(
-            path,
-            [corpus],
-            out / f"stage{2 * i + 1}-train",
-            steps=steps,
-            batch=P["batch"],
-            seq=P["seq"],
-            lr=P["lr"],
-            eval_every=max(1, steps // 10),
-            eval_batches=8,
-            device="cpu",
-            progress=progress,
-            cache_dir=out / "cache",
-        )
-        path = r["final"]
-        row(f"train {steps}" + (" +gate" if i else ""), path)
+        path = _train_stage(path, corpus, out, i, P, progress)
+        rows.append(_stage_row(f"train {steps}" + (" +gate" if i else ""), path, val))
         if i == len(P["widths"]):
             break
         D = P["widths"][i]
@@ -234,7 +237,7 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         report = verify(path, grown, samples=16, data=str(corpus), tol=TOL, seed=i)  # random and text inputs
         rel = max(c.rel for label, c in report.rows if "(info)" not in label)
         ok &= report.passed
-        row(f"expand d{D} srio", grown, rel, "PASS" if report.passed else "FAIL")
+        rows.append(_stage_row(f"expand d{D} srio", grown, val, rel, "PASS" if report.passed else "FAIL"))
         path = grown
 
     err.print(summary_table(rows, quick, time.time() - t0, len(ds.tokens)))

@@ -24,7 +24,7 @@ import torch
 from growtool import machine, tokenizer
 from growtool.grow import depth, engine, limits, recipes
 from growtool.grow.fold import fold_config, fold_tensor
-from growtool.grow.plan import Plan, build_plan, gate_values
+from growtool.grow.plan import Plan, Units, build_plan, gate_values
 from growtool.grow.plan import lineage_entry as width_entry
 from growtool.io import checkpoint
 from growtool.io.checkpoint import Output
@@ -183,9 +183,9 @@ def prepare_expand(src: str, request: Request = Request()) -> Expansion:
         plan = None
         if q.width is not None:
             kw = dict(seed=q.seed, allow_lossy=q.allow_lossy, dtype=dt, gate_values=gate_values(ck))
-            plan = build_plan(ck.config, r, q.width, q.ffn, q.heads, **kw)
+            plan = build_plan(ck.config, r, q.width, Units(q.ffn, q.heads), **kw)
         if deep:
-            plan = depth.build(ck.config, plan, q.layers, q.depth_method, q.insert_at, r, q.seed, dt, gate_values(ck))
+            plan = depth.build(ck.config, plan, (q.layers, q.depth_method, q.insert_at), r, q.seed, dt, gate_values(ck))
     except GrowError as e:
         raise GrowError(f"{src}: {e}") from None
     return Expansion(src, ck, plan, out, carry, q.force, shard_size, untie)
@@ -364,7 +364,7 @@ def grow_run_folder(src, request: Request) -> RunGrowth:
     """Grow a run's resumable state (model + AdamW moments) into the new run folder ``request.out``
     (``training.stages.expand_run``), to continue with ``growtool train --resume``."""
     from growtool.io import confine
-    from growtool.training.stages import expand_run
+    from growtool.training.stages import Growth, expand_run
 
     q = request
     if q.shard_size is not None or q.dtype or q.tokenizer_path or q.untie:
@@ -375,8 +375,8 @@ def grow_run_folder(src, request: Request) -> RunGrowth:
         raise GrowError(f"{src}: a run folder grows into a new run folder: give -o NEW_RUN_DIR")
     confine.check_output(q.out, [src])  # not inside the source run, nor holding it
     with machine.surgery_threading():
-        rest = (q.seed, q.ffn, q.heads, q.allow_lossy, q.force, q.depth())
-        plan, step = expand_run(Path(src), Path(q.out), q.width, q.loaded_recipe(), *rest)
+        growth = Growth(q.width, q.loaded_recipe(), q.seed, q.ffn, q.heads, q.allow_lossy, q.depth())
+        plan, step = expand_run(Path(src), Path(q.out), growth, q.force)
     return RunGrowth(plan, step, Path(q.out))
 
 

@@ -157,7 +157,7 @@ def grow(path, layers, method="stack", width=None, noise=0.0, insert_at=None, se
         t = {n: grow_tensor(n, wplan, ck.get) if wplan else ck.get(n) for n in names}
         WIDTH_GROWN[key] = (ck.config, r, wplan, t)
     src, r, wplan, t = WIDTH_GROWN[key]
-    g = depth.build(src, wplan, layers, method, insert_at, r, seed, torch.float32)
+    g = depth.build(src, wplan, (layers, method, insert_at), r, seed, torch.float32)
     return g, LM.from_tensors(g.cfg, {n: g.grow_tensor(n, lambda m, rows=None: t[m]) for n, _, _ in g.outputs()})
 
 

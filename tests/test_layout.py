@@ -190,22 +190,10 @@ MAX_FUNCTION_LINES, MAX_PARAMETERS = 60, 8
 LONG_FUNCTIONS = {
     "growtool.nn.families:arch_specs": "the architecture table: one entry per family, data",
     "growtool.nn.config:from_hf": "HF config.json keys read one by one, one line each, per family",
-    "growtool.training.stages:expand_run": "training/ was being edited by other work; to split",
-    "growtool.demo:run_demo": "the demo's story step by step, each step a printed line",
-    "growtool.lab.learned:learn_srio_eps": "a research optimiser loop kept in one piece to match its paper's algorithm",
 }
 MANY_PARAMETERS = {
-    "growtool.lab.learned:learn_srio_eps": "a research entry point: the bench passes every knob",
-    "growtool.lab.learned:save_srio_lo": "a research entry point: the bench passes every knob",
-    "growtool.lab.learned:__init__": "LiGO's operator: its knobs, set once",
-    "growtool.training.stages:grow_model": "training/ was being edited by other work; to take a request object",
-    "growtool.training.stages:expand_run": "training/ was being edited by other work; to take surgery.Request",
     "growtool.training.settings:setting": "one declaration per setting: name, type, default, help, bounds, ...",
     "growtool.check:verify": "the library's verify: its documented keywords (docs/library.md)",
-    "growtool.grow.plan:build_plan": "the plan's inputs, one keyword each, so called by tests and bench",
-    "growtool.grow.depth:build": "the depth plan's inputs (to take surgery.Request's depth fields as one object)",
-    "growtool.training.stages:grow_depth": "training/ was being edited by other work",
-    "growtool.training.data:corpus_dataset": "training/ was being edited by other work",
 }
 
 

@@ -96,18 +96,20 @@ def test_plain_loss_is_flat_in_the_angle_on_llama_so_lookahead_zero_is_refused()
     for alpha in (0.0, 0.5, 1.0):
         assert abs(grown_loss(cfg, T, 0.3, xy, alpha) - grown_loss(cfg, T, 0.95, xy, alpha)) < 1e-5
     with pytest.raises(GrowError, match="does not depend on the angle"):
-        learned.learn_srio_eps(cfg, T, D, itertools.repeat(xy), steps=1, lookahead=0)
+        learned.learn_srio_eps(cfg, T, learned.SrioGrowth(D), itertools.repeat(xy), steps=1, inner=learned.Lookahead(0))
 
 
 def test_srio_lo_learns_an_angle_that_lowers_the_lookahead_loss_and_stays_exact(tmp_path):
     cfg = llama()
     T = source(cfg)
     xy = batch()
-    obj = learned.SrioObjective(cfg, T, D, lookahead=1, lr=3e-3)
+    obj = learned.SrioObjective(cfg, T, learned.SrioGrowth(D), learned.Lookahead(steps=1, lr=3e-3))
     # the toy task: after one sign step the loss depends on the angle
     with torch.no_grad():
         assert abs(float(obj(0.3, xy, xy)) - float(obj(0.95, xy, xy))) > 1e-3
-    res = learned.learn_srio_eps(cfg, T, D, itertools.repeat(xy), steps=6, lr=0.3, lookahead=1, inner_lr=3e-3)
+    res = learned.learn_srio_eps(
+        cfg, T, learned.SrioGrowth(D), itertools.repeat(xy), steps=6, lr=0.3, inner=learned.Lookahead(1, lr=3e-3)
+    )
     assert 0.0 < res.eps < 1.0
     assert res.eps0 == pytest.approx((24 / 36) ** 0.5)
     assert abs(res.eps - res.eps0) > 1e-2
@@ -115,7 +117,7 @@ def test_srio_lo_learns_an_angle_that_lowers_the_lookahead_loss_and_stays_exact(
     with torch.no_grad():
         assert float(obj(res.eps, xy, xy)) < float(obj(res.eps0, xy, xy))
 
-    out = learned.save_srio_lo(str(tmp_path / "lo.safetensors"), cfg, T, D, res, seed=0)
+    out = learned.save_srio_lo(str(tmp_path / "lo.safetensors"), cfg, T, learned.SrioGrowth(D, seed=0), res)
     ck = checkpoint.load(out)
     assert ck.config.width == D and ck.config.gated
     assert ck.lineage[-1]["eps"] == pytest.approx(res.eps) and ck.lineage[-1]["learned"]["op"] == "srio-lo"
@@ -131,12 +133,19 @@ def test_srio_lo_learns_an_angle_that_lowers_the_lookahead_loss_and_stays_exact(
 @pytest.mark.parametrize("cfg", [gpt2(), llama(tie=True)], ids=["gpt2-layernorm", "llama-tied"])
 def test_srio_lo_refuses_families_where_the_angle_is_not_free(cfg):
     with pytest.raises(GrowError, match="untied head"):
-        learned.learn_srio_eps(cfg, source(cfg), D, itertools.repeat(batch()), steps=1)
+        learned.learn_srio_eps(cfg, source(cfg), learned.SrioGrowth(D), itertools.repeat(batch()), steps=1)
 
 
 def test_srio_lo_refuses_a_closed_gate():
     with pytest.raises(GrowError, match="alpha"):
-        learned.learn_srio_eps(llama(), source(llama()), D, itertools.repeat(batch()), steps=1, alpha=0.0)
+        learned.learn_srio_eps(
+            llama(),
+            source(llama()),
+            learned.SrioGrowth(D),
+            itertools.repeat(batch()),
+            steps=1,
+            inner=learned.Lookahead(alpha=0.0),
+        )
 
 
 # ---- LiGO ----------------------------------------------------------------------------------

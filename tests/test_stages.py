@@ -146,14 +146,14 @@ def test_gpt2_run_folder_grows_and_resumes_at_the_sources_loss(world, tmp_path):
     """LayerNorm, tied head: the residual rotated by R(sqrt(d/D)), the embedding mean-filled; the moments
     follow (rotated m, (R o R) v) and the first update after the growth sees the source's function."""
     from growtool.grow import recipes
-    from growtool.training.stages import expand_run
+    from growtool.training.stages import Growth, expand_run
 
     cfg = tiny_cfg(family="gpt2", kv_heads=4, tie=True, norm_eps=1e-5, attn_gate=False)
     base = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=1).tensors())
     kw = dict(KW, steps=12, grow_schedule="continue")  # no re-warm: the first update after growth is the source's
     train(base, [world["text"]], tmp_path / "src", stop_at=6, **kw)
     shutil.copytree(tmp_path / "src", tmp_path / "on")
-    plan, step = expand_run(tmp_path / "src", tmp_path / "grown", 48, recipes.load("srio"), seed=0)
+    plan, step = expand_run(tmp_path / "src", tmp_path / "grown", Growth(48, recipes.load("srio"), seed=0))
     assert step == 6 and plan.eps == pytest.approx((32 / 48) ** 0.5) and plan.exact
     on = train(base, [world["text"]], tmp_path / "on", resume=True, stop_at=7, **kw)
     grown = train(base, [world["text"]], tmp_path / "grown", resume=True, stop_at=7, **kw)

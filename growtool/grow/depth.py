@@ -290,15 +290,15 @@ class Grown:
 def build(
     src: ModelConfig,
     width_plan,
-    layers: int | None,
-    method: str,
-    insert_at,
+    depth: tuple,
     recipe: dict,
     seed: int,
     dtype: torch.dtype,
     gate_values: list[float] | None = None,
 ) -> Grown:
-    """Width (``width_plan``, or None) and depth growth of ``src`` as one ``Grown`` plan."""
+    """Width (``width_plan``, or None) and depth growth of ``src`` as one ``Grown`` plan; ``depth``:
+    (layers, method, insert_at) (``surgery.depth_args``)."""
+    layers, method, insert_at = depth
     if src.gated and gate_values and any(v != 0.0 for v in gate_values):
         raise GrowError(
             f"the source's growth gates are open (values up to {max(gate_values):g}): "

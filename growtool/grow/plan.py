@@ -378,23 +378,32 @@ def _layernorm_map(src: ModelConfig, eps: float, exact: float, lossy: list) -> s
     return exact_map
 
 
+@dataclass(frozen=True)
+class Units:
+    """The grown model's unit counts besides its width: ``ffn`` neurons and ``heads`` query heads
+    (None: the recipe's rule from the width)."""
+
+    ffn: int | None = None
+    heads: int | None = None
+
+
 def build_plan(
     src: ModelConfig,
     recipe: dict,
     width: int,
-    ffn: int | None = None,
-    heads: int | None = None,
+    units: Units = Units(),
     seed: int = 0,
     allow_lossy: bool = False,
     dtype: torch.dtype = torch.float32,
     gate_values: list[float] | None = None,
 ) -> Plan:
-    """The plan of growing ``src`` to ``width`` (and ``ffn`` neurons, ``heads`` query heads) by
-    ``recipe``, its random expansions drawn from ``seed``; refused (GrowError) where the source
+    """The plan of growing ``src`` to ``width`` (and ``units``: ``ffn`` neurons, ``heads`` query heads)
+    by ``recipe``, its random expansions drawn from ``seed``; refused (GrowError) where the source
     cannot grow so, or where the result does not keep the function and neither the recipe
     (``lossy: true``) nor ``allow_lossy`` allows that."""
     from growtool.grow import limits
 
+    ffn, heads = units.ffn, units.heads
     limits.check_growth(src, width, ffn, dtype.itemsize)  # an absurd width: one line, before the plan
     cfg = target_config(src, width, ffn, heads)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])

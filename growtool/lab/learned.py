@@ -54,7 +54,7 @@ from torch.func import functional_call
 from growtool.grow import ops, recipes
 from growtool.grow.engine import grow_tensor
 from growtool.grow.fold import fold_config
-from growtool.grow.plan import Plan, build_plan, lineage_entry
+from growtool.grow.plan import Plan, Units, build_plan, lineage_entry
 from growtool.io.checkpoint import Output, save, save_tensors
 from growtool.io.stream import Producer
 from growtool.nn.config import ModelConfig
@@ -100,39 +100,43 @@ def _recipe(recipe: str | dict, overrides: dict | None) -> dict:
     return recipes.validate(recipes._merge(recipes._merge(recipes.DEFAULTS, recipe), overrides or {}))
 
 
-def _srio_plan(
-    src: ModelConfig,
-    width: int,
-    eps: float,
-    recipe: str | dict,
-    overrides,
-    seed: int,
-    ffn: int | None,
-    heads: int | None,
-) -> Plan:
-    over = recipes._merge(overrides or {}, {"rotation": {"eps": float(eps)}})
-    return build_plan(src, _recipe(recipe, over), width, ffn, heads, seed=seed)
+@dataclass(frozen=True)
+class SrioGrowth:
+    """The static growth around the learned angle: to ``width`` (``ffn`` neurons, ``heads`` query
+    heads) by ``recipe`` (a name, a YAML path or a dict) with ``overrides``, its expansions drawn
+    from ``seed``."""
+
+    width: int
+    recipe: str | dict = "srio"
+    overrides: dict | None = None
+    seed: int = 0
+    ffn: int | None = None
+    heads: int | None = None
+
+
+@dataclass(frozen=True)
+class Lookahead:
+    """The objective's inner training: ``steps`` detached sign steps of learning rate ``lr``, with
+    the growth gates at ``alpha``."""
+
+    steps: int = 1
+    lr: float = 3e-3
+    alpha: float = 1.0
+
+
+def _srio_plan(src: ModelConfig, growth: SrioGrowth, eps: float) -> Plan:
+    g = growth
+    over = recipes._merge(g.overrides or {}, {"rotation": {"eps": float(eps)}})
+    return build_plan(src, _recipe(g.recipe, over), g.width, Units(g.ffn, g.heads), seed=g.seed)
 
 
 class SrioObjective:
     """eps -> loss of the grown model after ``lookahead`` detached sign steps (see the module doc)."""
 
     def __init__(
-        self,
-        src: ModelConfig,
-        tensors: dict,
-        width: int,
-        *,
-        lookahead: int = 1,
-        lr: float = 3e-3,
-        alpha: float = 1.0,
-        recipe: str | dict = "srio",
-        overrides: dict | None = None,
-        seed: int = 0,
-        ffn: int | None = None,
-        heads: int | None = None,
-        eps0: float = 0.5,
+        self, src: ModelConfig, tensors: dict, growth: SrioGrowth, inner: Lookahead = Lookahead(), eps0: float = 0.5
     ):
+        lookahead, lr, alpha = inner.steps, inner.lr, inner.alpha
         if src.norm != "rmsnorm" or src.tie or arch_of(src).features.post_norms:
             raise GrowError(
                 "SRIO-LO learns the angle only where every angle is exact: an RMSNorm family with an untied head"
@@ -141,7 +145,7 @@ class SrioObjective:
             raise GrowError(f"alpha must be in (0, 1] (at gate 0 the loss does not depend on the angle), got {alpha}")
         if lookahead < 0:
             raise GrowError(f"lookahead must be >= 0, got {lookahead}")
-        self.plan = _srio_plan(src, width, eps0, recipe, overrides, seed, ffn, heads)
+        self.plan = _srio_plan(src, growth, eps0)
         self.model = LM(self.plan.cfg).train()
         for p in self.model.parameters():
             p.requires_grad_(False)
@@ -168,92 +172,74 @@ class SrioObjective:
 def learn_srio_eps(
     src: ModelConfig,
     tensors: dict,
-    width: int,
+    growth: SrioGrowth,
     batches: Batches,
     *,
     steps: int = 100,
     lr: float = 0.05,
     eps0: float | None = None,
-    lookahead: int = 1,
-    inner_lr: float = 3e-3,
-    alpha: float = 1.0,
-    recipe: str | dict = "srio",
-    overrides: dict | None = None,
-    seed: int = 0,
-    ffn: int | None = None,
-    heads: int | None = None,
+    inner: Lookahead = Lookahead(),
 ) -> LearnedEps:
     """Learn the SRIO angle: Adam on t, eps = sigmoid(t), ``steps`` steps of the ``SrioObjective``.
 
-    Each step takes two batches (the sign steps' and the loss's) when ``lookahead`` >= 1, one when
-    0. Everything but eps is the recipe's static growth (same seed, same expansions). With
-    ``lookahead=0`` the objective is checked first and refused when it is flat in eps.
+    Each step takes two batches (the sign steps' and the loss's) when ``inner.steps`` (the
+    lookahead) >= 1, one when 0. Everything but eps is the recipe's static growth ``growth`` (same
+    seed, same expansions). With lookahead 0 the objective is checked first and refused when it is
+    flat in eps.
     """
     if steps < 1:
         raise GrowError(f"steps must be >= 1, got {steps}")
-    eps0 = ops.exact_layernorm_eps(src.width, width) if eps0 is None else float(eps0)
+    eps0 = ops.exact_layernorm_eps(src.width, growth.width) if eps0 is None else float(eps0)
     if not 0.0 < eps0 < 1.0:
         raise GrowError(f"eps0 must be in (0, 1), got {eps0}")
-    obj = SrioObjective(
-        src,
-        tensors,
-        width,
-        lookahead=lookahead,
-        lr=inner_lr,
-        alpha=alpha,
-        recipe=recipe,
-        overrides=overrides,
-        seed=seed,
-        ffn=ffn,
-        heads=heads,
-        eps0=eps0,
-    )
+    obj = SrioObjective(src, tensors, growth, inner, eps0=eps0)
+    lookahead = inner.steps
     out = LearnedEps(eps=eps0, eps0=eps0, steps=steps, tokens=0, passes=0, lookahead=lookahead)
     t = torch.tensor(math.log(eps0 / (1.0 - eps0)), requires_grad=True)
     opt = torch.optim.Adam([t], lr=lr)
     for step in range(steps):
-        inner = next(batches) if lookahead else None
+        first = next(batches) if lookahead else None
         outer = next(batches)
         if step == 0 and lookahead == 0:
-            with torch.no_grad():
-                l0, l1 = float(obj(eps0, None, outer)), float(obj(0.5 * eps0, None, outer))
-            if abs(l0 - l1) <= 1e-6 * max(1.0, abs(l0)):
-                raise GrowError(
-                    f"the grown model's loss does not depend on the angle ({l0:.7g} at eps {eps0:.4g} and "
-                    f"{0.5 * eps0:.4g}): every eps < 1 is the same function in a rotated basis; "
-                    "learn it through training (lookahead >= 1)"
-                )
+            _check_not_flat(obj, eps0, outer)
         eps = torch.sigmoid(t)
-        loss = obj(eps, inner, outer)
+        loss = obj(eps, first, outer)
         opt.zero_grad()
         loss.backward()
         g = float(t.grad)
         opt.step()
-        out.tokens += outer[1].numel() + (inner[1].numel() * lookahead if lookahead else 0)
+        out.tokens += outer[1].numel() + (first[1].numel() * lookahead if lookahead else 0)
         out.passes += 1 + lookahead
         out.history.append({"step": step, "eps": float(eps.detach()), "loss": float(loss.detach()), "grad": g})
     out.eps = float(torch.sigmoid(t.detach()))
     return out
 
 
+def _check_not_flat(obj: SrioObjective, eps0: float, outer: tuple) -> None:
+    """Refuse an objective without lookahead that is flat in eps (it then follows round-off)."""
+    with torch.no_grad():
+        l0, l1 = float(obj(eps0, None, outer)), float(obj(0.5 * eps0, None, outer))
+    if abs(l0 - l1) <= 1e-6 * max(1.0, abs(l0)):
+        raise GrowError(
+            f"the grown model's loss does not depend on the angle ({l0:.7g} at eps {eps0:.4g} and "
+            f"{0.5 * eps0:.4g}): every eps < 1 is the same function in a rotated basis; "
+            "learn it through training (lookahead >= 1)"
+        )
+
+
 def save_srio_lo(
     out_path: str,
     src: ModelConfig,
     tensors: dict,
-    width: int,
+    growth: SrioGrowth,
     learned: LearnedEps,
     *,
     lineage: list = (),
     source_sha256: str = "",
-    recipe: str | dict = "srio",
-    overrides: dict | None = None,
-    seed: int = 0,
-    ffn: int | None = None,
-    heads: int | None = None,
     force: bool = False,
 ) -> str:
-    """Write the static SRIO growth at the learned angle (``rotation.eps=<learned>``): exact at gate 0."""
-    plan = _srio_plan(src, width, learned.eps, recipe, overrides, seed, ffn, heads)
+    """Write the static growth ``growth`` at the learned angle (``rotation.eps=<learned>``): exact at gate 0."""
+    plan = _srio_plan(src, growth, learned.eps)
     entry = lineage_entry(plan, source_sha256)
     entry["learned"] = {
         "op": "srio-lo",
@@ -311,7 +297,7 @@ class LiGO(torch.nn.Module):
         if src.gated:
             raise GrowError("LiGO grows plain models: fold the source's growth gates first (growtool fold)")
         r = _recipe(recipe, {"gate": False, "rotation": {"eps": 1.0}})
-        plan = build_plan(src, r, width, ffn, heads, seed=seed, allow_lossy=True)
+        plan = build_plan(src, r, width, Units(ffn, heads), seed=seed, allow_lossy=True)
         self.src, self.cfg = src, fold_config(plan.cfg)
         self.source = {n: t.detach().float() for n, t in tensors.items()}
         self.recipe = r["name"]
@@ -390,6 +376,8 @@ class LiGO(torch.nn.Module):
 
 
 __all__ = [
+    "SrioGrowth",
+    "Lookahead",
     "learn_srio_eps",
     "save_srio_lo",
     "LearnedEps",

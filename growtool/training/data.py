@@ -17,6 +17,7 @@
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -86,11 +87,23 @@ def load_tokens(
     return c.tokens
 
 
-def corpus_dataset(files, val_files, tok, cache_dir, vocab_size, seq, opts, rank=0, progress=False):
+@dataclass(frozen=True)
+class Inputs:
+    """The text a run trains on: the training ``files``, the ``val_files`` (None: the training
+    corpus's last whole documents), read by tokenizer ``tok`` into the token cache ``cache_dir``."""
+
+    files: list
+    val_files: list | None
+    tok: object
+    cache_dir: Path
+
+
+def corpus_dataset(inputs: Inputs, vocab_size, seq, opts, rank=0, progress=False):
     """The trainer's data (growtool.training.corpus): the training corpus, its validation part (the
     ``val_files`` corpus, or its last whole documents), and the run identity (inputs' sha256)."""
     from growtool.training import corpus
 
+    files, val_files, tok, cache_dir = inputs.files, inputs.val_files, inputs.tok, inputs.cache_dir
     reading = corpus.Reading(opts.text_key, opts.doc_sep, opts.data_dtype)
     kw = dict(reading=reading, write_cache=rank == 0)
     train = corpus.load(files, tok, cache_dir, vocab_size, progress=progress and rank == 0, **kw)

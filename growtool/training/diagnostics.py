@@ -65,7 +65,7 @@ def unit_map(cfg, lineage: list) -> list[dict] | None:
     """Per block: {"ffn": (old count, source of each new unit), "head": (...), "kv": (...)} for the
     latest growth in ``lineage``, rebuilt from its plan; None when the lineage has no such growth or
     the model's unit counts are no longer the growth's (another growth or a change since)."""
-    from growtool.grow.plan import build_plan
+    from growtool.grow.plan import Units, build_plan
 
     entry = latest_growth(lineage)
     if entry is None:
@@ -77,7 +77,7 @@ def unit_map(cfg, lineage: list) -> list[dict] | None:
     try:
         src = cfg.replace(width=entry["width_from"], heads=h0, kv_heads=h0 // r, ffn=f0, base_heads=h0, base_ffn=f0)
         recipe, seed = entry["recipe_full"], entry["seed"]
-        plan = build_plan(src, recipe, entry["width_to"], f1, h1, seed=seed, allow_lossy=True)
+        plan = build_plan(src, recipe, entry["width_to"], Units(f1, h1), seed=seed, allow_lossy=True)
     except (GrowError, KeyError, TypeError, ValueError):
         return None
     out = []

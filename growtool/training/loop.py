@@ -178,6 +178,21 @@ def run_inputs(ckpt, data_specs, files, val_specs, val_files, tokenizer) -> list
     return out + ([str(tokenizer)] if tokenizer not in (None, "byte") else [])
 
 
+def _check_shape(opts: Settings, cfg, world: int) -> int:
+    """The sequence length; refused where it exceeds the context, or where the processes or the
+    accumulation steps do not divide the batch."""
+    seq = opts.seq or min(cfg.context, 128)
+    if seq > cfg.context:
+        raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
+    if opts.batch % world:
+        raise GrowError(f"--batch {opts.batch} is not divisible by the {world} processes (each takes an equal slice)")
+    if (opts.batch // world) % opts.grad_accum:
+        raise GrowError(
+            f"--grad-accum {opts.grad_accum} does not divide each process's {opts.batch // world} sequences"
+        )
+    return seq
+
+
 def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir, val_data=None, progress=False) -> Run:
     """Check everything before writing anything; load the data; resolve the settings."""
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -191,15 +206,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         confine.real_dir(out / "cache", "the run's token cache")  # not a link out of the run folder
     cfg = ck.config
     tok = tokenizer_for(ck, opts.tokenizer)  # the checkpoint's own unless given; refuses a vocabulary mismatch
-    seq = opts.seq or min(cfg.context, 128)
-    if seq > cfg.context:
-        raise GrowError(f"--seq {seq} exceeds the model's context {cfg.context}")
-    if opts.batch % world:
-        raise GrowError(f"--batch {opts.batch} is not divisible by the {world} processes (each takes an equal slice)")
-    if (opts.batch // world) % opts.grad_accum:
-        raise GrowError(
-            f"--grad-accum {opts.grad_accum} does not divide each process's {opts.batch // world} sequences"
-        )
+    seq = _check_shape(opts, cfg, world)
     if cfg.gated and any(v != 0.0 for v in gate_values(ck)):
         raise GrowError(
             f"{ckpt}: its growth gates are already open ({max(gate_values(ck)):g}); "
@@ -221,7 +228,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     cache_existed = Path(cache_dir).exists()
     try:  # bad data, or a schedule refused once the data is counted, leaves no cache and no run folder behind
-        ds, identity = data.corpus_dataset(files, val_files, tok, cache_dir, cfg.vocab_size, seq, opts, rank, progress)
+        inputs = data.Inputs(files, val_files, tok, cache_dir)
+        ds, identity = data.corpus_dataset(inputs, cfg.vocab_size, seq, opts, rank, progress)
         identity["source_sha256"] = ck.sha256()
         gated = (
             cfg.gated

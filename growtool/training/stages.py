@@ -24,6 +24,7 @@ import hashlib
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -31,7 +32,7 @@ import torch
 from growtool.grow import limits, moments, recipes
 from growtool.grow.engine import grow_tensor
 from growtool.grow.fold import fold_config, fold_tensor
-from growtool.grow.plan import build_plan, lineage_entry
+from growtool.grow.plan import Units, build_plan, lineage_entry
 from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
@@ -107,26 +108,30 @@ def tensors_sha256(tensors: dict[str, torch.Tensor]) -> str:
     return h.hexdigest()
 
 
-def grow_model(
-    model,
-    opt_state: dict,
-    gate: float | None,
-    width: int,
-    recipe: dict,
-    seed: int,
-    allow_lossy=False,
-    ffn=None,
-    heads=None,
-    mup: bool = False,
-    depth=None,
-):
+@dataclass(frozen=True)
+class Growth:
+    """What one growth asks for: the target ``width`` (None: depth alone) by the loaded ``recipe``,
+    its random expansions drawn from ``seed``; ``ffn`` neurons and ``heads`` query heads (None: the
+    recipe's rule); ``allow_lossy``; ``depth``: (layers, method, insert_at) to grow the depth too."""
+
+    width: int | None
+    recipe: dict
+    seed: int = 0
+    ffn: int | None = None
+    heads: int | None = None
+    allow_lossy: bool = False
+    depth: tuple | None = None
+
+
+def grow_model(model, opt_state: dict, gate: float | None, growth: Growth, mup: bool = False):
     """(plan, grown model (CPU, train mode, gates 0 and frozen), grown AdamW state_dict, lineage entry).
 
     ``gate`` is the gate value in force (None for a plain model); a gated model grows only at gate 1.
     ``mup``: the optimizer has the three groups of ``--grow-lr mup`` (moments.param_groups).
-    ``depth``: (layers, method, insert_at) to grow the depth too (``width`` None: depth alone)."""
+    ``growth.depth``: (layers, method, insert_at) to grow the depth too (``growth.width`` None: depth alone)."""
     from growtool.nn.model import LM
 
+    g = growth
     cfg = model.cfg
     src_names = moments.param_order(model, mup)
     t = {n: v.detach().float().cpu().clone() for n, v in model.tensors().items()}
@@ -139,10 +144,10 @@ def grow_model(
         t = {n: fold_tensor(n, cfg, 1.0, t.__getitem__, torch.float32) for n in expected_shapes(plain)}
         cfg = plain
     plan = None
-    if width is not None:
-        plan = build_plan(cfg, recipe, width, ffn, heads, seed=seed, allow_lossy=allow_lossy)
-    if depth is not None:
-        return grow_depth(plan, cfg, t, opt_state, src_names, recipe, seed, mup, depth)
+    if g.width is not None:
+        plan = build_plan(cfg, g.recipe, g.width, Units(g.ffn, g.heads), seed=g.seed, allow_lossy=g.allow_lossy)
+    if g.depth is not None:
+        return grow_depth(plan, cfg, t, (opt_state, src_names, mup), g)
     grown = {n: grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()}
     new = LM.from_tensors(plan.cfg, grown)
     for n, p in new.named_parameters():
@@ -154,13 +159,15 @@ def grow_model(
     return plan, new, state, lineage_entry(plan, tensors_sha256(t))
 
 
-def grow_depth(plan, cfg, t: dict, opt_state: dict, src_names: list, recipe: dict, seed: int, mup: bool, depth):
-    """``grow_model`` with a depth growth (grow/depth.py), after the width plan ``plan`` (or None)."""
+def grow_depth(plan, cfg, t: dict, optimizer: tuple, growth: Growth):
+    """``grow_model`` with a depth growth (grow/depth.py), after the width plan ``plan`` (or None).
+    ``optimizer``: (AdamW state_dict, the source's parameter names in order, mup)."""
     from growtool.grow import depth as deep
     from growtool.grow import depth_state
     from growtool.nn.model import LM
 
-    g = deep.build(cfg, plan, *depth, recipe, seed, torch.float32)
+    opt_state, src_names, mup = optimizer
+    g = deep.build(cfg, plan, growth.depth, growth.recipe, growth.seed, torch.float32)
     width = (lambda n, rows=None: grow_tensor(n, plan, t.__getitem__)) if plan else (lambda n, rows=None: t[n])
     new = LM.from_tensors(g.cfg, {n: g.grow_tensor(n, width) for n, _, _ in g.outputs()})
     for n, p in new.named_parameters():
@@ -188,16 +195,8 @@ def grow_run(run, step: int, target) -> None:
     r = recipes.load(run.s["grow_recipe"])
     width, layers = target_width(target), target_layers(target)
     depth = None if layers is None else (layers, target.get("method", "stack"), None)
-    plan, new, state, entry = grow_model(
-        run.model,
-        run.opt.state_dict(),
-        run_gate(run, step),
-        width,
-        r,
-        seed=run.s["seed"] + stage,
-        mup=mup(run.s),
-        depth=depth,
-    )
+    growth = Growth(width, r, seed=run.s["seed"] + stage, depth=depth)
+    plan, new, state, entry = grow_model(run.model, run.opt.state_dict(), run_gate(run, step), growth, mup(run.s))
     B, T = run.s["batch"], run.s["seq"]
     partial = {"op": "train", "step": step, "tokens": step * B * T, "complete": False, "stage": stage - 1}
     run.lineage = run.lineage + [partial, {**entry, "step": step}]
@@ -244,24 +243,46 @@ def annotate(run, rec: dict, prev: dict | None) -> dict:
 # ---- a run folder grown on disk --------------------------------------------------------------------
 
 
-def expand_run(
-    src: Path,
-    out: Path,
-    width: int | None,
-    recipe: dict,
-    seed: int,
-    ffn=None,
-    heads=None,
-    allow_lossy=False,
-    force=False,
-    depth=None,
-) -> tuple:
+def expand_run(src: Path, out: Path, growth: Growth, force: bool = False) -> tuple:
     """Grow the resumable state in run folder ``src`` into a new run folder ``out``:
     ``last.safetensors`` (the grown model, gates 0), ``last.pt`` (grown AdamW moments, same step,
     RNG and settings, the growth recorded) and ``metrics.jsonl`` (the source's records up to the step).
     ``growtool train CKPT --data ... --out OUT --resume`` with the source run's command line then
     continues it. Returns (plan, step). Written to a temporary folder, then renamed into place."""
     src, out = Path(src), Path(out)
+    _check_run_paths(src, out, force)
+    state, last = _read_run(src)
+    step, s = state["step"], dict(state["settings"])
+    growths = list(state.get("growths", []))
+    model = last.model()
+    for n, p in model.named_parameters():
+        if n.endswith("growth_gate"):
+            p.requires_grad_(False)
+    shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, mup(s))}
+    moments.check_moments(state["optimizer"], shapes, str(src / STATE))
+    gate = run_gate_for(model.cfg, s, growths, step)
+    plan, new, opt_state, entry = grow_model(model, state["optimizer"], gate, growth, mup=mup(s))
+    if s.get("gate_warmup_tokens") is None:
+        s["gate_warmup_tokens"] = default_gate_tokens(s["steps"], s["batch"] * s["seq"])
+    record = {"step": step, "width": plan.cfg.width, "recipe": growth.recipe["name"], "from": plan.src.width}
+    if growth.depth is not None:
+        record.update(layers=plan.cfg.layers, layers_from=plan.src.layers)
+    growths.append(record)
+    new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
+    lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
+    records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
+    tensors = {n: v.detach().float() for n, v in new.tensors().items()}
+    _write_run(
+        out,
+        lambda tmp: checkpoint.save_tensors(str(tmp / MODEL), plan.cfg, lineage, tensors, tokenizer=last.tokenizer),
+        new_state,
+        records,
+    )
+    return plan, step
+
+
+def _check_run_paths(src: Path, out: Path, force: bool) -> None:
+    """Refuse a source that is not a resumable run folder, or a destination that may not be written."""
     if not (src / STATE).exists() or not (src / MODEL).exists():
         raise GrowError(f"{src}: not a run folder with a resumable state ({MODEL} + {STATE})")
     if out.exists() and not force:
@@ -270,6 +291,11 @@ def expand_run(
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
     if out.resolve() == src.resolve():
         raise GrowError(f"{out}: is the source run folder")
+
+
+def _read_run(src: Path) -> tuple:
+    """(state, last checkpoint) of run folder ``src``, checked: an unsharded optimizer, model and
+    state from one step, steps left to train."""
     from growtool.training.runfiles import load_state
 
     state = load_state(src / STATE)  # weights_only, checked
@@ -279,37 +305,22 @@ def expand_run(
     step = state["step"]
     if not last.lineage or last.lineage[-1].get("step") != step:
         raise GrowError(f"{src}: {MODEL} and {STATE} are from different steps")
-    s = dict(state["settings"])
+    s = state["settings"]
     if step >= s["steps"]:
         raise GrowError(
             f"{src}: the run is finished (step {step} of {s['steps']}): nothing left to train after a growth; "
             "grow its final.safetensors with expand and train that"
         )
-    growths = list(state.get("growths", []))
-    model = last.model()
-    for n, p in model.named_parameters():
-        if n.endswith("growth_gate"):
-            p.requires_grad_(False)
-    shapes = {n: model.get_parameter(n).shape for n in moments.param_order(model, mup(s))}
-    moments.check_moments(state["optimizer"], shapes, str(src / STATE))
-    gate = run_gate_for(model.cfg, s, growths, step)
-    plan, new, opt_state, entry = grow_model(
-        model, state["optimizer"], gate, width, recipe, seed, allow_lossy, ffn, heads, mup=mup(s), depth=depth
-    )
-    if s.get("gate_warmup_tokens") is None:
-        s["gate_warmup_tokens"] = default_gate_tokens(s["steps"], s["batch"] * s["seq"])
-    record = {"step": step, "width": plan.cfg.width, "recipe": recipe["name"], "from": plan.src.width}
-    if depth is not None:
-        record.update(layers=plan.cfg.layers, layers_from=plan.src.layers)
-    growths.append(record)
-    new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
-    lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
-    records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
+    return state, last
+
+
+def _write_run(out: Path, save_model, state: dict, records: list) -> None:
+    """Write a run folder (the model by ``save_model(folder)``, the state, the metrics) to a
+    temporary folder beside ``out``, then rename it into place."""
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=out.parent))
     try:
-        tensors = {n: v.detach().float() for n, v in new.tensors().items()}
-        checkpoint.save_tensors(str(tmp / MODEL), plan.cfg, lineage, tensors, tokenizer=last.tokenizer)
-        save_bytes(tmp / STATE, new_state)
+        save_model(tmp)
+        save_bytes(tmp / STATE, state)
         write_metrics(tmp / "metrics.jsonl", records)
         if out.exists():
             shutil.rmtree(out)
@@ -317,7 +328,6 @@ def expand_run(
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return plan, step
 
 
-__all__ = ["grow_model", "grow_run", "expand_run", "annotate", "due"]
+__all__ = ["Growth", "grow_model", "grow_run", "expand_run", "annotate", "due"]
