@@ -5,8 +5,9 @@ with the gate warm-up -> expand again -> verify -> short train. Every stage uses
 the CLI uses. The summary table shows, per stage, the width, parameters, validation loss on the
 same held-out batches, and for each growth the verify figure max |dlogit| / logit scale at gate 0
 on generated text and random tokens (pass: <= 1e-4). Training stages after a growth ("+gate") ramp
-the growth gates 0 -> 1 over their first 10% of tokens and fold them away at the end. Returns False
-(the CLI exits 1) if a verify fails.
+the growth gates 0 -> 1 over their first 10% of tokens and fold them away at the end. At the end
+``story.png`` draws the whole story in one picture (story.py: loss against tokens over the three
+training runs, each growth marked, the learning rate). Returns False (the CLI exits 1) if a verify fails.
 
 The corpus: sentences from a small random grammar (determiners, adjectives, nouns with number
 agreement of the verb, objects, prepositional phrases, a few fixed idioms), deterministic in the seed.
@@ -34,6 +35,8 @@ from growtool.surgery import expand
 from growtool.tokenizer import get_tokenizer
 from growtool.training import data
 from growtool.training.loop import evaluate, train
+from growtool.training.run_folder import read_metrics
+from growtool.training.story import write_story
 
 err = Console(stderr=True)
 
@@ -206,6 +209,12 @@ def _train_stage(path, corpus: Path, out: Path, i: int, P: dict, progress: bool)
     return r["final"]
 
 
+def story_title(rows: list[dict]) -> str:
+    """story.png's title: the demo's widths in order, in words."""
+    widths = " → ".join(dict.fromkeys(f"d{r['width']}" for r in rows))
+    return f"growtool demo: a Llama trained, grown {widths} (SRIO, verified) and trained again after each growth"
+
+
 def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> bool:
     """Run every stage in folder ``out``; print the summary table (stderr); True if every verify passed."""
     t0 = time.time()
@@ -241,8 +250,12 @@ def run_demo(out: str | Path, quick: bool = False, progress: bool = True) -> boo
         path = grown
 
     err.print(summary_table(rows, quick, time.time() - t0, len(ds.tokens)))
+    runs = [read_metrics(out / f"stage{2 * i + 1}-train" / "metrics.jsonl") for i in range(len(P["steps"]))]
+    story = write_story(runs, out / "story.png", story_title(rows))
     summary = {"ok": ok, "seconds": time.time() - t0, "quick": quick, "tolerance": TOL, "stages": rows}
+    summary["story"] = str(story)
     (out / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    err.print(f"the whole story in one picture (loss, growths, learning rate): {story}")
     err.print(("[green]every growth kept the function[/]" if ok else "[red]a verify failed[/]") + f"; files in {out}")
     return ok
 

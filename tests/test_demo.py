@@ -1,4 +1,5 @@
-"""``growtool demo --quick``: the whole story runs, and verify passes after each growth."""
+"""``growtool demo --quick``: the whole story runs, verify passes after each growth, and story.png
+draws it (its content: tests/test_story.py)."""
 
 import json
 import math
@@ -44,6 +45,10 @@ def test_demo_quick(tmp_path):
     # the table on stderr says the same
     rows = [line for line in r.stderr.splitlines() if "expand" in line and "│" in line]
     assert len(rows) == 2 and all("PASS" in line for line in rows)
+    # the whole story in one picture: story.png, named in the summary
+    story = tmp_path / "demo" / "story.png"
+    assert s["story"] == str(story) and story.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert "story.png" in r.stderr.replace("\n", "")
     # and refuses to overwrite a previous demo
     again = cli("demo", "--quick", "--out", tmp_path / "demo")
     assert again.exit_code == 2 and "not empty" in again.stderr

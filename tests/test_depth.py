@@ -486,6 +486,10 @@ def test_grow_at_depth_end_to_end_and_resume_exactly(world, target):
     assert ra[5]["loss"] < ra[4]["loss"] + 0.05  # no bump at the growth: same function, carried optimizer
     ops = [(e["op"], e.get("layers_to")) for e in checkpoint.load(a["final"]).lineage]
     assert ops == [("train", None), ("expand", want_layers), ("train", None)]
+    from growtool.training.run_folder import figure  # loss.png names the growth, depth included
+
+    label = "2 → 3 layers" if "layers=3" in target else "d32 → d48, 2 → 4 layers"
+    assert [t.get_text().strip() for t in figure(ra, "t").axes[0].texts] == [label]
 
 
 def test_copied_blocks_take_their_sources_moments(world, tmp_path):

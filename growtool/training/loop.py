@@ -22,7 +22,7 @@ What holds:
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
   unfolded) + ``last.pt`` (optimiser, RNG, step, settings) every ``save_every`` steps;
   ``metrics.jsonl`` (one JSON object per step: step, tokens, loss, lr, gate, grad_norm, tok_s,
-  stage, width, flops (cumulative; stages.annotate);
+  stage, width, layers, flops (cumulative; stages.annotate);
   val_loss every ``eval_every`` steps and at step 0; condensation metrics every ``metrics_every``;
   for a grown model ``growth``: copies' cosine to their sources, new/old gradient ratio and gates
   per block, at step 0, every ``metrics_every`` and while the gates ramp (diagnostics.py));

@@ -1,7 +1,7 @@
 """The run-folder format: the file names of a training run's resumable state (``MODEL`` +
 ``STATE``) and final checkpoint, ``metrics.jsonl`` (read / written whole, atomically), the state's
-bytes and the loss plot; and the folder's life (``held``): locked while a run uses it, removed when
-a run that made it fails before its first saved state."""
+bytes and the loss plot (a growth in words: ``d64 → d96``); and the folder's life (``held``):
+locked while a run uses it, removed when a run that made it fails before its first saved state."""
 
 from __future__ import annotations
 
@@ -78,12 +78,11 @@ def figure(records: list[dict], title: str):
     ax.set_xlabel("tokens")
     ax.set_ylabel("loss (nats/token)")
     ax.set_title(title, fontsize=9)
-    grew = [(prev, r) for prev, r in zip(tr, tr[1:]) if prev.get("width") != r.get("width")]
-    for i, (prev, r) in enumerate(grew):  # growth points (stages.py): the width changes between two steps
+    grew = [(prev, r) for prev, r in zip(tr, tr[1:]) if grown(prev, r)]
+    for i, (prev, r) in enumerate(grew):  # growth points (stages.py): the size changes between two steps
         ax.axvline(prev["tokens"], color="tab:red", lw=0.8, ls=":", label="growth" if i == 0 else "_")
-        ax.annotate(
-            f" width {r['width']}", (prev["tokens"], 0.97), xycoords=("data", "axes fraction"), fontsize=7, va="top"
-        )
+        label = f" {growth_label(prev, r)}"
+        ax.annotate(label, (prev["tokens"], 0.97), xycoords=("data", "axes fraction"), fontsize=7, va="top")
     handles = ax.get_lines()
     before = [r["tokens"] * (r["step"] - 1) / r["step"] for r in tr]  # a step's gate and LR apply from its start
     lrs = [r.get("lr") for r in tr]
@@ -106,13 +105,47 @@ def figure(records: list[dict], title: str):
 
 def plot(records: list[dict], path: Path, title: str) -> None:
     """Write ``figure(records, title)`` to ``path`` as a PNG (atomically)."""
+    save_png(figure(records, title), path)
+
+
+def save_png(fig, path: Path) -> None:
+    """Write matplotlib figure ``fig`` to ``path`` as a PNG (atomically) and close it."""
     import matplotlib.pyplot as plt
 
-    fig = figure(records, title)
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     plt.close(fig)
     atomic_file(path, lambda fh: fh.write(buf.getvalue()))
+
+
+def size_label(rec: dict) -> str:
+    """A metrics record's model size in words: ``d64 × 2 layers`` (``d64`` when the record has no layer
+    count: a run written before records carried it)."""
+    w, n = rec.get("width"), rec.get("layers")
+    return f"d{w}" + ("" if n is None else f" × {n} layer{'s' if n != 1 else ''}")
+
+
+def resized(prev: dict, rec: dict) -> bool:
+    """Whether two metrics records are of different model sizes: width, or layer count where both
+    records have one (records written before they carried it lack it)."""
+    return prev.get("width") != rec.get("width") or len({prev.get("layers"), rec.get("layers")} - {None}) > 1
+
+
+def grown(prev: dict, rec: dict) -> bool:
+    """Whether the model grew between two records of one run: its size or its count of growths so far
+    (``stage``) changed."""
+    return resized(prev, rec) or prev.get("stage") != rec.get("stage")
+
+
+def growth_label(prev: dict, rec: dict) -> str:
+    """A growth between two metrics records in words: ``d64 → d96``, ``2 → 4 layers``, or both
+    (``d64 → d96, 2 → 4 layers``)."""
+    parts = []
+    if prev.get("width") != rec.get("width"):
+        parts.append(f"d{prev.get('width')} → d{rec.get('width')}")
+    if prev.get("layers") != rec.get("layers") and None not in (prev.get("layers"), rec.get("layers")):
+        parts.append(f"{prev['layers']} → {rec['layers']} layers")
+    return ", ".join(parts) or f"growth {rec.get('stage')}"
 
 
 @contextlib.contextmanager

@@ -14,7 +14,7 @@ What holds:
 * A run state records its growths (``growths``: step, width, recipe) in ``last.pt``; a run resumed
   at a saved step before a scheduled growth redoes that growth identically, so a resumed run's
   metrics equal an uninterrupted run's.
-* Each metrics record carries ``stage`` (growths so far), ``width`` and ``flops``: cumulative
+* Each metrics record carries ``stage`` (growths so far), ``width``, ``layers`` and ``flops``: cumulative
   training FLOPs, 6 x parameters x tokens summed over the steps (each step at its own width).
 """
 
@@ -231,11 +231,12 @@ def lr_start(s: dict, growths: list, step: int) -> int:
 
 
 def annotate(run, rec: dict, prev: dict | None) -> dict:
-    """Add stage, width and cumulative FLOPs (6 x params x tokens of this step) to a step record."""
+    """Add stage, width, layers and cumulative FLOPs (6 x params x tokens of this step) to a step record."""
     cfg = run.model.cfg
     step_tokens = rec["tokens"] - (prev["tokens"] if prev else 0)
     rec["stage"] = len(run.growths)
     rec["width"] = cfg.width
+    rec["layers"] = cfg.layers
     rec["flops"] = (prev.get("flops", 0.0) if prev else 0.0) + 6.0 * cfg.n_params() * step_tokens
     return rec
 
