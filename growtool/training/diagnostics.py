@@ -61,12 +61,9 @@ def _sources(e) -> torch.Tensor | None:
     return e.index.gather(1, e.weight.argmax(1, keepdim=True))[:, 0]
 
 
-def unit_map(cfg, lineage: list) -> list[dict] | None:
-    """Per block: {"ffn": (old count, source of each new unit), "head": (...), "kv": (...)} for the
-    latest growth in ``lineage``, rebuilt from its plan; None when the lineage has no such growth or
-    the model's unit counts are no longer the growth's (another growth or a change since)."""
-    from growtool.grow.plan import Units, build_plan
-
+def growth_source(cfg, lineage: list):
+    """(the latest width growth's lineage entry, the config it grew from) when that growth made this
+    model's unit counts; None when the lineage has none, or another growth or a change came since."""
     entry = latest_growth(lineage)
     if entry is None:
         return None
@@ -75,9 +72,25 @@ def unit_map(cfg, lineage: list) -> list[dict] | None:
         return None
     r = cfg.heads // cfg.kv_heads
     try:
-        src = cfg.replace(width=entry["width_from"], heads=h0, kv_heads=h0 // r, ffn=f0, base_heads=h0, base_ffn=f0)
-        recipe, seed = entry["recipe_full"], entry["seed"]
-        plan = build_plan(src, recipe, entry["width_to"], Units(f1, h1), seed=seed, allow_lossy=True)
+        kw = dict(width=entry["width_from"], heads=h0, kv_heads=max(1, h0 // r), ffn=f0, base_heads=h0, base_ffn=f0)
+        return entry, cfg.replace(**kw)
+    except (GrowError, KeyError, TypeError, ValueError):  # not a width growth of this model
+        return None
+
+
+def unit_map(cfg, lineage: list) -> list[dict] | None:
+    """Per block: {"ffn": (old count, source of each new unit), "head": (...), "kv": (...)} for the
+    latest growth in ``lineage``, rebuilt from its plan; None when there is no such growth
+    (``growth_source``)."""
+    from growtool.grow.plan import Units, build_plan
+
+    found = growth_source(cfg, lineage)
+    if found is None:
+        return None
+    entry, src = found
+    try:
+        recipe, seed, units = entry["recipe_full"], entry["seed"], Units(entry["ffn"][1], entry["heads"][1])
+        plan = build_plan(src, recipe, entry["width_to"], units, seed=seed, allow_lossy=True)
     except (GrowError, KeyError, TypeError, ValueError):
         return None
     out = []

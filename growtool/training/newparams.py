@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import torch
 
-from growtool.nn.errors import GrowError
 from growtool.nn.families import tensor_specs, unit_count
 from growtool.training import diagnostics
 
@@ -38,19 +37,10 @@ def active(s: dict) -> bool:
 def masks(cfg, lineage: list) -> dict[str, torch.Tensor] | None:
     """{tensor name: bool mask of its new entries} for the latest width growth in ``lineage``, or None
     when there is none that made this model's shape."""
-    entry = diagnostics.latest_growth(lineage)
-    if entry is None:
+    found = diagnostics.growth_source(cfg, lineage)
+    if found is None:
         return None
-    (h0, h1), (f0, f1) = entry["heads"], entry["ffn"]
-    if (cfg.width, cfg.heads, cfg.ffn) != (entry["width_to"], h1, f1):
-        return None
-    r = cfg.heads // cfg.kv_heads
-    try:
-        src = cfg.replace(
-            width=entry["width_from"], heads=h0, kv_heads=max(1, h0 // r), ffn=f0, base_heads=h0, base_ffn=f0
-        )
-    except (GrowError, KeyError, TypeError, ValueError):  # not a width growth of this model: nothing is new
-        return None
+    src = found[1]
     out = {}
     for name, spec in tensor_specs(cfg).items():
         shape = expected_shape(cfg, name)
