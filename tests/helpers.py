@@ -99,8 +99,9 @@ def cli(*args, input=None):
     return CliRunner().invoke(main, [str(a) for a in args], input=input)
 
 
-def run(*args, input=None, user=None, cwd=None, timeout=120, env=None) -> subprocess.CompletedProcess:
-    """The installed ``growtool`` as a subprocess (optionally as another user, or with ``env``)."""
+def run(*args, input=None, user=None, cwd=None, timeout=1800, env=None) -> subprocess.CompletedProcess:
+    """The installed ``growtool`` as a subprocess (optionally as another user, or with ``env``);
+    ``timeout`` is a hang guard, never a time limit a loaded machine could hit."""
     kw = dict(user=user, group=user, extra_groups=[]) if user is not None else {}
     return subprocess.run(
         [GROWTOOL, *map(str, args)], input=input, capture_output=True, cwd=cwd, timeout=timeout, env=env, **kw

@@ -16,7 +16,7 @@ from growtool.training.settings import Settings  # noqa: E402
 
 def bench(*args):
     cmd = [sys.executable, str(ROOT / "bench" / "capacity.py"), *map(str, args)]
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=1800)
 
 
 def test_every_variant_is_a_valid_recipe_and_train_options():

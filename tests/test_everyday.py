@@ -112,7 +112,7 @@ def on_a_terminal(*args, delay: float = 0.0) -> tuple[int, str]:
         text += chunk
     os.close(master)
     p.stdout.close()
-    return p.wait(timeout=60), text.decode(errors="replace")
+    return p.wait(timeout=1800), text.decode(errors="replace")
 
 
 def test_progress_bar_only_on_a_terminal_and_not_with_quiet(tmp_path):
@@ -258,7 +258,7 @@ def test_interrupt_mid_write_is_one_line_and_leaves_nothing(tmp_path, sig, targe
     time.sleep(0.2)
     assert p.poll() is None, p.stderr.read()
     p.send_signal(sig)
-    out, err = p.communicate(timeout=30)
+    out, err = p.communicate(timeout=1800)
     assert p.returncode == 128 + sig, (p.returncode, out, err.decode()[-2000:])  # what happened instead
     line = one_error_line(err.decode(), "growtool: interrupted")
     assert sig.name in line and out == b""

@@ -195,7 +195,7 @@ def test_a_negative_data_end_in_the_lineage_is_refused(tmp_path, made):
 def test_absurd_or_empty_growth_targets_are_refused_before_work(tmp_path, made, args, fragments):
     w = _work(tmp_path, made, with_run=args[1] == "run")
     before = tree(w)
-    refused(run(*args, cwd=w, timeout=60), 2, *fragments, folder=w, before=before)
+    refused(run(*args, cwd=w, timeout=1800), 2, *fragments, folder=w, before=before)
 
 
 def test_the_depth_bound_is_the_readers_header_limit():

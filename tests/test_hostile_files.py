@@ -31,11 +31,11 @@ def w(tmp_path):
     return tmp_path
 
 
-def train(w: Path, *args, out="run", env=None, timeout=300):
+def train(w: Path, *args, out="run", env=None, timeout=1800):
     return run("train", w / "a.safetensors", *args, "--out", w / out, *TRAIN, env=env, timeout=timeout)
 
 
-def refuses_cleanly(w: Path, code: int, *args, fragments=(), env=None, timeout=300) -> str:
+def refuses_cleanly(w: Path, code: int, *args, fragments=(), env=None, timeout=1800) -> str:
     """``train ... --out run`` (run not there before): exit ``code``, one line, the folder as before."""
     before = tree(w)
     r = train(w, *args, env=env, timeout=timeout)
@@ -232,7 +232,7 @@ def test_a_full_disk_leaves_no_new_run_folder(w):
     exit 2, and the run folder it made is gone (it was left behind)."""
     before = tree(w)
     args = ["train", w / "a.safetensors", "--data", w / "t.txt", "--out", w / "run", *TRAIN]
-    r = subprocess.run([sys.executable, "-c", FULL_DISK, *map(str, args)], capture_output=True, timeout=120)
+    r = subprocess.run([sys.executable, "-c", FULL_DISK, *map(str, args)], capture_output=True, timeout=1800)
     refused(r, 2, "no space left on device")
     assert tree(w) == before
 
@@ -266,7 +266,7 @@ def test_fifos_in_a_run_folder_never_hang(w):
     (w / "run" / "last.pt").unlink()
     os.mkfifo(w / "run" / "last.pt")
     before = tree(w)
-    refused(train(w, "--data", w / "t.txt", "--resume", timeout=60), 2, "last.pt", "not a regular file")
+    refused(train(w, "--data", w / "t.txt", "--resume", timeout=1800), 2, "last.pt", "not a regular file")
     assert tree(w) == before
 
     r = train(w, "--data", w / "t.txt", "--stop-at", 2, out="run3")
@@ -283,7 +283,7 @@ def test_fifos_in_a_run_folder_never_hang(w):
     cache.mkdir(parents=True)
     os.mkfifo(cache / f".{key}.progress.json")
     os.mkfifo(cache / f".{names['tokens']}.partial")
-    r = train(w, "--data", w / "t.txt", out="fresh", timeout=60)
+    r = train(w, "--data", w / "t.txt", out="fresh", timeout=1800)
     assert r.returncode == 0, r.stderr
     assert (cache / names["tokens"]).read_bytes() == (w / "ref" / "cache" / names["tokens"]).read_bytes()
 

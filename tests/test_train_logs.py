@@ -85,7 +85,7 @@ def test_train_logs_to_a_file_while_running_and_ctrl_c_says_how_to_resume(tmp_pa
             assert p.poll() is None
             wait_for(log, r"train step (3\d)/", p)  # a few saves later
             p.send_signal(signal.SIGINT)
-            out, _ = p.communicate(timeout=60)
+            out, _ = p.communicate(timeout=1800)
         finally:
             if p.poll() is None:
                 p.kill()
