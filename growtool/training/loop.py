@@ -58,7 +58,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, runfiles, stages, stream
+from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, stages, stream
 from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
 from growtool.training.progress import Progress
@@ -215,7 +215,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     if out.exists() and not out.is_dir():
         raise GrowError(f"{out}: exists and is not a folder")
     if rank == 0:
-        runfiles.recover(out, STATE)  # a save cut between its two renames is finished
+        run_folder.recover(out, STATE)  # a save cut between its two renames is finished
     has_run = (out / STATE).exists()  # metrics without a saved state: the first save never completed
     if has_run and not resume:
         raise GrowError(f"{out}: already holds a training run (pass --resume to continue it, or another --out)")
@@ -252,7 +252,7 @@ def restore(run: Run, resume: bool) -> None:
     """The model and optimiser: fresh from the checkpoint, or as the resumed run saved them."""
     model, state = run.ck.model(), None
     if resume:
-        state = runfiles.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
+        state = run_folder.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
         saved = state["settings"]
         run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"))  # resume.py: what may change
         growths = list(state.get("growths", []))
@@ -282,10 +282,10 @@ def restore(run: Run, resume: bool) -> None:
     elif state is not None and fsdp.is_sharded(model):
         raise GrowError(f"{run.out}: the saved state is not sharded (a run without --fsdp); resume it without --fsdp")
     elif state is not None:
-        with runfiles.restoring(run.out / STATE):
+        with run_folder.restoring(run.out / STATE):
             run.opt.load_state_dict(state["optimizer"])
     if state is not None:
-        with runfiles.restoring(run.out / STATE):
+        with run_folder.restoring(run.out / STATE):
             torch.set_rng_state(state["rng"]["torch"])
             if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
@@ -343,7 +343,7 @@ def save_state(run: Run, step: int) -> None:
     optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
     state.update(inputs=run.inputs, history=run.history)
-    runfiles.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
+    run_folder.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
         run.out,
         MODEL,
         STATE,
@@ -404,8 +404,8 @@ def one_step(run: Run, module, params, step: int) -> dict:
 
 def resume_point(out: Path) -> int | None:
     """The step ``--resume`` continues ``out`` from (None: no resumable state: the run starts over). A save
-    interrupted between its renames counts once its model is in place (runfiles.recover finishes it)."""
-    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / runfiles.PENDING_STATE).exists()):
+    interrupted between its renames counts once its model is in place (run_folder.recover finishes it)."""
+    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / run_folder.PENDING_STATE).exists()):
         return None
     try:
         return checkpoint.load(out / MODEL).lineage[-1]["step"]

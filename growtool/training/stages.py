@@ -297,7 +297,7 @@ def _check_run_paths(src: Path, out: Path, force: bool) -> None:
 def _read_run(src: Path) -> tuple:
     """(state, last checkpoint) of run folder ``src``, checked: an unsharded optimizer, model and
     state from one step, steps left to train."""
-    from growtool.training.runfiles import load_state
+    from growtool.training.run_folder import load_state
 
     state = load_state(src / STATE)  # weights_only, checked
     if "optimizer" not in state:
