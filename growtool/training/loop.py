@@ -73,7 +73,7 @@ from growtool.training.run_folder import (
     save_bytes,
     write_metrics,
 )
-from growtool.training.schedule import lr_at, mup, run_gate
+from growtool.training.schedule import lr_at, lr_start, mup, run_gate, width_lr_scale
 from growtool.training.settings import Settings
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -256,7 +256,7 @@ def restore(run: Run, resume: bool) -> None:
         saved = state["settings"]
         run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"))  # resume.py: what may change
         growths = list(state.get("growths", []))
-        resuming.check_length(saved, run.s, state["step"], lambda s, t: stages.lr_start(s, growths, t))
+        resuming.check_length(saved, run.s, state["step"], lambda s, t: lr_start(s, growths, t))
         run.history = list(state.get("history", []))
         if changes:  # recorded in last.pt from the next save on
             run.history.append({"step": state["step"], "changed": changes})
@@ -359,10 +359,10 @@ def one_step(run: Run, module, params, step: int) -> dict:
     """Update ``step`` (0-based); returns its metrics record (validation and matrices when due)."""
     s, model, dev = run.s, run.model, run.dev
     t0 = time.time()
-    g, lr_now = run_gate(run, step), lr_at(step, s, stages.lr_start(s, run.growths, step))
+    g, lr_now = run_gate(run, step), lr_at(step, s, lr_start(s, run.growths, step))
     if g is not None:
         model.set_gates(g)
-    scale = stages.width_lr_scale(model.cfg, run.growths)
+    scale = width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
     x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)

@@ -37,7 +37,7 @@ from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
-from growtool.training.schedule import last_growth, mup, run_gate, run_gate_for
+from growtool.training.schedule import mup, run_gate, run_gate_for
 from growtool.training.settings import (
     default_gate_tokens,
     parse_grow_at,
@@ -215,19 +215,6 @@ def grow_run(run, step: int, target) -> None:
             from growtool.training import newparams
 
             newparams.fresh_moments(run)  # with --new-rewarm-steps: the new entries start from zero moments
-
-
-def width_lr_scale(cfg, growths: list) -> float:
-    """The hidden matrices' learning-rate factor under ``--grow-lr mup``: the run's first width over
-    the width now (muP's 1/fan_in rule for Adam; 1 before any growth)."""
-    first = growths[0].get("from", cfg.width) if growths else cfg.width
-    return first / cfg.width
-
-
-def lr_start(s: dict, growths: list, step: int) -> int:
-    """Where the LR schedule in force at ``step`` began: 0, or with ``--grow-schedule rewarm`` the
-    latest growth (the LR warms up again and decays over the steps left, as a second run would)."""
-    return last_growth(growths, step) if saved_setting(s, "grow_schedule") == "rewarm" else 0
 
 
 def annotate(run, rec: dict, prev: dict | None) -> dict:
