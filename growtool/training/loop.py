@@ -16,7 +16,7 @@ What holds:
   source model's function. The final checkpoint has the gates folded away at the value they
   reached (1 unless the run was shorter than the ramp): a plain checkpoint.
 * Batches depend on (seed, data_start + step) only (``data_start``: where the input's lineage says
-  its training stopped, stream.py), the model has no dropout, and the state file holds the
+  its training stopped, data.py), the model has no dropout, and the state file holds the
   optimiser, RNG and step: ``resume=True`` continues a run so that its metrics equal an
   uninterrupted run's (bitwise on CPU).
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
@@ -58,7 +58,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, stages, stream
+from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, stages
 from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
 from growtool.training.progress import Progress
@@ -237,7 +237,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
             or (resume and (out / MODEL).exists() and checkpoint.load(confine.run_file(out / MODEL)).config.gated)
         )
         s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
-        s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
+        s["data_start"] = data.stream_start(ck.lineage) if opts.data_start is None else opts.data_start  # data.py
         stages.check_schedule(s, cfg.width)
     except GrowError:
         if rank == 0 and not existed:
@@ -333,7 +333,7 @@ def save_state(run: Run, step: int) -> None:
         "tokens": step * B * T,
         "complete": False,
         "seed": s["seed"],
-        "data_end": stream.position(s, step),
+        "data_end": data.stream_position(s, step),
         "data_sha256": s["data_sha256"],
         "tokenizer": s["tokenizer"],
     }
@@ -365,7 +365,7 @@ def one_step(run: Run, module, params, step: int) -> dict:
     scale = width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
-    x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)
+    x, y = run.ds.train_batch(data.stream_position(s, step), s["seed"], run.rank, run.world)
     diagnostics.before_forward(run, step)  # the new units' output share, when the diagnostics are due
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
@@ -502,7 +502,7 @@ def finish(run: Run, step: int, seconds: float) -> dict:
             "seq": T,
             "lr": s["lr"],
             "seed": s["seed"],
-            "data_end": stream.position(s, step),
+            "data_end": data.stream_position(s, step),
             "tokenizer": s["tokenizer"],
             "data_sha256": s["data_sha256"],
             "source_sha256": s["source_sha256"],
