@@ -12,6 +12,15 @@
   depends on (seed, step) only - resuming at step s sees exactly the batches an uninterrupted run
   sees. A data-parallel rank takes its contiguous slice of the same global batch. Validation batches
   are fixed windows spread evenly over the held-out part.
+* Where a run starts in the stream (``stream_start``, ``stream_position``): after the batches its
+  input's training already used. Since batch ``k`` depends on (seed, k) only, a second run with the
+  same seed would see the very batches the first one saw; a grown checkpoint trained with the
+  defaults (``expand`` then ``train GROWN``) used to do exactly that: replay its source's batches
+  (bench/README, the plain path). Each ``train`` lineage entry now records the seed and
+  ``data_end``, the stream position after its last update (``data_start + steps``), and a run
+  starts, by default, at the latest recorded position in its input's lineage (``--data-start``
+  overrides it; 0 restarts the stream). Update ``s`` of a run uses batch ``data_start + s``. A
+  lineage from before ``data_end`` was recorded starts at 0, as before.
 """
 
 from __future__ import annotations
@@ -189,4 +198,19 @@ class Dataset:
         return w[:, :-1], w[:, 1:]
 
 
-__all__ = ["load_tokens", "Dataset", "file_sha256"]
+def stream_start(lineage: list) -> int:
+    """The data-stream position after the latest ``train`` entry of ``lineage`` that records one (0: none)."""
+    from growtool.nn import args
+
+    for entry in reversed(lineage or []):
+        if isinstance(entry, dict) and entry.get("op") == "train" and entry.get("data_end") is not None:
+            return args.integer("the lineage's data_end", entry["data_end"], 0)
+    return 0
+
+
+def stream_position(s: dict, step: int) -> int:
+    """The stream position of update ``step`` (0-based) of a run with saved settings ``s``."""
+    return int(s.get("data_start") or 0) + step
+
+
+__all__ = ["load_tokens", "Dataset", "file_sha256", "stream_start", "stream_position"]

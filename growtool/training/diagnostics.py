@@ -382,7 +382,7 @@ def for_run(run) -> Tracker | None:
 
 
 def since(run, step: int) -> int:
-    """The step of the run's latest growth at or before ``step`` (0: none; as stages.last_growth)."""
+    """The step of the run's latest growth at or before ``step`` (0: none; as schedule.last_growth)."""
     return max((g["step"] for g in run.growths if g["step"] <= step), default=0)
 
 

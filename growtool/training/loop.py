@@ -16,7 +16,7 @@ What holds:
   source model's function. The final checkpoint has the gates folded away at the value they
   reached (1 unless the run was shorter than the ramp): a plain checkpoint.
 * Batches depend on (seed, data_start + step) only (``data_start``: where the input's lineage says
-  its training stopped, stream.py), the model has no dropout, and the state file holds the
+  its training stopped, data.py), the model has no dropout, and the state file holds the
   optimiser, RNG and step: ``resume=True`` continues a run so that its metrics equal an
   uninterrupted run's (bitwise on CPU).
 * Files in ``out/`` (rank 0 only, every one written atomically): ``last.safetensors`` (the model,
@@ -58,7 +58,7 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 from growtool.tokenizer import Carry, Tokenizer, tokenizer_for, write_files
-from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, runfiles, stages, stream
+from growtool.training import data, dcp_safe, diagnostics, fsdp, newparams, run_folder, stages
 from growtool.training import resume as resuming
 from growtool.training.optim import make_optimizer
 from growtool.training.progress import Progress
@@ -73,7 +73,7 @@ from growtool.training.run_folder import (
     save_bytes,
     write_metrics,
 )
-from growtool.training.schedule import lr_at, mup, run_gate
+from growtool.training.schedule import lr_at, lr_start, mup, run_gate, width_lr_scale
 from growtool.training.settings import Settings
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -215,7 +215,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     if out.exists() and not out.is_dir():
         raise GrowError(f"{out}: exists and is not a folder")
     if rank == 0:
-        runfiles.recover(out, STATE)  # a save cut between its two renames is finished
+        run_folder.recover(out, STATE)  # a save cut between its two renames is finished
     has_run = (out / STATE).exists()  # metrics without a saved state: the first save never completed
     if has_run and not resume:
         raise GrowError(f"{out}: already holds a training run (pass --resume to continue it, or another --out)")
@@ -237,7 +237,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
             or (resume and (out / MODEL).exists() and checkpoint.load(confine.run_file(out / MODEL)).config.gated)
         )
         s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity)
-        s["data_start"] = stream.start(ck.lineage) if opts.data_start is None else opts.data_start  # stream.py
+        s["data_start"] = data.stream_start(ck.lineage) if opts.data_start is None else opts.data_start  # data.py
         stages.check_schedule(s, cfg.width)
     except GrowError:
         if rank == 0 and not existed:
@@ -252,11 +252,11 @@ def restore(run: Run, resume: bool) -> None:
     """The model and optimiser: fresh from the checkpoint, or as the resumed run saved them."""
     model, state = run.ck.model(), None
     if resume:
-        state = runfiles.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
+        state = run_folder.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
         saved = state["settings"]
         run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"))  # resume.py: what may change
         growths = list(state.get("growths", []))
-        resuming.check_length(saved, run.s, state["step"], lambda s, t: stages.lr_start(s, growths, t))
+        resuming.check_length(saved, run.s, state["step"], lambda s, t: lr_start(s, growths, t))
         run.history = list(state.get("history", []))
         if changes:  # recorded in last.pt from the next save on
             run.history.append({"step": state["step"], "changed": changes})
@@ -282,10 +282,10 @@ def restore(run: Run, resume: bool) -> None:
     elif state is not None and fsdp.is_sharded(model):
         raise GrowError(f"{run.out}: the saved state is not sharded (a run without --fsdp); resume it without --fsdp")
     elif state is not None:
-        with runfiles.restoring(run.out / STATE):
+        with run_folder.restoring(run.out / STATE):
             run.opt.load_state_dict(state["optimizer"])
     if state is not None:
-        with runfiles.restoring(run.out / STATE):
+        with run_folder.restoring(run.out / STATE):
             torch.set_rng_state(state["rng"]["torch"])
             if run.dev.type == "cuda" and state["rng"].get("cuda") is not None:
                 torch.cuda.set_rng_state(state["rng"]["cuda"], run.dev)
@@ -333,7 +333,7 @@ def save_state(run: Run, step: int) -> None:
         "tokens": step * B * T,
         "complete": False,
         "seed": s["seed"],
-        "data_end": stream.position(s, step),
+        "data_end": data.stream_position(s, step),
         "data_sha256": s["data_sha256"],
         "tokenizer": s["tokenizer"],
     }
@@ -343,7 +343,7 @@ def save_state(run: Run, step: int) -> None:
     optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
     state.update(inputs=run.inputs, history=run.history)
-    runfiles.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
+    run_folder.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
         run.out,
         MODEL,
         STATE,
@@ -359,13 +359,13 @@ def one_step(run: Run, module, params, step: int) -> dict:
     """Update ``step`` (0-based); returns its metrics record (validation and matrices when due)."""
     s, model, dev = run.s, run.model, run.dev
     t0 = time.time()
-    g, lr_now = run_gate(run, step), lr_at(step, s, stages.lr_start(s, run.growths, step))
+    g, lr_now = run_gate(run, step), lr_at(step, s, lr_start(s, run.growths, step))
     if g is not None:
         model.set_gates(g)
-    scale = stages.width_lr_scale(model.cfg, run.growths)
+    scale = width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)
-    x, y = run.ds.train_batch(stream.position(s, step), s["seed"], run.rank, run.world)
+    x, y = run.ds.train_batch(data.stream_position(s, step), s["seed"], run.rank, run.world)
     diagnostics.before_forward(run, step)  # the new units' output share, when the diagnostics are due
     loss = fsdp.forward_backward(module, x.to(dev), y.to(dev), run.opts.grad_accum, lambda: autocast(dev))
     grads = diagnostics.before_update(run, step)  # new/old gradient ratios, when the diagnostics are due
@@ -404,8 +404,8 @@ def one_step(run: Run, module, params, step: int) -> dict:
 
 def resume_point(out: Path) -> int | None:
     """The step ``--resume`` continues ``out`` from (None: no resumable state: the run starts over). A save
-    interrupted between its renames counts once its model is in place (runfiles.recover finishes it)."""
-    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / runfiles.PENDING_STATE).exists()):
+    interrupted between its renames counts once its model is in place (run_folder.recover finishes it)."""
+    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / run_folder.PENDING_STATE).exists()):
         return None
     try:
         return checkpoint.load(out / MODEL).lineage[-1]["step"]
@@ -502,7 +502,7 @@ def finish(run: Run, step: int, seconds: float) -> dict:
             "seq": T,
             "lr": s["lr"],
             "seed": s["seed"],
-            "data_end": stream.position(s, step),
+            "data_end": data.stream_position(s, step),
             "tokenizer": s["tokenizer"],
             "data_sha256": s["data_sha256"],
             "source_sha256": s["source_sha256"],

@@ -67,3 +67,16 @@ def last_growth(growths: list, step: int) -> int:
 def mup(s: dict) -> bool:
     """``--grow-lr mup``: the hidden matrices' learning rate follows 1/width across growths."""
     return saved_setting(s, "grow_lr") == "mup"
+
+
+def width_lr_scale(cfg, growths: list) -> float:
+    """The hidden matrices' learning-rate factor under ``--grow-lr mup``: the run's first width over
+    the width now (muP's 1/fan_in rule for Adam; 1 before any growth)."""
+    first = growths[0].get("from", cfg.width) if growths else cfg.width
+    return first / cfg.width
+
+
+def lr_start(s: dict, growths: list, step: int) -> int:
+    """Where the LR schedule in force at ``step`` began: 0, or with ``--grow-schedule rewarm`` the
+    latest growth (the LR warms up again and decays over the steps left, as a second run would)."""
+    return last_growth(growths, step) if saved_setting(s, "grow_schedule") == "rewarm" else 0

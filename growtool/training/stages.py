@@ -37,7 +37,7 @@ from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
 from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
-from growtool.training.schedule import last_growth, mup, run_gate, run_gate_for
+from growtool.training.schedule import mup, run_gate, run_gate_for
 from growtool.training.settings import (
     default_gate_tokens,
     parse_grow_at,
@@ -217,19 +217,6 @@ def grow_run(run, step: int, target) -> None:
             newparams.fresh_moments(run)  # with --new-rewarm-steps: the new entries start from zero moments
 
 
-def width_lr_scale(cfg, growths: list) -> float:
-    """The hidden matrices' learning-rate factor under ``--grow-lr mup``: the run's first width over
-    the width now (muP's 1/fan_in rule for Adam; 1 before any growth)."""
-    first = growths[0].get("from", cfg.width) if growths else cfg.width
-    return first / cfg.width
-
-
-def lr_start(s: dict, growths: list, step: int) -> int:
-    """Where the LR schedule in force at ``step`` began: 0, or with ``--grow-schedule rewarm`` the
-    latest growth (the LR warms up again and decays over the steps left, as a second run would)."""
-    return last_growth(growths, step) if saved_setting(s, "grow_schedule") == "rewarm" else 0
-
-
 def annotate(run, rec: dict, prev: dict | None) -> dict:
     """Add stage, width, layers and cumulative FLOPs (6 x params x tokens of this step) to a step record."""
     cfg = run.model.cfg
@@ -297,7 +284,7 @@ def _check_run_paths(src: Path, out: Path, force: bool) -> None:
 def _read_run(src: Path) -> tuple:
     """(state, last checkpoint) of run folder ``src``, checked: an unsharded optimizer, model and
     state from one step, steps left to train."""
-    from growtool.training.runfiles import load_state
+    from growtool.training.run_folder import load_state
 
     state = load_state(src / STATE)  # weights_only, checked
     if "optimizer" not in state:
