@@ -1,4 +1,4 @@
-"""The plain path's default (growtool.training.stream): a grown checkpoint trained with default flags
+"""The plain path's default (growtool.training.data.stream_start): a grown checkpoint trained with default flags
 continues the data stream where its source's training stopped instead of replaying its batches;
 --data-start 0 restarts it; the position is recorded in the lineage and survives a resume."""
 
