@@ -16,7 +16,8 @@ from growtool.io import confine
 from growtool.nn.errors import GrowError
 
 
-def _fsync_dir(path: Path) -> None:
+def fsync_dir(path: Path) -> None:
+    """fsync a folder, so a rename into it is durable (best effort: some filesystems refuse)."""
     try:
         fd = os.open(path, os.O_RDONLY)
         try:
@@ -40,7 +41,7 @@ def atomic_file(dest: Path, write: Callable[[io.BufferedWriter], None], place: C
             fh.flush()
             os.fsync(fh.fileno())
         (place or os.replace)(tmp, dest)
-        _fsync_dir(dest.parent)
+        fsync_dir(dest.parent)
     except BaseException:
         try:
             os.unlink(tmp)
@@ -118,7 +119,7 @@ def _replace(tmp: Path, dest: Path) -> None:
             os.replace(old, dest)
             shutil.rmtree(old.parent, ignore_errors=True)
         raise
-    _fsync_dir(dest.parent)
+    fsync_dir(dest.parent)
     if old is not None:
         shutil.rmtree(old.parent, ignore_errors=True)
 

@@ -62,7 +62,7 @@ from pathlib import Path
 import numpy as np
 
 from growtool.io.confine import create_new, open_regular, same_file
-from growtool.io.files import atomic_file
+from growtool.io.files import atomic_file, fsync_dir
 from growtool.nn.errors import GrowError
 from growtool.training import cache as token_cache
 from growtool.training.readers import (
@@ -444,7 +444,7 @@ class CacheWriter:
         os.replace(docs_part, folder / f"{key}.docs")
         atomic_file(folder / f"{key}.json", lambda f: f.write(json.dumps(meta).encode()))
         os.replace(part, self.cache)
-        _fsync_dir(folder)
+        fsync_dir(folder)
         _remove(prog)
 
 
@@ -473,17 +473,6 @@ def _native(call):
             held = cap.read()
             if held and not panicked:
                 os.write(2, held)
-
-
-def _fsync_dir(folder: Path) -> None:
-    try:
-        fd = os.open(folder, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from growtool.io import confine
-from growtool.io.files import atomic_file
+from growtool.io.files import atomic_file, fsync_dir
 from growtool.nn.errors import GrowError
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
@@ -42,14 +42,7 @@ def commit_pair(out: Path, model: str, state: str, write_model: Callable, write_
         raise
     os.replace(pm, out / model)
     os.replace(ps, out / state)
-    try:
-        fd = os.open(out, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-    except OSError:
-        pass
+    fsync_dir(out)
 
 
 def recover(out: Path, state: str) -> None:
