@@ -175,11 +175,7 @@ def prepare_expand(src: str, request: Request = Request()) -> Expansion:
         ck = checkpoint.untied(ck)  # the head read from the embedding
     carry = tokenizer.carry(ck, q.tokenizer_path)  # tokenizer files and record travel with the output
     dt = _dtype(q.dtype) or ck.main_dtype()
-    if q.width is not None:
-        limits.check_growth(ck.config, q.width, q.ffn, dt.itemsize)  # an absurd width: one line, before the plan
-    if q.layers is not None:
-        limits.check_depth(ck.config, q.layers, dt.itemsize)  # absurd depths: one line, before the plan
-    try:
+    try:  # build_plan and depth.build refuse absurd widths and depths (grow/limits.py) before planning
         plan = None
         if q.width is not None:
             kw = dict(seed=q.seed, allow_lossy=q.allow_lossy, dtype=dt, gate_values=gate_values(ck))

@@ -224,10 +224,9 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     if not out.parent.is_dir():
         raise GrowError(f"{out}: parent folder {out.parent} does not exist")
     stages.precheck(opts.grow_at, opts.grow_recipe, cfg, opts.fsdp, dev)
-    existed = out.exists()
     cache_dir = out / "cache" if cache_dir is None else cache_dir
     cache_existed = Path(cache_dir).exists()
-    try:  # bad data, or a schedule refused once the data is counted, leaves no cache and no run folder behind
+    try:  # bad data, or a schedule refused once the data is counted, leaves no new cache behind
         inputs = data.Inputs(files, val_files, tok, cache_dir)
         ds, identity = data.corpus_dataset(inputs, cfg.vocab_size, seq, opts, rank, progress)
         identity["source_sha256"] = ck.sha256()
@@ -240,9 +239,7 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
         s["data_start"] = data.stream_start(ck.lineage) if opts.data_start is None else opts.data_start  # data.py
         stages.check_schedule(s, cfg.width)
     except GrowError:
-        if rank == 0 and not existed:
-            shutil.rmtree(out, ignore_errors=True)
-        elif rank == 0 and not cache_existed:
+        if rank == 0 and not cache_existed:  # (a run folder this run made goes whole: run_folder.held)
             shutil.rmtree(cache_dir, ignore_errors=True)
         raise
     return Run(out, opts, s, ck, ds, dev, world, rank, lineage=ck.lineage, tok=tok)
