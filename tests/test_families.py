@@ -410,7 +410,7 @@ def test_alibi_slopes_are_transformers_and_every_old_slope_has_a_place():
     each old slope is one of the new ones (``alibi_order`` says where), as its docstring proves."""
     from transformers.models.bloom.modeling_bloom import _get_alibi_slopes
 
-    from growtool.nn.model import alibi_order, alibi_slopes
+    from growtool.nn.attention import alibi_order, alibi_slopes
 
     for n in range(1, 130):
         assert torch.equal(alibi_slopes(n), _get_alibi_slopes(n, "cpu")), n
@@ -453,7 +453,7 @@ def test_bloom_grows_by_copying_the_residual(name, width, order, tmp_path):
         ours1 = g.model()(X, alpha=1.0)
     assert rel(hf_logits(back1), ours1) <= 1e-5
     assert rel(ours1, hf_logits(model)) > 1e-3  # the open gate really is another function
-    from growtool.nn.model import alibi_order
+    from growtool.nn.attention import alibi_order
 
     H, hd = back.config.n_head, back.config.hidden_size // back.config.n_head
     o = torch.tensor(alibi_order(len(order), H))

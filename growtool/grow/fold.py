@@ -8,9 +8,9 @@ from typing import TYPE_CHECKING
 import torch
 
 from growtool.grow import ops
+from growtool.nn.attention import alibi_order
 from growtool.nn.config import ModelConfig
 from growtool.nn.families import arch_of, expected_shapes, tensor_specs, unit_count
-from growtool.nn.model import alibi_order
 
 if TYPE_CHECKING:
     from growtool.grow.engine import Workspace

@@ -34,10 +34,10 @@ from growtool.grow.steps import (
     _fuse_pad_rotate,
     _symmetry,
 )
+from growtool.nn.attention import alibi_order
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
-from growtool.nn.model import alibi_order
 from growtool.nn.rope import describe as describe_rope
 
 # ---- the plan -------------------------------------------------------------------------------
@@ -61,7 +61,7 @@ class Plan:
     steps: dict = field(default_factory=dict)  # output name -> [Step]
     shapes: dict = field(default_factory=dict)  # output name -> grown shape
     warnings: list[str] = field(default_factory=list)  # exact, but probably not what the user wants
-    head_order: list | None = None  # ALiBi: the position of each grown head in the plain model (model.alibi_order)
+    head_order: list | None = None  # ALiBi: the position of each grown head in the plain model (attention.alibi_order)
 
     @property
     def exact(self) -> bool:

@@ -204,7 +204,7 @@ class CopyOldWrites(Step):
 
 @dataclass(frozen=True)
 class PermuteHeads(Step):
-    """Heads put at their ALiBi positions (``model.alibi_order``): head j of the growth order goes to
+    """Heads put at their ALiBi positions (``attention.alibi_order``): head j of the growth order goes to
     position order[j], so every old head keeps its slope in the plain model."""
 
     order: tuple

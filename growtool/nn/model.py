@@ -13,21 +13,22 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` import nothing else from growtool:
+This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
+import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
 
 from __future__ import annotations
 
-import math
-
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
 from .families import arch_of, has_head_bias
-from .rope import extends_context, layer_key, layer_params, tables
+from .moe import route
+from .rope import extends_context, layer_key
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
@@ -111,145 +112,6 @@ def make_norm(cfg: ModelConfig, d: int) -> nn.Module:
             return OffsetLayerNorm(d, cfg.norm_eps, f.norm_offset, f.norm_bias)
         return nn.LayerNorm(d, eps=cfg.norm_eps, elementwise_affine=f.norm_affine, bias=f.norm_affine and f.norm_bias)
     return RMSNorm(d, cfg.norm_eps, arch_of(cfg).features.norm_offset)
-
-
-def rope_tables(
-    cfg: ModelConfig, T: int, device, theta: float | None = None, layer: int = 0
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """cos/sin tables of a layer's rotary embedding over the first ``rotary_dim`` dims ([T, rot]),
-    with its scaling (``rope.py``: every rope type transformers defines)."""
-    return tables(cfg, T, device, theta, layer)
-
-
-def apply_rope(x, cos, sin):
-    """Rotate the first cos.shape[-1] dims of each head (partial rotary keeps the rest)."""
-    rot = cos.shape[-1]
-    cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # float32 tables, applied in x's dtype (as transformers)
-    xr, xp = x[..., :rot], x[..., rot:]
-    x1, x2 = xr.chunk(2, dim=-1)
-    xr = xr * cos + torch.cat([-x2, x1], dim=-1) * sin
-    return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
-
-
-def apply_rope_interleaved(x, cos, sin):
-    """``apply_rope`` on pairs of adjacent dims (2i, 2i + 1) with frequency i (GPT-J), from the same
-    tables (whose first half holds each frequency once)."""
-    rot = cos.shape[-1]
-    cos, sin = (t[..., : rot // 2].repeat_interleave(2, -1).to(x.dtype) for t in (cos, sin))
-    xr, xp = x[..., :rot], x[..., rot:]
-    turned = torch.stack((-xr[..., 1::2], xr[..., ::2]), dim=-1).flatten(-2)
-    xr = xr * cos + turned * sin
-    return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
-
-
-def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """PhiMoE's top-2 routing at inference (SparseMixer, Liu et al. 2024, arXiv:2409.12136): the best
-    expert, then the best of the rest; each one's weight is its softmax among the experts whose logit
-    s is within 2 eps of its own, relatively: (best - s) / max(|s|, best) <= 2 eps. (weights, experts)."""
-
-    def pick(s, best):
-        top = s.gather(-1, best)
-        far = (top - scores) / scores.abs().clamp(min=top) > 2 * eps
-        return torch.softmax(s.masked_fill(far, float("-inf")), dim=-1).gather(-1, best)
-
-    first = scores.argmax(dim=-1, keepdim=True)
-    rest = scores.scatter(-1, first, float("-inf"))
-    second = rest.argmax(dim=-1, keepdim=True)
-    return torch.cat([pick(scores, first), pick(rest, second)], -1), torch.cat([first, second], -1)
-
-
-def query_scale(q: torch.Tensor, cfg: ModelConfig, layer: int) -> torch.Tensor:
-    """Ministral 3 (Llama 4's attention temperature): the rotated query at position p times
-    1 + beta log(1 + floor(p / original_max_position_embeddings)), beta the RoPE parameters'
-    ``llama_4_scaling_beta``; unchanged without it."""
-    p = layer_params(cfg, layer) or {}
-    if not p.get("llama_4_scaling_beta"):
-        return q
-    pos = torch.arange(q.shape[-2], device=q.device)
-    scale = 1 + p["llama_4_scaling_beta"] * torch.log(1 + torch.floor(pos / p["original_max_position_embeddings"]))
-    return q * scale[:, None].to(q.dtype)
-
-
-def alibi_slopes(n: int) -> torch.Tensor:
-    """ALiBi's per-head slopes for ``n`` heads, float32, as transformers computes them (BLOOM's
-    ``_get_alibi_slopes``): the powers of 2^(-8/c) for c, the largest power of two <= n, then the odd
-    powers of 2^(-4/c) for the n - c others."""
-    c = 2 ** math.floor(math.log2(n))
-    base = torch.full((), 2 ** (-(2 ** -(math.log2(c) - 3))), dtype=torch.float32)
-    slopes = torch.pow(base, torch.arange(1, 1 + c, dtype=torch.int32))
-    if c != n:
-        extra = torch.full((), 2 ** (-(2 ** -(math.log2(2 * c) - 3))), dtype=torch.float32)
-        slopes = torch.cat([slopes, torch.pow(extra, torch.arange(1, 1 + 2 * min(c, n - c), 2, dtype=torch.int32))])
-    return slopes
-
-
-def alibi_order(n_old: int, n_new: int) -> list[int]:
-    """Where each head of a model grown from ``n_old`` to ``n_new`` >= ``n_old`` ALiBi heads sits in
-    the plain (folded) model: old head i at the position whose slope (of ``n_new``) equals its slope
-    (of ``n_old``), the new heads at the other positions in order. A growth keeps old heads first
-    (units above ``base_heads`` are gated); fold puts each at its position.
-
-    There always is one: with c the largest power of two <= n, the slopes of n heads are 2^-x for
-    the first n of x = 8/c, 16/c, .., 8 (c of them) then 4/c, 12/c, .. (odd multiples of 4/c), so
-    n + 1 heads add one slope (or, at n + 1 = 2c, halve the step: the old x are all still there).
-    Slopes are matched in float64; transformers' float32 powers round them (1e-6 relative at 128
-    heads), which the grown model then has."""
-
-    def exact(n):  # the slopes of alibi_slopes, in float64
-        c = 2 ** math.floor(math.log2(n))
-        return [2.0 ** (-8.0 * p / c) for p in range(1, c + 1)] + [
-            2.0 ** (-4.0 * p / c) for p in range(1, 2 * (n - c), 2)
-        ]
-
-    new, order = exact(n_new), []
-    for s in exact(n_old):
-        order.append(next(p for p, t in enumerate(new) if p not in order and abs(t - s) <= 1e-12 * s))
-    return order + [p for p in range(n_new) if p not in order]
-
-
-def head_slopes(cfg: ModelConfig) -> torch.Tensor:
-    """The ALiBi slope of each head of ``cfg``: a grown, unfolded model's heads are in growth order
-    (``alibi_order``), each with the slope of the position fold gives it."""
-    s = alibi_slopes(cfg.heads)
-    return s[alibi_order(cfg.base_heads, cfg.heads)] if cfg.base_heads < cfg.heads else s
-
-
-SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
-
-
-def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
-    """Causal attention (sliding where the layer has a window), with the config's scale and
-    optional soft-capped scores; grouped-query heads read their KV group."""
-    T, H, K = q.shape[2], q.shape[1], k.shape[1]
-    scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
-    if cfg.attention_multiplier is not None:  # Granite: the score scale itself
-        scale = cfg.attention_multiplier
-    window = cfg.window(layer)
-    i = torch.arange(T, device=q.device)
-    mask = (
-        (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window) if window is not None and T > window else None
-    )
-    if cfg.attn_softcap:  # sdpa cannot cap scores: the plain computation, softmax in float32
-        if K != H:
-            k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-        a = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
-        a = torch.tanh(a / cfg.attn_softcap) * cfg.attn_softcap
-        keep = mask if mask is not None else (i[None, :] <= i[:, None])
-        soft = torch.promote_types(q.dtype, torch.float32)  # float32, float64 kept (verify's reference)
-        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=soft).to(q.dtype)
-        return a @ v
-    if arch_of(cfg).features.positions == "alibi":  # scores + slope_h x key position (BLOOM), in a float mask
-        bias = head_slopes(cfg).to(q.device).view(1, H, 1, 1) * i.to(torch.float32)
-        keep = mask if mask is not None else (i[None, :] <= i[:, None])
-        mask = bias.to(q.dtype).masked_fill(~keep, float("-inf"))
-    kw = {"is_causal": True} if mask is None else {"attn_mask": mask}
-    if scale is not None:
-        kw["scale"] = scale
-    if K != H and SDPA_GQA:  # query head h reads KV head h // (H / K), without copying K and V
-        kw["enable_gqa"] = True
-    elif K != H:
-        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-    return F.scaled_dot_product_attention(q, k, v, **kw)
 
 
 def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
@@ -382,13 +244,7 @@ class Block(nn.Module):
         cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
         act, shape = ACT[cfg.activation], x.shape
         x = x.reshape(-1, shape[-1])
-        if a.features.routing == "sparsemixer":
-            top, pick = sparsemixer(s["router"](x), cfg.router_jitter)
-        else:
-            probs = torch.softmax(s["router"](x).float(), dim=-1)
-            top, pick = torch.topk(probs, cfg.top_k, dim=-1)
-        if cfg.norm_topk:
-            top = top / top.sum(dim=-1, keepdim=True)
+        top, pick = route(cfg, s["router"](x))
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
         out = torch.zeros_like(x)
