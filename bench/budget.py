@@ -41,6 +41,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
@@ -63,6 +64,7 @@ FULL = dict(
     budgets="2,5,10",
     lrs="0.003,0.006,0.012",
     grow_lr=0.006,
+    grow_lrs="",
     variants="width1.5",
     families="llama",
     sweep="",
@@ -97,11 +99,25 @@ VARIANTS = {  # name -> [(fraction of the run's tokens, width factor)], the grow
 }
 DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, width f., layers f., method)])
     "width": ((0.75, 1), [(0.5, 1, 1, None)]),
+    "width2x": ((0.5, 1), [(0.5, 1, 1, None)]),
+    "width4x": ((0.25, 1), [(0.5, 1, 1, None)]),
     "stack2x": ((1, 0.5), [(0.5, 1, 1, "stack")]),
     "interleave2x": ((1, 0.5), [(0.5, 1, 1, "interleave")]),
     "middle": ((1, 0.5), [(1 / 3, 1, 0.75, "middle"), (2 / 3, 1, 1, "middle")]),
     "stack4x": ((1, 0.25), [(0.5, 1, 1, "stack")]),
     "width+depth": ((0.75, 0.75), [(0.5, 1, 1, "stack")]),
+    "width2x+depth2x": ((0.5, 0.5), [(0.5, 1, 1, "stack")]),
+}
+# "/name" after a variant: the growth's recipe (base, overrides) and train options (issue 40's breakers
+# and optimizer treatments); the trainer's defaults otherwise (srio, --new-lr-mult 2, re-warmed new params)
+OPTIONS = {
+    "paper": (None, {}, {"new_lr_mult": 1.0, "new_rewarm_steps": 0}),  # one LR for all (the papers' setting)
+    "reset": (None, {}, {"grow_optimizer": "reset"}),  # a fresh AdamW at the growth (G_stack's code)
+    "pairs": ("copy", {"pair_noise": 0.3}, {}),  # Net2Net copies + cancelling-pair noise
+    "lemon": ("copy", {"split_alpha": 0.7}, {}),  # Net2Net copies, LEMON's unequal split
+    "open": ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.1}, {}),  # new FFN units read the old dims
+    "mult4": (None, {}, {"new_lr_mult": 4.0}),
+    "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
 }
 
 
@@ -109,6 +125,9 @@ def options(p):
     p.add_argument("data", nargs="?", default=DATA, help=f"a .jsonl (its text fields) or text file (default {DATA})")
     for k, v in FULL.items():
         p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
+    p.add_argument(
+        "--first-seed", type=int, default=0, help="seeds first-seed .. seeds-1 (run the LR sweeps on seed 0 alone)"
+    )
     p.add_argument("--part", default="0/1", help="K/N: this process runs the K-th of every N runs (N share --out)")
     p.add_argument("--cached-only", action="store_true", help="run nothing: aggregate the cached runs")
 
@@ -130,10 +149,24 @@ def _shape(P, fw: float, fl: float) -> list[int]:
     return [_width(P, fw), max(1, round(P["layers"] * fl))]
 
 
+def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
+    """``NAME[@T][/OPTION...]``: a DEPTH variant grown at T of the stable phase (under wsd the part of
+    the run before its decay: a run fraction T x (1 - decay_fraction); the whole run otherwise) instead
+    of its table's fractions, with OPTIONS."""
+    head, *opts = v.split("/")
+    name, _, t = head.partition("@")
+    return name, float(t) if t else None, opts
+
+
 def depth_spec(P, variant: str) -> dict:
     """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
-    (bw, bl), gs = DEPTH[variant]
-    return {"base": _shape(P, bw, bl), "growths": [[f, *_shape(P, w, lf), m] for f, w, lf, m in gs]}
+    name, t, opts = parse_variant(variant)
+    (bw, bl), gs = DEPTH[name]
+    if t is not None:
+        stable = 1.0 - 0.2 if P["schedule"] == "wsd" else 1.0  # the trainer's --decay-fraction default
+        gs = [(round(t * stable, 6), w, lf, m) for _f, w, lf, m in gs]
+    out = {"base": _shape(P, bw, bl), "growths": [[f, *_shape(P, w, lf), m] for f, w, lf, m in gs]}
+    return {**out, "opts": opts} if opts else out
 
 
 def grow_item(prev: list[int], g: list) -> str:
@@ -165,7 +198,7 @@ def text_file(path: str, cache: Path, mb: int) -> str:
                 size += len(t.encode())
                 if size >= mb << 20:
                     break
-        tmp = out.with_suffix(".tmp")
+        tmp = out.with_suffix(f".{os.getpid()}.tmp")  # parts (--part) may write it at once
         tmp.write_text("\n\n".join(parts))
         tmp.replace(out)
     return str(out)
@@ -193,6 +226,7 @@ def run_one(P, spec: dict, work: Path) -> dict:
     if spec["kind"] == "scratch":
         init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
         s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), 3000 + seed)
+        curve = _curve(recs)
     else:
         deep = "base" in spec  # a depth variant: shapes [width, layers]
         shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]] if deep else None
@@ -207,8 +241,11 @@ def run_one(P, spec: dict, work: Path) -> dict:
             grow_at = tuple(grow_item(a, g) for a, g in zip(shapes, spec["growths"]))
         else:
             grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
-        s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at)
-    curve = _curve(recs)
+        if "plain" in spec.get("opts", []):
+            s, recs, curve = plain_path(Q, spec, base, run, tokens)
+        else:
+            s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **option_kw(spec, run))
+            curve = _curve(recs)
     import shutil
 
     from growtool.io import checkpoint
@@ -220,33 +257,56 @@ def run_one(P, spec: dict, work: Path) -> dict:
     return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
 
 
+def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict], list]:
+    """What a user types, every option at its default: ``train BASE`` for the growth's share of the
+    tokens, ``expand`` its final checkpoint (the library's ``surgery.expand``), ``train GROWN`` for
+    the rest. (summary, the grown run's records, the whole curve with the base phase's FLOPs)."""
+    from growtool import surgery
+
+    ((f, w, L, m),) = spec["growths"]
+    first = round(f * tokens)
+    s1, r1 = train_phase(Q, base, str(run / "base-out"), first, spec["seed"])
+    deep = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
+    grown = surgery.expand(s1["final"], width=w, out=str(run / "grown.safetensors"), **deep)
+    s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"])
+    return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
+
+
+def option_kw(spec: dict, work: Path) -> dict:
+    """``train`` keywords of a grown run's OPTIONS (a recipe file for the recipe ones)."""
+    from capacity import _recipe_file
+
+    kw, base, over = {}, "srio", {}
+    for o in spec.get("opts", []):
+        b, ov, k = OPTIONS[o]  # "plain" adds nothing: its runs take every default
+        base, over, kw = b or base, {**over, **ov}, {**kw, **k}
+    if base != "srio" or over:
+        kw["grow_recipe"] = _recipe_file(work, base, over)
+    return kw
+
+
 def plan_runs(P) -> list[dict]:
     """Every run the settings ask for: scratch at each LR for each target and budget, the variants."""
     fams = [f for f in P["families"].split(",") if f]
     budgets = [float(b) for b in P["budgets"].split(",") if b]
     lrs = [float(x) for x in P["lrs"].split(",") if x]
+    grow_lrs = [float(x) for x in P["grow_lrs"].split(",") if x] or [P["grow_lr"]]
     variants = [v for v in P["variants"].split(",") if v]
     cells = [(v, b) for v in variants for b in budgets]  # (variant, budget) pairs to grow
     cells += [(f"g{g}", P["sweep_budget"]) for g in P["sweep"].split(",") if g]
     out, targets = [], set()
     for fam in fams:
-        for seed in range(P["seeds"]):
+        for seed in range(P.get("first_seed", 0), P["seeds"]):
             for v, b in cells:
-                if v in DEPTH:  # ends at --width x --layers: the scratch target of the width variants' base
+                if parse_variant(v)[0] in DEPTH:  # ends at --width x --layers: the width variants' base target
                     targets.add((P["width"], b))
                     d = depth_spec(P, v)
-                    out.append(
-                        dict(
-                            kind="grown",
-                            family=fam,
-                            variant=v,
-                            target=P["width"],
-                            budget=b,
-                            lr=P["grow_lr"],
-                            seed=seed,
-                            **d,
+                    for lr in grow_lrs:
+                        out.append(
+                            dict(
+                                kind="grown", family=fam, variant=v, target=P["width"], budget=b, lr=lr, seed=seed, **d
+                            )
                         )
-                    )
                     continue
                 g = growths(P, v)
                 targets.add((g[-1][1], b))
@@ -268,6 +328,18 @@ def plan_runs(P) -> list[dict]:
     return out
 
 
+def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
+    """Every cached run made at P's sizes, data and schedule (any variant, LR or seed), so a study
+    run in parts (LR sweeps on one seed, the other seeds at the chosen LRs) aggregates as one."""
+    want = with_sizes(P, {})
+    out = []
+    for f in sorted(cached.glob("*.json")):
+        c = json.loads(f.read_text())
+        if all(c["spec"].get(k) == v for k, v in want.items()):
+            out.append((c["spec"], c["result"]))
+    return out
+
+
 def with_sizes(P, spec: dict) -> dict:
     """What defines a run beyond its own fields: sizes, data, schedule (part of the cache key)."""
     keys = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
@@ -282,8 +354,10 @@ def _ms(xs):
 
 
 def best_lr(by_lr: dict) -> float:
-    """The peak LR whose scratch runs end lowest, mean over seeds: the tuned baseline."""
-    return min(by_lr, key=lambda lr: statistics.mean(r["val"] for r in by_lr[lr].values()))
+    """The peak LR whose runs end lowest, mean over the seeds every LR was run at (all seeds, or the
+    LR sweep's seed when the other seeds ran at the chosen LR only): the tuned arm."""
+    common = set.intersection(*(set(runs) for runs in by_lr.values()))
+    return min(by_lr, key=lambda lr: statistics.mean(by_lr[lr][s]["val"] for s in common or by_lr[lr]))
 
 
 def scratch_compute_for(points: list[tuple[float, float]], val: float) -> tuple[float | None, str]:
@@ -329,9 +403,16 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
                 spec["seed"]
             ] = r
         else:
-            grown.setdefault((spec["family"], spec["variant"], spec["budget"]), {})[spec["seed"]] = (spec, r)
+            key = (spec["family"], spec["variant"], spec["budget"])
+            grown.setdefault(key, {}).setdefault(spec["lr"], {})[spec["seed"]] = (spec, r)
     rows = []
-    for (fam, variant, B), per_seed in sorted(grown.items()):
+    for (fam, variant, B), grown_by_lr in sorted(grown.items()):
+        glr = best_lr({lr: {sd: r for sd, (_, r) in runs.items()} for lr, runs in grown_by_lr.items()})
+        per_seed = grown_by_lr[glr]
+        lr_sweep = " / ".join(
+            f"{lr:g}: {statistics.mean(r['val'] for _, r in runs.values()):.4f}"
+            for lr, runs in sorted(grown_by_lr.items())
+        )
         spec0 = next(iter(per_seed.values()))[0]
         target = spec0["target"]
         bw, bl = spec0.get("base", [P["width"], P["layers"]])
@@ -368,6 +449,8 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
                 "params_base": cfg(P, fam, bw, bl).n_params(),
                 "params": _config(P, fam, target).n_params(),
                 "seeds": len(per),
+                "grown_best_lr": glr,
+                "grown_lr_sweep": lr_sweep,
                 "grown_val": gv[0],
                 "grown_val_std": gv[1],
                 "scratch_best_lr": best,
@@ -438,10 +521,16 @@ def main():
             P[k] = getattr(args, k)
     if not Path(args.data).is_file():
         die(f"{args.data}: no such file")
+    P["first_seed"] = args.first_seed
     for v in P["variants"].split(","):
-        if v and v not in VARIANTS and v not in DEPTH:
-            die(f"unknown variant {v!r} (known: {', '.join([*VARIANTS, *DEPTH])})")
-        if v in DEPTH:  # every growth must change the shape: a base of the target's shape cannot grow
+        name, t, opts = parse_variant(v)
+        if v and v not in VARIANTS and name not in DEPTH:
+            die(f"unknown variant {v!r} (known: {', '.join([*VARIANTS, *DEPTH])}, each [@T][/OPTION...])")
+        if name in DEPTH and any(o not in OPTIONS for o in opts):
+            die(f"variant {v!r}: unknown option (known: {', '.join(OPTIONS)})")
+        if name in DEPTH and t is not None and (len(DEPTH[name][1]) != 1 or not 0 < t < 1):
+            die(f"variant {v!r}: @T needs one growth and 0 < T < 1")
+        if name in DEPTH:  # every growth must change the shape: a base of the target's shape cannot grow
             d = depth_spec(P, v)
             shapes = [d["base"]] + [g[1:3] for g in d["growths"]]
             if any(a[0] > b[0] or a[1] > b[1] or a == b for a, b in zip(shapes, shapes[1:])):
@@ -481,8 +570,8 @@ def main():
         shutil.rmtree(work, ignore_errors=True)
     done = [s for s in specs if (cached / f"{spec_key(s)}.json").exists()]
     if len(done) < len(specs):  # another --part still running, or --cached-only
-        print(f"budget: aggregating {len(done)} of {len(specs)} runs ({len(specs) - len(done)} not cached)")
-    results = [(s, json.loads((cached / f"{spec_key(s)}.json").read_text())["result"]) for s in done]
+        print(f"budget: {len(done)} of {len(specs)} planned runs cached ({len(specs) - len(done)} not)")
+    results = cached_runs(P, cached)  # every cached run of these sizes: earlier invocations' too
     rows = aggregate(P, results)
     main_rows = [r for r in rows if not r["variant"].startswith("g")]
     sweep_rows = [r for r in rows if r["variant"].startswith("g")]
@@ -504,6 +593,7 @@ def main():
         "width",
         "layers",
         "scratch_best_lr",
+        "grown_lr_sweep",
         "d_val",
         "saved_per_seed",
         "saved_mean",

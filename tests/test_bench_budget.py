@@ -107,7 +107,11 @@ def test_bench_budget_quick(tmp_path):
     for f in sorted((d / "cached").glob("*.json"))[:3]:
         f.unlink()
     p = bench(docs, "--quick", "--out", tmp_path, "--cached-only")
-    assert p.returncode == 0 and "aggregating 12 of 15" in p.stdout and len(list((d / "cached").glob("*.json"))) == 12
+    assert (
+        p.returncode == 0
+        and "12 of 15 planned runs cached" in p.stdout
+        and len(list((d / "cached").glob("*.json"))) == 12
+    )
     ran = []
     for part in ("0/2", "1/2"):
         p = bench(docs, "--quick", "--out", tmp_path, "--part", part)
@@ -151,3 +155,49 @@ def test_the_budget_plot_has_plain_log_ticks(tmp_path, monkeypatch):
     kept[0].canvas.draw()
     labels = [t.get_text() for t in ax.xaxis.get_majorticklabels() + ax.xaxis.get_minorticklabels() if t.get_text()]
     assert {"2", "5", "10", "20"} <= set(labels) and not any("times" in s or "^" in s for s in labels), labels
+
+
+def test_variants_take_a_growth_time_options_and_a_grown_lr_sweep(tmp_path):
+    """``NAME@T/OPTION``: grown at T of the stable phase (wsd: T x 0.8 of the run), with the option's
+    recipe and train keywords; every grown variant runs at each LR of --grow-lrs; seeds from --first-seed."""
+    import yaml
+    from budget import FULL, option_kw, plan_runs
+
+    P = dict(FULL, width=64, layers=4, seeds=2, first_seed=1, budgets="10", lrs="0.003", grow_lrs="0.003,0.006")
+    P.update(schedule="wsd", variants="width2x@0.15/paper,stack2x/pairs")
+    runs = plan_runs(P)
+    grown = [r for r in runs if r["kind"] == "grown"]
+    assert {r["seed"] for r in runs} == {1} and sorted({r["lr"] for r in grown}) == [0.003, 0.006]
+    w = next(r for r in grown if r["variant"].startswith("width2x"))
+    assert w["base"] == [32, 4] and w["growths"] == [[0.12, 64, 4, None]] and w["opts"] == ["paper"]
+    s = next(r for r in grown if r["variant"].startswith("stack2x"))
+    assert s["base"] == [64, 2] and s["growths"][0][0] == 0.5 and s["opts"] == ["pairs"]
+    assert option_kw(w, tmp_path) == {"new_lr_mult": 1.0, "new_rewarm_steps": 0}
+    kw = option_kw(s, tmp_path)
+    assert set(kw) == {"grow_recipe"} and yaml.safe_load(open(kw["grow_recipe"]))["pair_noise"] == 0.3
+    assert option_kw({"opts": []}, tmp_path) == {}  # the trainer's defaults
+
+
+def test_each_arm_takes_its_best_lr_on_the_seeds_every_lr_ran():
+    """The LR sweep on seed 0, the other seeds at the chosen LR: LRs compare on seed 0 alone, and the
+    grown arm's row reports its own best LR and the sweep."""
+    from budget import FULL, aggregate, best_lr
+
+    by_lr = {0.003: {0: {"val": 2.0}, 1: {"val": 1.0}, 2: {"val": 1.0}}, 0.006: {0: {"val": 1.9}}}
+    assert best_lr(by_lr) == 0.006  # on seed 0 (a mean over all seeds would pick 0.003)
+    P = dict(FULL, width=64, layers=4)
+
+    def res(val, flops):
+        return {"val": val, "flops": flops, "curve": [[0.0, 5.0], [flops, val]]}
+
+    results = [
+        ({"kind": "scratch", "family": "llama", "target": 64, "budget": 10.0, "lr": 0.003, "seed": 0}, res(2.0, 100.0)),
+        ({"kind": "scratch", "family": "llama", "target": 64, "budget": 20.0, "lr": 0.003, "seed": 0}, res(1.8, 200.0)),
+    ]
+    for lr, val in ((0.003, 1.95), (0.006, 1.9), (0.012, 2.1)):
+        spec = {"kind": "grown", "family": "llama", "variant": "width2x", "target": 64, "budget": 10.0, "lr": lr}
+        results.append(({**spec, "seed": 0, "base": [32, 4]}, res(val, 100.0)))
+    (row,) = aggregate(P, results)
+    assert row["grown_best_lr"] == 0.006 and row["grown_lr_sweep"] == "0.003: 1.9500 / 0.006: 1.9000 / 0.012: 2.1000"
+    assert abs(row["d_val"] - (1.9 - 2.0)) < 1e-12
+    assert abs(row["frontier_mean"] - (1 - 100.0 / (100.0 * 2**0.5))) < 1e-9  # 1.9: half-way to 1.8 in loss
