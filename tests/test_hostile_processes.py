@@ -144,8 +144,8 @@ def test_sigterm_during_a_sharded_load_exits_143(fsdp_run, tmp_path):
             proc.kill()
             proc.wait()
     r = subprocess.CompletedProcess(cmd, proc.returncode, out, err)
-    refused(r, 128 + signal.SIGTERM, "interrupted (SIGTERM)")
-    assert tree(w) == before
+    line = refused(r, 128 + signal.SIGTERM, "interrupted (SIGTERM)", "the run resumes from step 2 (its last save)")
+    assert line.endswith(" --resume") and tree(w) == before
 
 
 def test_a_tokenizer_panic_on_a_prompt_is_one_line(tmp_path):
@@ -225,7 +225,7 @@ def test_a_second_train_on_a_run_folder_a_running_train_holds_is_refused(tmp_pat
     """3. A first real ``train`` runs (it has made ``run`` and locked it: its metrics file is there) and
     is paused (SIGSTOP, so the folder holds still); a second real ``train --out run`` is refused at once:
     exit 2, one line, nothing in the folder changed. The first then stops cleanly on SIGTERM (exit 143,
-    one line) and its lock is gone with it."""
+    one line saying it saved nothing yet) and its lock is gone with it."""
     w = tmp_path / "w"
     w.mkdir()
     (w / "tmp").mkdir()
@@ -233,7 +233,8 @@ def test_a_second_train_on_a_run_folder_a_running_train_holds_is_refused(tmp_pat
     text_file(w / "t.txt")
     env = child_env(w)
     base = [GROWTOOL, "train", str(w / "a.safetensors"), "--data", str(w / "t.txt"), "--out", str(w / "run"), *SMALL]
-    first = subprocess.Popen([*base, "--steps", "1000000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
+    long = [*base, "--steps", "1000000", "--save-every", "1000000"]  # runs until stopped, saves nothing
+    first = subprocess.Popen(long, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env)
     try:
         wait_for(w / "run" / "metrics.jsonl", first, "the first train")  # written inside the locked folder
         first.send_signal(signal.SIGSTOP)
@@ -248,9 +249,8 @@ def test_a_second_train_on_a_run_folder_a_running_train_holds_is_refused(tmp_pat
         if first.poll() is None:
             first.kill()
             first.wait()
-    refused(
-        subprocess.CompletedProcess(base, first.returncode, out, err), 128 + signal.SIGTERM, "interrupted (SIGTERM)"
-    )
+    r = subprocess.CompletedProcess(base, first.returncode, out, err)
+    refused(r, 128 + signal.SIGTERM, "interrupted (SIGTERM); nothing saved yet: run the same command again")
     fd = os.open(w / "run", os.O_RDONLY)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # raises BlockingIOError if the lock outlived the run
