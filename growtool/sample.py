@@ -102,7 +102,7 @@ def verify_prompts(ck, texts, data_path: str | None, samples: int, seed: int, le
     batch each); else ``samples`` windows of ``length`` tokens spread over the first MB of
     ``data_path`` (tokenised with ``ck``'s tokenizer, or bytes modulo the vocabulary when it has
     none: any ids serve to compare two models); else ``samples`` random id sequences."""
-    from growtool.tokenizer import tokenizer_for
+    from growtool.tokenizer import native, tokenizer_for
 
     vocab = ck.config.vocab_size
     if texts:
@@ -121,7 +121,8 @@ def verify_prompts(ck, texts, data_path: str | None, samples: int, seed: int, le
         if tok is None or tok.hf is None:
             ids = torch.tensor(list(raw), dtype=torch.long) % vocab
         else:
-            ids = torch.tensor(tok.hf.encode(raw.decode("utf-8", errors="ignore"), add_special_tokens=False).ids)
+            text = raw.decode("utf-8", errors="ignore")
+            ids = torch.tensor(native(lambda: tok.hf.encode(text, add_special_tokens=False), data_path).ids)
         if len(ids) == 0:
             raise GrowError(f"{data_path}: no tokens to take prompts from")
         length = min(length, len(ids))

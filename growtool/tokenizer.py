@@ -17,6 +17,9 @@ found, and how a checkpoint records the tokenizer it expects.
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -215,6 +218,32 @@ def encode_text(hf, text: str, chunk: int = CHUNK, overlap: int = OVERLAP, group
     return np.concatenate(kept)
 
 
+def native(call, on: str = "this data"):
+    """``call()`` (a tokenizers library call on the user's text or ids), with a panic of the library
+    (pyo3's ``PanicException``, a ``BaseException``: a pre-tokenizer or decoder regex past its engine's
+    retry limit, say) made one GrowError line: the tokenizer failed on ``on``. The library prints a
+    panic to file descriptor 2 itself, so descriptor 2 is held in a temporary file during the call and
+    copied back unless the call panicked. Every call of the library on user text goes through here."""
+    sys.stderr.flush()
+    with tempfile.TemporaryFile() as cap:
+        saved, panicked = os.dup(2), False
+        os.dup2(cap.fileno(), 2)
+        try:
+            return call()
+        except BaseException as e:
+            if type(e).__name__ != "PanicException":
+                raise
+            panicked = True
+            raise GrowError(f"the tokenizer failed on {on} ({' '.join(str(e).split())[:120]})") from None
+        finally:
+            os.dup2(saved, 2)
+            os.close(saved)
+            cap.seek(0)
+            held = cap.read()
+            if held and not panicked:
+                os.write(2, held)
+
+
 @dataclass
 class Tokenizer:
     """``encode(bytes) -> int array``; ``key`` identifies it in the cache; ``files`` are the tokenizer
@@ -234,18 +263,18 @@ class Tokenizer:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise GrowError(f"{src}: not UTF-8 text (byte {e.start}); the {self.name} tokenizer needs text") from None
-        return encode_text(self.hf, text)
+        return native(lambda: encode_text(self.hf, text), src)
 
     def encode_prompt(self, text: str) -> list[int]:
         """A prompt's ids, with the special tokens the tokenizer adds to an input (e.g. BOS)."""
         if self.hf is None:
             return list(text.encode("utf-8"))
-        return list(self.hf.encode(text, add_special_tokens=True).ids)
+        return list(native(lambda: self.hf.encode(text, add_special_tokens=True), "this prompt").ids)
 
     def decode(self, ids) -> str:
         if self.hf is None:
             return bytes(int(i) for i in ids).decode("utf-8", errors="replace")
-        return self.hf.decode([int(i) for i in ids], skip_special_tokens=False)
+        return native(lambda: self.hf.decode([int(i) for i in ids], skip_special_tokens=False), "these ids")
 
 
 def _hf_tokenizer(tf, where: str) -> Tokenizer:

@@ -1,13 +1,14 @@
 """Hostile and unlucky inputs, round 2 (issue 41), the file half: the token cache, the run folder,
-long lines and special files. One test per cause; each runs ``growtool`` as a real process (a few
-pieces run in-process where a fault is simulated), hashes every file of its folder before and after,
-and checks the exit code, exactly one stderr line, no traceback, nothing changed among the inputs and
-nothing left of a run folder the failed command made.
+long lines and special files. One test per cause; each runs ``growtool`` as a real process (a full
+disk is simulated inside one), hashes every file of its folder before and after, and checks the exit
+code, exactly one stderr line, no traceback, nothing changed among the inputs and nothing left of a
+run folder the failed command made. The run-folder lock (3), a sharded state's data files (8, 9),
+SIGTERM during its load (8) and native BaseExceptions outside the corpus (7) are in
+test_hostile_processes.py, beside the torchrun run they share.
 """
 
 from __future__ import annotations
 
-import fcntl
 import gzip
 import json
 import os
@@ -137,25 +138,6 @@ def test_a_finished_cache_that_does_not_fit_is_rebuilt(w):
     r = train(w, "--data", w / "t.txt", "--resume")
     assert r.returncode == 0, r.stderr
     assert json.loads((cache / names["json"]).read_text()) == meta
-
-
-# ---- 3: one run folder, one run -----------------------------------------------------------------
-
-
-def test_a_second_train_on_a_run_folder_in_use_is_refused(w):
-    """3. While a run holds its folder (its lock, taken here as a running ``train`` takes it), another
-    ``train`` on it is refused at once: one line, exit 2, the folder untouched."""
-    (w / "run").mkdir()
-    fd = os.open(w / "run", os.O_RDONLY)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        before = tree(w)
-        r = train(w, "--data", w / "t.txt")
-        refused(r, 2, "another train is using this run folder")
-        assert tree(w) == before
-    finally:
-        os.close(fd)
-    assert train(w, "--data", w / "t.txt").returncode == 0  # the lock gone, the folder is usable
 
 
 # ---- 4: every input is in the overlap check -----------------------------------------------------
@@ -288,51 +270,6 @@ def test_fifos_in_a_run_folder_never_hang(w):
     assert (cache / names["tokens"]).read_bytes() == (w / "ref" / "cache" / names["tokens"]).read_bytes()
 
 
-def test_sharded_state_data_files_must_be_regular_files_of_the_folder(tmp_path):
-    """8, 9. A DCP data file that is a link (to a file outside the run folder) or a FIFO is refused
-    before the load reads it (``dcp_safe.read_metadata``)."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-
-    from growtool.nn.errors import GrowError
-    from growtool.training import dcp_safe
-
-    folder = tmp_path / "last-2.dcp"
-    dcp.save({"w": torch.arange(4.0)}, checkpoint_id=str(folder), no_dist=True)
-    assert dcp_safe.read_metadata(folder, None) is not None
-    data = sorted(folder.glob("__*.distcp"))[0]
-    outside = tmp_path / "outside.bin"
-    data.rename(outside)
-    data.symlink_to(outside)
-    with pytest.raises(GrowError, match="not a regular file"):
-        dcp_safe.read_metadata(folder, None)
-    data.unlink()
-    os.mkfifo(data)
-    with pytest.raises(GrowError, match="not a regular file"):
-        dcp_safe.read_metadata(folder, None)
-
-
-def test_sigterm_during_a_sharded_load_is_an_interrupt(tmp_path, monkeypatch):
-    """8. SIGTERM arriving while DCP reads (DCP wraps every failure, BaseExceptions too, into its
-    CheckpointException): ``dcp_safe.load`` raises the interrupt itself, so the CLI exits 143, not 2."""
-    import torch
-    import torch.distributed.checkpoint as dcp
-    from torch.distributed.checkpoint import FileSystemReader
-
-    from growtool.console import Interrupted
-    from growtool.training import dcp_safe
-
-    folder = tmp_path / "last-2.dcp"
-    dcp.save({"w": torch.arange(4.0)}, checkpoint_id=str(folder), no_dist=True)
-
-    def read_data(self, plan, planner):
-        raise Interrupted(15)
-
-    monkeypatch.setattr(FileSystemReader, "read_data", read_data)
-    with pytest.raises(Interrupted):
-        dcp_safe.load({"w": torch.zeros(4)}, folder, None, no_dist=True)
-
-
 # ---- 14, 15 ---------------------------------------------------------------------------------
 
 
@@ -368,22 +305,3 @@ def test_a_non_utf8_file_name_reaches_the_model_card(w):
     assert r.returncode == 0, r.stderr
     card = (w / "run" / "README.md").read_text()
     assert "a\\\\udcff.safetensors" in card
-
-
-def test_a_native_base_exception_anywhere_is_one_line_exit_3(w, monkeypatch):
-    """7. A BaseException of a native library's own type (pyo3's ``PanicException`` derives from
-    ``BaseException``) raised outside the tokeniser: one internal-error line, exit 3, no traceback."""
-    from growtool.training import loop
-
-    class PanicException(BaseException):
-        pass
-
-    def boom(*a, **k):
-        raise PanicException("called `Option::unwrap()` on a `None` value")
-
-    monkeypatch.setattr(loop, "train", boom)
-    from helpers import cli
-
-    r = cli("train", w / "a.safetensors", "--data", w / "t.txt", "--out", w / "run", *TRAIN)
-    assert r.exit_code == 3 and "Traceback" not in r.stderr, r.stderr
-    assert r.stderr.strip().count("\n") == 0 and "internal error: PanicException" in r.stderr

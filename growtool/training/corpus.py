@@ -64,6 +64,7 @@ import numpy as np
 from growtool.io.confine import create_new, open_regular, same_file
 from growtool.io.files import atomic_file, fsync_dir
 from growtool.nn.errors import GrowError
+from growtool.tokenizer import encode_text, native
 from growtool.training import cache as token_cache
 from growtool.training.readers import (
     FORCE,
@@ -148,16 +149,14 @@ class Encoder:
                     batch.append(p)
                     owner.append(k)
             else:
-                from growtool.tokenizer import encode_text
-
                 text = self.text(payload, where)
                 if len(text) > 2 * self.piece:
-                    out[k] = _native(lambda t=text: encode_text(hf, t)).astype(self.dtype)
+                    out[k] = native(lambda t=text: encode_text(hf, t)).astype(self.dtype)
                 else:
                     batch.append(text)
                     owner.append(k)
         if batch:
-            encs = _native(lambda: hf.encode_batch_fast(batch, add_special_tokens=False))
+            encs = native(lambda: hf.encode_batch_fast(batch, add_special_tokens=False))
             parts: dict[int, list] = {}
             for k, e in zip(owner, encs):
                 parts.setdefault(k, []).append(np.array(e.ids, dtype=self.dtype))
@@ -446,33 +445,6 @@ class CacheWriter:
         os.replace(part, self.cache)
         fsync_dir(folder)
         _remove(prog)
-
-
-def _native(call):
-    """``call()`` (the tokenizers library encoding), with a panic of the library (pyo3's
-    ``PanicException``, a ``BaseException``: a pre-tokenizer regex past its engine's retry limit, say)
-    made one GrowError line. The library prints a panic to file descriptor 2 itself, so descriptor 2
-    is held in a temporary file during the call and copied back unless the call panicked."""
-    import tempfile
-
-    sys.stderr.flush()
-    with tempfile.TemporaryFile() as cap:
-        saved, panicked = os.dup(2), False
-        os.dup2(cap.fileno(), 2)
-        try:
-            return call()
-        except BaseException as e:
-            if type(e).__name__ != "PanicException":
-                raise
-            panicked = True
-            raise GrowError(f"the tokenizer failed on this data ({' '.join(str(e).split())[:120]})") from None
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-            cap.seek(0)
-            held = cap.read()
-            if held and not panicked:
-                os.write(2, held)
 
 
 @contextmanager

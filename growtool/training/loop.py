@@ -399,17 +399,6 @@ def one_step(run: Run, module, params, step: int) -> dict:
     return rec
 
 
-def resume_point(out: Path) -> int | None:
-    """The step ``--resume`` continues ``out`` from (None: no resumable state: the run starts over). A save
-    interrupted between its renames counts once its model is in place (run_folder.recover finishes it)."""
-    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / run_folder.PENDING_STATE).exists()):
-        return None
-    try:
-        return checkpoint.load(out / MODEL).lineage[-1]["step"]
-    except (GrowError, OSError, IndexError, KeyError):
-        return None
-
-
 def loop(run: Run, module, progress: bool) -> int:
     """Train from ``run.start`` to the end (or --stop-at), logging every step; returns the last step."""
     s, metrics_path = run.s, run.out / "metrics.jsonl"
@@ -457,10 +446,6 @@ def loop(run: Run, module, progress: bool) -> int:
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
                 save_state(run, step)
-    except BaseException as e:
-        if not isinstance(e, Exception) and run.lead:  # interrupted (SIGINT, SIGTERM): where the run resumes from
-            e.resume_step = resume_point(run.out)
-        raise
     finally:
         bar.close()
         if fh:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-from growtool.io import confine
+from growtool.io import checkpoint, confine
 from growtool.io.files import atomic_file, fsync_dir
 from growtool.nn.errors import GrowError
 
@@ -52,6 +52,17 @@ def recover(out: Path, state: str) -> None:
         os.replace(ps, out / state)
     for p in (pm, ps):
         p.unlink(missing_ok=True)
+
+
+def resume_point(out: Path) -> int | None:
+    """The step ``--resume`` continues ``out`` from (None: no resumable state: the run starts over). A save
+    interrupted between its renames counts once its model is in place (``recover`` finishes it)."""
+    if not (out / MODEL).exists() or not ((out / STATE).exists() or (out / PENDING_STATE).exists()):
+        return None
+    try:
+        return checkpoint.load(confine.run_file(out / MODEL)).lineage[-1]["step"]  # a regular file of the run
+    except (GrowError, OSError, IndexError, KeyError):
+        return None
 
 
 def load_state(path: Path) -> dict:
@@ -257,7 +268,9 @@ def held(out: Path, lead: bool, state: str):
     """The life of run folder ``out`` for one ``train``: made if missing, locked (``flock`` on the
     folder itself, held until the run ends: a second ``train`` on it is refused at once) and, when this
     run made it and then fails (anything but an interrupt, which leaves a resumable token cache)
-    before a first state was saved, removed whole. Only the lead rank (rank 0) makes, locks or removes."""
+    before a first state was saved, removed whole. An interrupt at any point of the run carries the
+    step it resumes from (``resume_point``: None, nothing saved) for its one line. Only the lead rank
+    (rank 0) makes, locks or removes."""
     if not lead:
         yield
         return
@@ -278,6 +291,8 @@ def held(out: Path, lead: bool, state: str):
     except BaseException as e:
         from growtool.console import Interrupted
 
+        if isinstance(e, Interrupted) and not hasattr(e, "resume_step"):  # the line says where the run resumes
+            e.resume_step = resume_point(out)
         if made and not isinstance(e, (Interrupted, KeyboardInterrupt)) and not (out / state).exists():
             shutil.rmtree(out, ignore_errors=True)
         raise
