@@ -92,12 +92,25 @@ def _masks_now(run) -> dict | None:
     return run._new_masks[1]
 
 
+def local(t: torch.Tensor, m: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(the entries of ``t`` this process holds, the part of mask ``m`` over them): ``t`` and ``m``
+    themselves, or under FSDP2 the rank's shard (Shard(0): the rank's ``torch.chunk`` of the rows)."""
+    from torch.distributed.tensor import DTensor
+
+    if not isinstance(t, DTensor):
+        return t, m
+    mesh = t.device_mesh
+    rows = torch.chunk(m, mesh.size(), dim=0)
+    rank = mesh.get_local_rank()
+    part = t.to_local()
+    return part, (rows[rank] if rank < len(rows) else m[:0])[: part.shape[0]].to(part.device)
+
+
 def before_step(run, step: int) -> list | None:
     """Before the optimizer step of update ``step`` (0-based): (parameter, its values, mask, f) for
-    each tensor with new entries, when the treatment applies; else None."""
-    from growtool.training import fsdp
-
-    if not active(run.s) or fsdp.is_sharded(run.model):
+    each tensor with new entries, when the treatment applies; else None. Under FSDP2 each rank
+    treats the entries of its own shard."""
+    if not active(run.s):
         return None
     start = since(run, step)
     if start is None:
@@ -107,7 +120,12 @@ def before_step(run, step: int) -> list | None:
     if f == 1.0 or not ms:
         return None
     params = dict(run.model.named_parameters())
-    return [(params[n], params[n].detach().clone(), m, f) for n, m in ms.items() if n in params]
+    return [(*_kept(params[n], m), f) for n, m in ms.items() if n in params]
+
+
+def _kept(p, m):
+    t, lm = local(p.detach(), m)
+    return t, t.clone(), lm
 
 
 def after_step(kept: list | None) -> None:
@@ -127,4 +145,5 @@ def fresh_moments(run) -> None:
         if n in ms and st:
             for k in ("exp_avg", "exp_avg_sq"):
                 if k in st:
-                    st[k].masked_fill_(ms[n], 0.0)
+                    t, m = local(st[k], ms[n])
+                    t.masked_fill_(m, 0.0)
