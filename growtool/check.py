@@ -433,6 +433,7 @@ def verify(
     generate: int | None = None,
     prompts=(),
     progress=None,
+    reference: str = "growtool",
 ) -> Report:
     """Check that ``grown`` computes ``source``'s function at gate ``alpha``; returns a ``Report``.
 
@@ -444,11 +445,15 @@ def verify(
     the floor being the source's float32 round-off (against float64). ``generate=N``: also compare greedy N-token
     continuations of ``prompts`` (default: from ``data``, else random ids). ``progress``: called once
     as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
-    ``progress(name, amount)`` callback (``growtool.console.Bar``)."""
+    ``progress(name, amount)`` callback (``growtool.console.Bar``). ``reference="transformers"``
+    (``source`` a Hugging Face folder): also compare the source's and the grown model's logits with
+    transformers' own forward of ``source`` (rows "... vs transformers", judged; both models are then
+    loaded whole)."""
     source, grown = _checkpoint_arg("source", source), _checkpoint_arg("grown", grown)
     _check_numbers(alpha, samples, data, tol, seed, generate, prompts)
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
+    args.text("reference", reference, ("growtool", "transformers"))
     a = checkpoint.load(source) if isinstance(source, str) else source
     b = checkpoint.load(grown) if isinstance(grown, str) else grown
     if a.config.vocab_size != b.config.vocab_size:
@@ -467,6 +472,8 @@ def verify(
     bar = progress(items, nbytes) if progress else contextlib.nullcontext()
     with bar as tick:  # final-norm outputs first, then the heads, once
         rows, floors = _measure(a, b, sets, alpha, alphas, low, tick)
+    if reference == "transformers":
+        rows += against_transformers(source, a, b, sets, alpha)
     fl = max(floors, default=0.0)
     lim = limit(tol, fl, low)
     ok = all(c.rel <= lim for label, c in rows if "(info)" not in label)
@@ -477,6 +484,20 @@ def verify(
         ma, mb = a.model(), b.model()
         gen = compare_generations(ma, mb, verify_prompts(a, prompts, data, samples, seed), generate, alpha)
     return Report(ok and (gen is None or gen.ok), ok, alpha, tol, fl, lim, storage_name(low), rows, gen)
+
+
+def against_transformers(source, a, b, sets: dict, alpha: float) -> list:
+    """Rows comparing growtool's source and the grown model at gate ``alpha`` with transformers' own
+    forward of the folder ``source`` (``io.hf_reference``), on every input set."""
+    from growtool.io.hf_reference import Reference
+
+    ref = Reference(source if isinstance(source, str) else a.source)
+    ma, mb, rows = a.model(), b.model(), []
+    with torch.no_grad():
+        for label, x in sets.items():
+            rows.append((f"{label}: source vs transformers", compare(ref, ma, x, 0.0)))
+            rows.append((f"{label}: grown vs transformers", compare(ref, mb, x, alpha)))
+    return rows
 
 
 def _check_numbers(alpha, samples, data, tol, seed, generate, prompts) -> None:

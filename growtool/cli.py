@@ -353,7 +353,16 @@ def ratios_resolved(ckpt, width, layers):
     is_flag=True,
     help="at --alpha above 0: FAIL unless equal (e.g. against a model folded at that gate); else informational",
 )
-def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts, expect_equal):
+@click.option(
+    "--reference",
+    type=click.Choice(["growtool", "transformers"]),
+    default="growtool",
+    show_default=True,
+    help="transformers: also compare both models with transformers' own forward of SOURCE (a Hugging Face folder)",
+)
+def verify(
+    source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts, expect_equal, reference
+):
     """Check that GROWN computes SOURCE's function at gate --alpha (exit 1 if not).
 
     Both checkpoints are read one block at a time (bounded memory). For bf16/fp16 checkpoints the
@@ -376,6 +385,7 @@ def verify(source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_t
         generate=gen_tokens,
         prompts=prompts,
         progress=functools.partial(Bar, "verify", quiet=quiet),
+        reference=reference,
     )
     rows, gen, fl, limit, ok = rep.rows, rep.generate, rep.floor, rep.limit, rep.logits_ok
     if as_json:

@@ -141,3 +141,28 @@ def test_the_check_is_skipped_without_transformers(monkeypatch, tmp_path):
     _flat_rope_gemma3(monkeypatch)
     monkeypatch.setattr(loadable, "_transformers", lambda: None)
     assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+
+
+def test_verify_against_transformers_own_forward(tmp_path, monkeypatch):
+    """``verify --reference transformers``: the source folder's logits as transformers computes them,
+    against growtool's source and the grown model (judged rows: a wrong reference fails the check)."""
+    cfg = transformers.Qwen3Config(
+        vocab_size=96, hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
+        num_key_value_heads=2, head_dim=8, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    model = perturbed(transformers.AutoModelForCausalLM.from_config(cfg))
+    model.save_pretrained(tmp_path / "src")
+    assert cli("expand", tmp_path / "src", "--width", 48, "-o", tmp_path / "g.safetensors").exit_code == 0
+    code, rep = verify_json(tmp_path / "src", tmp_path / "g.safetensors", "--reference", "transformers")
+    rows = {r["inputs"]: r for r in rep["results"]}
+    assert code == 0 and rep["pass"], rep
+    assert rows["random: source vs transformers"]["rel"] < 1e-5 and rows["random: grown vs transformers"]["rel"] < 1e-4
+    from growtool.io import hf_reference
+
+    real = hf_reference.Reference.__call__
+    monkeypatch.setattr(hf_reference.Reference, "__call__", lambda self, x, alpha=None: real(self, x) * 1.01)
+    code, rep = verify_json(tmp_path / "src", tmp_path / "g.safetensors", "--reference", "transformers")
+    assert code == 1 and not rep["pass"]
+    r = cli("verify", tmp_path / "g.safetensors", tmp_path / "g.safetensors", "--reference", "transformers")
+    assert r.exit_code == 2 and "not a Hugging Face folder" in r.stderr and r.stderr.count("\n") == 1
