@@ -170,6 +170,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Duplicate()]
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
+    if role == "router_bias":
+        return [Keep("one per expert")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
     if role == "unit_bias":
@@ -206,6 +208,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("over head_dim, which is fixed")]
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
+    if role == "router_bias":
+        return [Keep("one per expert")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
     if role == "unit_norm":

@@ -49,8 +49,13 @@ SCALARS = (
     "attention_multiplier",
     "logits_scaling",
     "logit_scale",
+    "swiglu_alpha",
+    "swiglu_limit",
 )
-POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
+POSITIVE = (
+    *("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv"),
+    "swiglu_limit",
+)
 
 
 @dataclass
@@ -98,6 +103,8 @@ class ModelConfig:
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
     router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
+    swiglu_alpha: float | None = None  # GPT-OSS's clamped GLU (moe.clamped_glu): the sigmoid's gain
+    swiglu_limit: float | None = None  # ... and the clamp of gate (above) and up (both sides)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -391,6 +398,8 @@ class ModelConfig:
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
+                swiglu_alpha=get("swiglu_alpha"),
+                swiglu_limit=get("swiglu_limit"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

@@ -22,6 +22,7 @@ Roles
   head         the untied output head (a reader of the final norm)
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
+  router_bias  the router's bias (GPT-OSS): one per expert, kept by growth
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
@@ -81,6 +82,9 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    sinks: bool = False  # attention sinks: a learned logit per query head (slot sinks) joins each softmax and is
+    #                      dropped, so a head may attend to nothing (GPT-OSS); new heads' sinks follow their q/k/v
+    router_bias: bool = False  # the MoE router has a bias, one per expert (GPT-OSS): kept by growth
 
 
 @dataclass(frozen=True)
@@ -1226,6 +1230,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         ]
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
+    if f.sinks:  # one logit per query head: grown with the heads ("qgate": one element per query head)
+        s.append(TensorSpec(B + a.modules["sinks"], "unit_bias", unit_axis=0, units=("qgate",), group="attn"))
     s += writer("o", ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
@@ -1233,6 +1239,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("ln2")
     if f.moe:
         s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
+        if f.router_bias:
+            s.append(TensorSpec(b("router"), "router_bias"))
         for j in range(cfg.experts):
             e = f"{B}{a.modules['experts']}.{j}."
             s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
@@ -1309,6 +1317,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.vocab_size, cfg.width)
     if spec.role == "head_bias":
         return (cfg.vocab_size,)
+    if spec.role == "router_bias":
+        return (cfg.experts,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
         return (units,)

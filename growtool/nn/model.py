@@ -122,14 +122,18 @@ def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torc
     return m
 
 
-def _put(root: nn.Module, path: str, module: nn.Module) -> None:
-    """Attach ``module`` at a dotted path, creating empty container modules on the way."""
+def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
+    """Attach ``module`` (or a bare parameter: GPT-OSS's sinks) at a dotted path, creating empty
+    container modules on the way."""
     *parents, last = path.split(".")
     for p in parents:
         if not hasattr(root, p):
             root.add_module(p, nn.Module())
         root = getattr(root, p)
-    root.add_module(last, module)
+    if isinstance(module, nn.Parameter):
+        root.register_parameter(last, module)
+    else:
+        root.add_module(last, module)
 
 
 def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
@@ -155,10 +159,12 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         m.update(q_norm=RMSNorm(n_q, cfg.norm_eps, f.norm_offset), k_norm=RMSNorm(n_k, cfg.norm_eps, f.norm_offset))
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
+    if f.sinks:
+        m["sinks"] = nn.Parameter(torch.zeros(cfg.heads))  # one logit per query head (attention.explicit)
     m["o"] = lin(qd, d, cfg.o_bias)
     if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
         a = arch_of(cfg)
-        m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
+        m["router"], m["experts"] = lin(d, cfg.experts, f.router_bias), nn.ModuleList()
         for _ in range(cfg.experts):
             m["experts"].append(nn.Module())
             for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
@@ -225,7 +231,7 @@ class Block(nn.Module):
         if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
             q, k = s["q_norm"](q), s["k_norm"](k)
         q = query_scale(q, cfg, self.layer)
-        y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
+        y = attend(q, k, v, cfg, self.layer, s.get("sinks"))  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
             mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
