@@ -231,7 +231,8 @@ class Block(nn.Module):
         if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
             q, k = s["q_norm"](q), s["k_norm"](k)
         q = query_scale(q, cfg, self.layer)
-        y = attend(q, k, v, cfg, self.layer, s.get("sinks"))  # [B, H, T, hd]
+        sinks = self.get_parameter(arch_of(cfg).modules["sinks"]) if f.sinks else None  # by path: load(assign=)
+        y = attend(q, k, v, cfg, self.layer, sinks)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
             mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
