@@ -86,6 +86,8 @@ ARCH_CASES = {
     "ministral3": "ministral3-yarn-query-scale",
     "apertus": "apertus-xielu-tied-bias",
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
+    "granitemoe": "granitemoe-tied-bias-top1",  # experts fused in 3-D tensors: a copied block copies them whole
+    "granitemoeshared": "granitemoeshared",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -80,6 +80,8 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "granitemoe",
+    "granitemoeshared",
 ]
 
 

@@ -137,7 +137,7 @@ class ModelConfig:
 
     def base_units(self, kind: str) -> int:
         """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
-        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
+        return {"q": self.base_heads, "ffn": self.base_ffn, "ffn2": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0

@@ -44,6 +44,23 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class ExpertLayout:
+    """How a block's experts are stored when one tensor holds all E of them (``Features.experts``).
+
+    Expert slots (``e_gate_up``, or ``e_gate`` and ``e_up``; ``e_down``) name whole tensors, relative to the
+    block. A 3-D tensor is [E, ., .], the expert axis first; a ``stacked`` 2-D one holds the experts as E
+    blocks of units along its unit axis ([E * units, d], DBRX). Per expert, a reader is [units, d]
+    (``reader`` "out_in") or [d, units] ("in_out"); the writer [d, units] ("out_in") or [units, d]
+    ("in_out"). Gate and up in one reader sit as ``glu`` "halves" [gate | up] or "interleaved"
+    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors."""
+
+    reader: str = "out_in"
+    writer: str = "out_in"
+    glu: str = "halves"  # "halves" | "interleaved" | "separate"
+    stacked: bool = False
+
+
+@dataclass(frozen=True)
 class Features:
     norm: str = "rmsnorm"  # "layernorm" (gain + bias) | "rmsnorm" (gain)
     linear: str = "out_in"  # weight layout: "out_in" (nn.Linear) | "in_out" (GPT-2's Conv1D)
@@ -82,6 +99,8 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    experts: ExpertLayout | None = None  # the experts fused into tensors holding all E (None: one module each)
+    shared_gate: bool = True  # the shared expert's output passes sigmoid(s_router(x)) (Qwen2-MoE); False: added
     sinks: bool = False  # attention sinks: a learned logit per query head (slot sinks) joins each softmax and is
     #                      dropped, so a head may attend to nothing (GPT-OSS); new heads' sinks follow their q/k/v
     router_bias: bool = False  # the MoE router has a bias, one per expert (GPT-OSS): kept by growth
@@ -1085,6 +1104,36 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+_GRANITEMOE_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+    "router": "block_sparse_moe.router.layer",
+    "e_gate_up": "block_sparse_moe.input_linear.weight",  # [E, 2f, d]: each expert's [gate | up] rows
+    "e_down": "block_sparse_moe.output_linear.weight",  # [E, d, f]
+    "s_gate_up": "shared_mlp.input_linear",
+    "s_down": "shared_mlp.output_linear",
+}
+
+GRANITEMOE = Arch(
+    name="granitemoe",
+    model_type="granitemoe",
+    hf_class="GraniteMoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GRANITEMOE_MODULES,
+    features=Features(moe=True, experts=ExpertLayout()),  # softmax over the top-k logits: softmax, top-k, renormed
+    keys={**GRANITE.keys, "experts": "num_local_experts", "top_k": "num_experts_per_tok"},
+    fixed={"mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
+GRANITEMOESHARED = dataclasses.replace(
+    GRANITEMOE,
+    name="granitemoeshared",
+    model_type="granitemoeshared",
+    hf_class="GraniteMoeSharedForCausalLM",
+    features=Features(moe=True, experts=ExpertLayout(), shared_gate=False),  # the shared MLP is added, ungated
+    keys={**GRANITEMOE.keys, "shared_ffn": "shared_intermediate_size"},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1093,6 +1142,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(GRANITEMOE, GRANITEMOESHARED),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1104,10 +1154,7 @@ _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
 _LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
-_FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
-    "granitemoe": _FUSED_EXPERTS,
-    "granitemoeshared": _FUSED_EXPERTS,
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
@@ -1168,6 +1215,7 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
+    expert_axis: int | None = None  # a 3-D tensor holding every expert: this axis counts them (never grown)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1241,14 +1289,19 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
         if f.router_bias:
             s.append(TensorSpec(b("router"), "router_bias"))
-        for j in range(cfg.experts):
+        for j in range(0 if f.experts else cfg.experts):
             e = f"{B}{a.modules['experts']}.{j}."
             s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-        if cfg.shared_ffn:
+        s += expert_specs(a, cfg, ln2) if f.experts else []
+        if cfg.shared_ffn and "s_gate_up" in a.modules:  # [gate | up] of the shared expert in one tensor
+            s += reader("s_gate_up", ("sffn", "sffn"), "ffn", ln2, False)
+        elif cfg.shared_ffn:
             s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
+        if cfg.shared_ffn:
             s += writer("s_down", ("sffn",), "ffn", False)
+        if cfg.shared_ffn and f.shared_gate:
             s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
     elif f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
@@ -1271,6 +1324,29 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     return s
 
 
+def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
+    """The tensors of a block's fused experts (``Features.experts``, an ``ExpertLayout``), each with its
+    unit and residual axes and its unit kinds: a 3-D tensor names its expert axis (0, never grown), a
+    stacked 2-D one repeats its kinds once per expert along the unit axis. Readers come first, in the
+    order the forward pass reads them (gate, up), then the writer."""
+    lay = a.features.experts
+    if lay.glu == "separate":
+        slots = [("e_gate", "reader", ("ffn",)), ("e_up", "reader", ("ffn",))]
+    else:
+        slots = [("e_gate_up", "reader", {"halves": ("ffn", "ffn"), "interleaved": ("ffn2",)}[lay.glu])]
+    out = []
+    for slot, role, units in [*slots, ("e_down", "writer", ("ffn",))]:
+        rows = (lay.reader == "out_in") if role == "reader" else (lay.writer == "in_out")  # units before d
+        name, ua = a.block + a.modules[slot], 0 if rows else 1  # the unit axis of one expert's matrix
+        if lay.stacked:
+            out.append(
+                TensorSpec(name, role, 1 - ua, ua, units * cfg.experts, "ffn", norm if role == "reader" else None)
+            )
+        else:
+            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", norm if role == "reader" else None, "", 0))
+    return out
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
     return {
@@ -1280,6 +1356,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "qkvg": (cfg.kv_heads, (cfg.heads // cfg.kv_heads + 2) * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
+        "ffn2": (cfg.ffn, 2),  # one FFN neuron's (gate, up) pair, interleaved in a fused tensor (GPT-OSS)
         "sffn": (cfg.shared_ffn or 0, 1),
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
@@ -1322,7 +1399,9 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
         return (units,)
-    shape = [0, 0]
+    shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
+    if spec.expert_axis is not None:
+        shape[spec.expert_axis] = cfg.experts
     shape[spec.res_axis] = cfg.width
     shape[spec.unit_axis] = units
     return tuple(shape)

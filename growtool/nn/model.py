@@ -13,7 +13,7 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
+This file, ``attention.py``, ``moe.py``, ``experts.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
 import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
+from .experts import Fused, expert_parameters
 from .families import arch_of, has_head_bias
 from .moe import route
 from .rope import extends_context, layer_key
@@ -130,7 +131,7 @@ def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
         if not hasattr(root, p):
             root.add_module(p, nn.Module())
         root = getattr(root, p)
-    if isinstance(module, nn.Parameter):
+    if isinstance(module, nn.Parameter):  # a tensor of its own (fused experts, GPT-OSS's sinks)
         root.register_parameter(last, module)
     else:
         root.add_module(last, module)
@@ -164,15 +165,26 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     m["o"] = lin(qd, d, cfg.o_bias)
     if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
         a = arch_of(cfg)
-        m["router"], m["experts"] = lin(d, cfg.experts, f.router_bias), nn.ModuleList()
-        for _ in range(cfg.experts):
+        m["router"] = lin(d, cfg.experts, f.router_bias)
+        if f.experts:  # every expert in a few tensors (experts.py)
+            m.update(expert_parameters(cfg))
+        else:
+            m["experts"] = nn.ModuleList()
+        for _ in range(0 if f.experts else cfg.experts):
             m["experts"].append(nn.Module())
             for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
                 _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
         if cfg.shared_ffn:
             sf = cfg.shared_ffn
-            m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
-            m["s_router"] = lin(d, 1, False)
+            fused = "s_gate_up" in a.modules  # [gate | up] in one tensor (GraniteMoeShared)
+            m.update(
+                {"s_gate_up": lin(d, 2 * sf, False)}
+                if fused
+                else {"s_gate": lin(d, sf, False), "s_up": lin(d, sf, False)}
+            )
+            m["s_down"] = lin(sf, d, False)
+            if f.shared_gate:
+                m["s_router"] = lin(d, 1, False)
         return m
     if f.mlp == "glu_fused":
         m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
@@ -254,20 +266,26 @@ class Block(nn.Module):
         top, pick = route(cfg, s["router"](x))
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
-        out = torch.zeros_like(x)
-        for e, ex in enumerate(s["experts"]):
+        out, fused = torch.zeros_like(x), Fused(cfg, self) if self.features.experts else None
+        for e in range(cfg.experts):
             tok, k = torch.where(pick == e)
             if tok.numel() == 0:
                 continue
             h = x[tok]
-            m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
-            m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
+            if fused is not None:
+                m = fused.ffn(e, h, act, mask)
+            else:
+                ex = s["experts"][e]
+                m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
+                m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
             out.index_add_(0, tok, m * top[tok, k, None])
         if cfg.shared_ffn:
-            h = act(s["s_gate"](x)) * s["s_up"](x)
+            gate, up = s["s_gate_up"](x).chunk(2, dim=-1) if "s_gate_up" in s else (s["s_gate"](x), s["s_up"](x))
+            h = act(gate) * up
             if cfg.base_shared_ffn < cfg.shared_ffn:
                 h = h * unit_mask(cfg.shared_ffn, cfg.base_shared_ffn, g, h)
-            out = out + torch.sigmoid(s["s_router"](x)) * s["s_down"](h)
+            y = s["s_down"](h)
+            out = out + (torch.sigmoid(s["s_router"](x)) * y if self.features.shared_gate else y)
         return out.view(shape)
 
     def _ffn(self, x, g):
