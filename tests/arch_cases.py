@@ -173,6 +173,39 @@ MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, inter
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 GRANITE_MOE = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)  # experts fused in 3-D tensors
 
+GPT_OSS = dict(  # windows on alternate layers, YaRN at a scale these tiny models reach, clamps that bite
+    num_key_value_heads=2,
+    head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    intermediate_size=48,
+    sliding_window=8,
+    swiglu_limit=1.0,
+    initializer_range=0.1,
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 4.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 16,
+    },
+    **IDS,
+)
+
+
+def _gpt_oss(tie=False, **over):
+    """GPT-OSS with non-zero expert biases ([E, 2f] and [E, d]: 2-D, which ``perturbed`` leaves)."""
+    model = _family_like("GptOss")(tie=tie, **{**GPT_OSS, **over})
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("_proj_bias"):
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+    return model
+
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
     "opt": (_opt, {}),
@@ -391,6 +424,12 @@ FAMILY_CASES = {
     "granitemoeshared-tied-mult": (
         _family_like("GraniteMoeShared", shared_intermediate_size=24, **GRANITE_MOE, **GRANITE_MULT, **IDS),
         {"tie": True},
+    ),
+    "gpt_oss-window-yarn": (_gpt_oss, {}),
+    "gpt_oss-tied-top1-nobias": (
+        _gpt_oss,
+        {"tie": True, "num_key_value_heads": 4, "head_dim": 24, "num_local_experts": 3, "num_experts_per_tok": 1}
+        | {"attention_bias": False},
     ),
 }
 

@@ -82,6 +82,7 @@ LEGACY = [
     "phimoe-sparsemixer",
     "granitemoe",
     "granitemoeshared",
+    "gpt_oss-window-yarn",
 ]
 
 

@@ -13,8 +13,16 @@ transformers = pytest.importorskip("transformers")
 
 from transformers.models.gpt_oss import modeling_gpt_oss as hf_oss  # noqa: E402
 
+from growtool.io import checkpoint  # noqa: E402
 from growtool.nn.attention import explicit  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
 from growtool.nn.moe import clamped_glu  # noqa: E402
+
+from arch_cases import FAMILY_X as X  # noqa: E402
+from arch_cases import hf_logits, make_source, rel  # noqa: E402
+from helpers import cli  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -60,3 +68,108 @@ def test_clamped_glu_equals_transformers_and_its_clamps_bite():
     assert (loose - want).abs().max() > 1e-1
     zero = torch.zeros(3, 4)
     assert torch.equal(clamped_glu(zero, zero, 1.702, 1.5), zero)  # a zero neuron writes nothing
+
+
+def _logits(cfg, tensors, x=X):
+    with torch.no_grad():
+        return LM.from_tensors(cfg, tensors)(x)
+
+
+def test_gpt_oss_each_mechanism_bites(tmp_path):
+    """GPT-OSS's forward equals transformers'; leaving out any of its mechanisms - the sinks (as -inf),
+    the router's bias, the experts' biases, the GLU's clamps - changes the logits."""
+    model = make_source("gpt_oss-window-yarn", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    want, t = hf_logits(model), {n: ck.get(n) for n in ck.names()}
+    assert rel(_logits(ck.config, t), want) <= 1e-5
+    changes = {
+        "self_attn.sinks": lambda v: torch.full_like(v, float("-inf")),
+        "mlp.router.bias": torch.zeros_like,
+        "mlp.experts.gate_up_proj_bias": torch.zeros_like,
+        "mlp.experts.down_proj_bias": torch.zeros_like,
+    }
+    for part, change in changes.items():
+        names = [n for n in t if n.endswith(part)]
+        assert len(names) == 2, part
+        assert rel(_logits(ck.config, {**t, **{n: change(t[n]) for n in names}}), want) > 1e-3, part
+    assert ck.config.swiglu_limit == 1.0 and ck.config.swiglu_alpha == 1.702
+    assert rel(_logits(ck.config.replace(swiglu_limit=1e9), t), want) > 1e-3
+
+
+def test_gpt_oss_width_growth_keeps_router_bias_and_grows_sinks_with_their_heads(tmp_path):
+    """Width growth keeps the router's bias and every old head's sink bit for bit; a new query head's
+    sink is made as its q/k/v are (the recipe's copy or mixture of old heads). Under ``copy`` (no gate:
+    a copied head and its source split one output) the copy must attend as its source, so it takes
+    its source's sink: the grown model computes the source's function, and with the new heads' sinks
+    at 0 instead it would not. (Under a gate, a new head writes nothing at gate 0 whatever its sink.)"""
+    model = make_source("gpt_oss-window-yarn", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 128, "--recipe", "copy", "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    g = checkpoint.load(tmp_path / "g")
+    t = {n: g.get(n) for n in g.names()}
+    assert g.config.heads == 8 and not g.config.gated
+    for i in range(2):
+        b = f"model.layers.{i}."
+        assert torch.equal(t[b + "mlp.router.bias"], ck.get(b + "mlp.router.bias"))
+        old, new = ck.get(b + "self_attn.sinks"), t[b + "self_attn.sinks"]
+        assert torch.equal(new[:4], old) and all(bool((old == s).any()) for s in new[4:])
+    want = hf_logits(model)
+    assert rel(_logits(g.config, t), want) <= 1e-4
+    zeroed = {n: torch.cat([v[:4], torch.zeros(4)]) for n, v in t.items() if n.endswith("sinks")}
+    assert rel(_logits(g.config, {**t, **zeroed}), want) > 1e-3
+
+
+def test_gpt_oss_configs_of_the_hub_read_as_transformers_reads_them(tmp_path):
+    """The Hub's gpt-oss config.json also spells the experts per token ``experts_per_token``; a
+    quantized (MXFP4) checkpoint is refused with one line."""
+    hf = transformers.GptOssConfig(num_experts_per_tok=4, num_local_experts=8).to_dict()
+    hub = {**{k: v for k, v in hf.items() if k != "num_experts_per_tok"}, "experts_per_token": 2}
+    assert ModelConfig.from_hf(hub).top_k == 2 and ModelConfig.from_hf(hf).top_k == 4
+    with pytest.raises(GrowError, match="MXFP4"):
+        ModelConfig.from_hf({**hf, "quantization_config": {"quant_method": "mxfp4"}})
+
+
+def _router_logits(model, x, alpha=None):
+    """Each block's router logits (with its bias) on ``x``."""
+    out = []
+    hooks = [b.slot["router"].register_forward_hook(lambda m, i, o: out.append(o.detach())) for b in model.blocks]
+    with torch.no_grad():
+        model(x, alpha=alpha)
+    for h in hooks:
+        h.remove()
+    return out
+
+
+@pytest.mark.parametrize("ffn", [None, 96])
+def test_gpt_oss_tokens_keep_their_experts_and_the_gated_folder_loads(ffn, tmp_path):
+    """Gate 0: every block's router (its bias kept) sees the same logits, so every token goes to the
+    same experts with the same weights; each expert's neurons grew (3/2, or ``--ffn``) as interleaved
+    (gate, up) pairs behind the gate, with their biases, and each expert's writer bias [E, d] with the
+    width. The gated folder loads through its own modeling code with the source's logits at gate 0."""
+    model = make_source("gpt_oss-window-yarn", tmp_path / "src")
+    src = checkpoint.load(tmp_path / "src")
+    args = ("--ffn", ffn) if ffn else ()
+    assert cli("expand", tmp_path / "src", "--width", 96, *args, "-q", "-o", tmp_path / "g").exit_code == 0
+    g = checkpoint.load(tmp_path / "g")
+    f = ffn or 72
+    assert (g.config.ffn, g.config.base_ffn, g.config.experts) == (f, 48, 4)
+    e = "model.layers.1.mlp.experts."
+    shapes = {
+        n: tuple(g.get(e + n).shape) for n in ("gate_up_proj", "gate_up_proj_bias", "down_proj", "down_proj_bias")
+    }
+    assert shapes == {
+        "gate_up_proj": (4, 96, 2 * f),
+        "gate_up_proj_bias": (4, 2 * f),
+        "down_proj": (4, f, 96),
+        "down_proj_bias": (4, 96),
+    }
+    assert torch.equal(g.get(e + "gate_up_proj_bias")[:, :96], src.get(e + "gate_up_proj_bias"))  # old pairs kept
+    x = torch.randint(256, (4, 20), generator=torch.Generator().manual_seed(7))
+    before, after = _router_logits(src.model(), x), _router_logits(g.model(), x, alpha=0.0)
+    for a, b in zip(before, after, strict=True):
+        assert torch.equal(a.topk(2).indices, b.topk(2).indices) and (a - b).abs().max() <= 1e-5
+    assert len(set(torch.cat(before).topk(2).indices.flatten().tolist())) == 4  # every expert is used
+    remote = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "g", trust_remote_code=True).eval()
+    with torch.no_grad():
+        assert rel(remote(X, alpha=0.0).logits, hf_logits(model)) <= 1e-4

@@ -126,6 +126,7 @@ DEPTH_FAMILIES = frozenset([
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
     "glm4", "ministral3", "apertus", "phimoe",
     "granitemoe", "granitemoeshared",
+    "gpt_oss",
 ])
 # fmt: on
 

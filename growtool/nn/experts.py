@@ -3,8 +3,8 @@ the one forward pass (``model.py``) and each expert's GLU FFN read from them.
 
 The tensors are described once, by ``families.expert_specs``: their unit and residual axes and, for a
 3-D tensor, its expert axis. Growth reads the same specs, so what the forward pass takes for expert e's
-neurons is what growth grows. Imports nothing else from growtool but ``families``: copied into
-remote-code folders with ``model.py``.
+neurons is what growth grows. Imports nothing else from growtool but ``families`` and ``moe``: copied
+into remote-code folders with ``model.py``.
 """
 
 from __future__ import annotations
@@ -13,8 +13,9 @@ import torch
 import torch.nn as nn
 
 from .families import arch_of, expert_specs, tensor_shape
+from .moe import clamped_glu
 
-SLOTS = ("e_gate_up", "e_gate", "e_up", "e_down")  # the slots a fused layout may use
+SLOTS = ("e_gate_up", "e_gate", "e_up", "e_down", "e_gate_up_bias", "e_down_bias")  # the slots a fused layout may use
 
 
 def specs(cfg) -> dict:
@@ -52,14 +53,19 @@ class Fused:
     def _w(self, slot: str, e: int) -> torch.Tensor:
         return matrix(self.block.get_parameter(self.paths[slot]), self.specs[slot], self.cfg.experts, e)
 
+    def _b(self, slot: str, e: int) -> torch.Tensor | float:
+        """Expert e's bias of a slot's tensor (GPT-OSS: ``slot`` + "_bias", a row per expert), else 0."""
+        return self.block.get_parameter(self.paths[slot + "_bias"])[e] if slot + "_bias" in self.specs else 0.0
+
     def ffn(self, e: int, x: torch.Tensor, act, mask: torch.Tensor | None) -> torch.Tensor:
         if self.layout.glu == "separate":
             gate, up = x @ self._w("e_gate", e).t(), x @ self._w("e_up", e).t()
         else:
-            h = x @ self._w("e_gate_up", e).t()
+            h = x @ self._w("e_gate_up", e).t() + self._b("e_gate_up", e)
             if self.layout.glu == "halves":
                 gate, up = h.chunk(2, dim=-1)
             else:  # interleaved: neuron j's gate at 2j, its up at 2j + 1
                 gate, up = h[..., 0::2], h[..., 1::2]
-        h = act(gate) * up
-        return (h if mask is None else h * mask) @ self._w("e_down", e)
+        c = self.cfg
+        h = clamped_glu(gate, up, c.swiglu_alpha, c.swiglu_limit) if c.swiglu_limit is not None else act(gate) * up
+        return (h if mask is None else h * mask) @ self._w("e_down", e) + self._b("e_down", e)

@@ -1134,6 +1134,48 @@ GRANITEMOESHARED = dataclasses.replace(
     keys={**GRANITEMOE.keys, "shared_ffn": "shared_intermediate_size"},
 )
 
+GPT_OSS = Arch(
+    name="gpt_oss",
+    model_type="gpt_oss",
+    hf_class="GptOssForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "sinks": "self_attn.sinks",
+        "router": "mlp.router",
+        "e_gate_up": "mlp.experts.gate_up_proj",  # [E, d, 2f]: neuron j's gate at 2j, its up at 2j + 1
+        "e_gate_up_bias": "mlp.experts.gate_up_proj_bias",  # [E, 2f]
+        "e_down": "mlp.experts.down_proj",  # [E, f, d]
+        "e_down_bias": "mlp.experts.down_proj_bias",  # [E, d]
+    },
+    features=Features(
+        moe=True,
+        experts=ExpertLayout(reader="in_out", writer="in_out", glu="interleaved"),
+        sinks=True,
+        router_bias=True,
+    ),
+    keys={
+        **_LLAMA_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+        "experts": "num_local_experts",
+        "top_k": "num_experts_per_tok",
+        "swiglu_alpha": "swiglu_alpha",
+        "swiglu_limit": "swiglu_limit",
+    },
+    # top-k of the router's logits, softmax over those k: softmax, top-k, renormalised (norm_topk)
+    fixed={"mlp_bias": False, "norm_topk": True},
+    defaults={
+        **{"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1e-5, "qkv_bias": True},
+        **{"swiglu_alpha": 1.702, "swiglu_limit": 7.0},
+    },
+    refuse={"quantization_config": "gpt_oss with quantized (MXFP4) experts is not supported: dequantize it first"},
+    alt_keys={"num_experts_per_tok": "experts_per_token"},  # the Hub's configs spell both
+    window_every=2,
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1142,6 +1184,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        GPT_OSS,
         *(GRANITEMOE, GRANITEMOESHARED),
     )
 }
@@ -1166,7 +1209,6 @@ UNSUPPORTED = {
     "exaone_moe": _DEEPSEEK_MOE,
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
-    "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
@@ -1344,7 +1386,16 @@ def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
             )
         else:
             out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", norm if role == "reader" else None, "", 0))
+        if slot + "_bias" in a.modules:  # a bias per expert (GPT-OSS): [E, units] on a reader, [E, d] on the writer
+            out.append(_expert_bias(a.block + a.modules[slot + "_bias"], role, units))
     return out
+
+
+def _expert_bias(name: str, role: str, units: tuple) -> TensorSpec:
+    """The spec of a fused reader's or writer's bias, one row per expert (axis 0)."""
+    if role == "reader":
+        return TensorSpec(name, "unit_bias", unit_axis=1, units=units, group="ffn", expert_axis=0)
+    return TensorSpec(name, "writer_bias", res_axis=1, expert_axis=0)
 
 
 def unit_count(cfg, kind: str) -> tuple[int, int]:
@@ -1380,8 +1431,9 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     """The shape a tensor must have under cfg (derived from the spec's axes)."""
     if spec.role == "growth_gate":
         return (1,)
+    lead = () if spec.expert_axis is None else (cfg.experts,)  # a bias per expert (GPT-OSS)
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
-        return (cfg.width,)
+        return (*lead, cfg.width)
     if spec.role == "head_norm":
         return (cfg.head_dim,)
     if spec.role == "act_param":
@@ -1398,7 +1450,7 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.experts,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
-        return (units,)
+        return (*lead, units)
     shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
     if spec.expert_axis is not None:
         shape[spec.expert_axis] = cfg.experts
