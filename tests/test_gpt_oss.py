@@ -126,6 +126,10 @@ def test_gpt_oss_configs_of_the_hub_read_as_transformers_reads_them(tmp_path):
     hf = transformers.GptOssConfig(num_experts_per_tok=4, num_local_experts=8).to_dict()
     hub = {**{k: v for k, v in hf.items() if k != "num_experts_per_tok"}, "experts_per_token": 2}
     assert ModelConfig.from_hf(hub).top_k == 2 and ModelConfig.from_hf(hf).top_k == 4
+    made = ModelConfig(
+        "gpt_oss", vocab_size=64, width=32, layers=2, heads=4, kv_heads=2, head_dim=8, ffn=16, experts=2, top_k=1
+    )
+    assert (made.swiglu_alpha, made.swiglu_limit) == (1.702, 7.0)  # a config made in code: the family's defaults
     with pytest.raises(GrowError, match="MXFP4"):
         ModelConfig.from_hf({**hf, "quantization_config": {"quant_method": "mxfp4"}})
 

@@ -31,6 +31,8 @@ FEATURE_FALLBACK = {
     "rotary_fraction": 1.0,
     "parallel": False,
     "norm_topk": False,
+    "swiglu_alpha": None,  # GPT-OSS's clamped GLU: its family's defaults, also for a config made in code
+    "swiglu_limit": None,
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
