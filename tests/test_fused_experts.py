@@ -30,7 +30,7 @@ from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import CASES, hf_logits, make_source, rel  # noqa: E402
 from arch_cases import FAMILY_X as X  # noqa: E402
-from helpers import cli, perturbed, random_tensors, verify_json  # noqa: E402
+from helpers import cli, make_text, perturbed, random_tensors, tiny_cfg, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -230,3 +230,31 @@ def test_recipes_and_breakers_keep_fused_experts_exact(family, recipe, over):
     x = random_batches(cfg.vocab_size, cfg.context, 4, 4)
     c0 = compare(LM.from_tensors(cfg, src), LM.from_tensors(plan.cfg, grown), x, alpha=0.0)
     assert c0.logit_scale > 1e-3 and c0.rel <= 1e-4, c0
+
+
+@pytest.mark.parametrize("family, extra", [("granitemoeshared", {"shared_ffn": 16}), ("dbrx", {"clip_qkv": 1.0})])
+def test_a_run_grows_fused_experts_with_their_optimizer_state_and_resumes_exactly(family, extra, tmp_path):
+    """``train --grow-at 0.5:width=48,layers=3``: the AdamW moments of 3-D and stacked expert tensors grow
+    with them (a run stopped and resumed around the growth ends bit for bit where the straight run does),
+    and the loss does not jump at the growth."""
+    from growtool.init import init_model
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
+
+    (tmp_path / "toy.txt").write_text(make_text(1500))
+    cfg = tiny_cfg(layers=2, family=family, experts=3, top_k=2, ffn=24, **extra)
+    base = checkpoint.save_tensors(str(tmp_path / "base.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    kw = dict(batch=8, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, steps=8, save_every=2)
+    kw.update(grow_at=("0.5:width=48,layers=3",), gate_warmup_tokens=512)
+    a = train(base, [tmp_path / "toy.txt"], tmp_path / "a", **kw)
+    train(base, [tmp_path / "toy.txt"], tmp_path / "b", stop_at=3, **kw)
+    train(base, [tmp_path / "toy.txt"], tmp_path / "b", resume=True, stop_at=6, **kw)
+    b = train(base, [tmp_path / "toy.txt"], tmp_path / "b", resume=True, **kw)
+    ra, rb = (read_metrics(tmp_path / r / "metrics.jsonl") for r in "ab")
+    assert [{k: v for k, v in r.items() if k != "tok_s"} for r in ra] == [
+        {k: v for k, v in r.items() if k != "tok_s"} for r in rb
+    ]
+    assert checkpoint.load(a["final"]).sha256() == checkpoint.load(b["final"]).sha256()
+    final = checkpoint.load(a["final"]).config
+    assert (final.width, final.layers, final.experts, final.ffn) == (48, 3, 3, 36)
+    assert ra[5]["loss"] < ra[4]["loss"] + 0.05
