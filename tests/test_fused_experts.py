@@ -124,6 +124,38 @@ def test_every_layout_computes_and_grows_the_same_experts(name, recipe, tmp_path
         assert rel(LM.from_tensors(plan_v.cfg, grown_v)(X, alpha=1.0), ref) > 1e-3 or recipe == "copy"
 
 
+@pytest.mark.parametrize("recipe, over", [("srio", {"noise": 0.2}), ("copy", {"pair_noise": 0.3})])
+def test_expert_biases_are_read_and_grow_exactly(recipe, over, tmp_path, monkeypatch):
+    """GPT-OSS's layout with a bias per expert ([E, 2f] on the interleaved gate/up pairs, [E, d] on the
+    output, ``ExpertLayout.bias``): read by the forward pass (zeroed, the logits differ), grown with
+    their tensors (old unit biases kept bit for bit), the source's function at gate 0."""
+    make_source("granitemoe", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, src = ck.config, {n: ck.get(n) for n in ck.names()}
+    v = variant("gpt_oss")
+    modules = {**v.modules, "e_gate_up_bias": "block_sparse_moe.gu_b", "e_down_bias": "block_sparse_moe.dn_b"}
+    lay = dataclasses.replace(v.features.experts, bias=True)
+    monkeypatch.setitem(
+        families.ARCHS,
+        "granitemoe",
+        dataclasses.replace(v, modules=modules, features=dataclasses.replace(v.features, experts=lay)),
+    )
+    mine, gen = in_layout(src, cfg, "gpt_oss"), torch.Generator().manual_seed(5)
+    for i in range(cfg.layers):
+        mine[B.format(i=i) + "gu_b"] = 0.3 * torch.randn(4, 96, generator=gen)
+        mine[B.format(i=i) + "dn_b"] = 0.3 * torch.randn(4, 64, generator=gen)
+    assert set(mine) == set(families.expected_shapes(cfg))
+    zeroed = {n: torch.zeros_like(t) if n.endswith("_b") else t for n, t in mine.items()}
+    plan = build_plan(cfg, recipes.load(recipe, over), 96, seed=3)
+    grown = {n: grow_tensor(n, plan, mine.__getitem__) for n, _, _ in plan.outputs()}
+    assert grown[B.format(i=1) + "gu_b"].shape == (4, 144) and grown[B.format(i=1) + "dn_b"].shape == (4, 96)
+    assert torch.equal(grown[B.format(i=1) + "gu_b"][:, :96], mine[B.format(i=1) + "gu_b"])
+    with torch.no_grad():
+        ref = LM.from_tensors(cfg, mine)(X)
+        assert rel(LM.from_tensors(cfg, zeroed)(X), ref) > 1e-3
+        assert rel(LM.from_tensors(plan.cfg, grown)(X, alpha=0.0), ref) <= 1e-5
+
+
 def test_a_bf16_sharded_folder_grows_through_the_streaming_writer(tmp_path):
     """A bf16 GraniteMoeShared saved in shards by transformers: read lazily, grown by the streaming writer
     in bf16 (each tensor the float32 growth rounded once) and in float32 (verified); the producer memory

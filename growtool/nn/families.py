@@ -51,12 +51,15 @@ class ExpertLayout:
     blocks of units along its unit axis ([E * units, d], DBRX). Per expert, a reader is [units, d]
     (``reader`` "out_in") or [d, units] ("in_out"); the writer [d, units] ("out_in") or [units, d]
     ("in_out"). Gate and up in one reader sit as ``glu`` "halves" [gate | up] or "interleaved"
-    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors."""
+    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors.
+    ``bias``: each tensor has a bias per expert at slot ``<slot>_bias``: [E, units] on a reader's units
+    (a stacked one: [E * units]), [E, d] on the writer's output (GPT-OSS)."""
 
     reader: str = "out_in"
     writer: str = "out_in"
     glu: str = "halves"  # "halves" | "interleaved" | "separate"
     stacked: bool = False
+    bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -1383,16 +1386,20 @@ def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
         slots = [("e_gate", "reader", ("ffn",)), ("e_up", "reader", ("ffn",))]
     else:
         slots = [("e_gate_up", "reader", {"halves": ("ffn", "ffn"), "interleaved": ("ffn2",)}[lay.glu])]
-    out = []
+    out, E = [], cfg.experts
     for slot, role, units in [*slots, ("e_down", "writer", ("ffn",))]:
         rows = (lay.reader == "out_in") if role == "reader" else (lay.writer == "in_out")  # units before d
-        name, ua = a.block + a.modules[slot], 0 if rows else 1  # the unit axis of one expert's matrix
+        name, ua, nm = a.block + a.modules[slot], 0 if rows else 1, norm if role == "reader" else None
         if lay.stacked:
-            out.append(
-                TensorSpec(name, role, 1 - ua, ua, units * cfg.experts, "ffn", norm if role == "reader" else None)
-            )
+            out.append(TensorSpec(name, role, 1 - ua, ua, units * E, "ffn", nm))
         else:
-            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", norm if role == "reader" else None, "", 0))
+            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", nm, "", 0))
+        bias = a.block + a.modules.get(slot + "_bias", "") if lay.bias else None
+        if bias and role == "writer":
+            out.append(TensorSpec(bias, "writer_bias", res_axis=1, expert_axis=0))
+        elif bias:
+            ax = (0, units * E, None) if lay.stacked else (1, units, 0)
+            out.append(TensorSpec(bias, "unit_bias", unit_axis=ax[0], units=ax[1], group="ffn", expert_axis=ax[2]))
     return out
 
 
@@ -1429,6 +1436,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     """The shape a tensor must have under cfg (derived from the spec's axes)."""
     if spec.role == "growth_gate":
         return (1,)
+    if spec.role == "writer_bias" and spec.expert_axis is not None:
+        return (cfg.experts, cfg.width)
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
         return (cfg.width,)
     if spec.role == "head_norm":
@@ -1445,7 +1454,7 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.vocab_size,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
-        return (units,)
+        return (units,) if spec.expert_axis is None else (cfg.experts, units)
     shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
     if spec.expert_axis is not None:
         shape[spec.expert_axis] = cfg.experts
