@@ -173,6 +173,18 @@ MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, inter
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 GRANITE_MOE = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)  # experts fused in 3-D tensors
 
+
+def _dbrx(tie=False, attn=None, ffn=None, **over):
+    """DBRX: its attention and FFN settings nested in ``attn_config`` / ``ffn_config`` (transformers 5.24's
+    attention reads ``attn_config.rope_theta``, which its config class does not default;
+    its attention also fails without ``clip_qkv``, so every row sets one)."""
+    kw = dict(vocab_size=FAMILY_V, d_model=64, n_heads=4, n_layers=2, max_seq_len=64)
+    attn = {"kv_n_heads": 2, "rope_theta": 10000.0, **(attn or {})}
+    ffn = {"ffn_hidden_size": 48, "moe_num_experts": 4, "moe_top_k": 2, **(ffn or {})}
+    cfg = transformers.DbrxConfig(**{**kw, **over}, attn_config=attn, ffn_config=ffn, tie_word_embeddings=tie)
+    return transformers.DbrxForCausalLM(cfg)
+
+
 GPT_OSS = dict(  # windows on alternate layers, YaRN at a scale these tiny models reach, clamps that bite
     num_key_value_heads=2,
     head_dim=16,
@@ -424,6 +436,11 @@ FAMILY_CASES = {
     "granitemoeshared-tied-mult": (
         _family_like("GraniteMoeShared", shared_intermediate_size=24, **GRANITE_MOE, **GRANITE_MULT, **IDS),
         {"tie": True},
+    ),
+    "dbrx-clip": (_dbrx, {"attn": {"clip_qkv": 0.2}}),  # experts stacked [E * f, d]
+    "dbrx-mha-top1-clip8": (
+        _dbrx,
+        {"attn": {"kv_n_heads": 4, "clip_qkv": 8.0}, "ffn": {"moe_num_experts": 3, "moe_top_k": 1}},
     ),
     "gpt_oss-window-yarn": (_gpt_oss, {}),
     "gpt_oss-tied-top1-nobias": (

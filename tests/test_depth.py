@@ -88,6 +88,7 @@ ARCH_CASES = {
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
     "granitemoe": "granitemoe-tied-bias-top1",  # experts fused in 3-D tensors: a copied block copies them whole
     "granitemoeshared": "granitemoeshared",
+    "dbrx": "dbrx-clip",
     "gpt_oss": "gpt_oss-window-yarn",  # sinks, expert biases and layer types follow the copied block
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}

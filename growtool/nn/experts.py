@@ -15,7 +15,8 @@ import torch.nn as nn
 from .families import arch_of, expert_specs, tensor_shape
 from .moe import clamped_glu
 
-SLOTS = ("e_gate_up", "e_gate", "e_up", "e_down", "e_gate_up_bias", "e_down_bias")  # the slots a fused layout may use
+SLOTS = ("e_gate_up", "e_gate", "e_up", "e_down")  # the slots a fused layout may use, and their biases
+SLOTS += tuple(s + "_bias" for s in SLOTS)
 
 
 def specs(cfg) -> dict:
@@ -53,19 +54,24 @@ class Fused:
     def _w(self, slot: str, e: int) -> torch.Tensor:
         return matrix(self.block.get_parameter(self.paths[slot]), self.specs[slot], self.cfg.experts, e)
 
-    def _b(self, slot: str, e: int) -> torch.Tensor | float:
-        """Expert e's bias of a slot's tensor (GPT-OSS: ``slot`` + "_bias", a row per expert), else 0."""
-        return self.block.get_parameter(self.paths[slot + "_bias"])[e] if slot + "_bias" in self.specs else 0.0
+    def _lin(self, slot: str, e: int, x: torch.Tensor) -> torch.Tensor:
+        """x through expert e's reader ``slot``, plus its bias where the layout has biases."""
+        y = x @ self._w(slot, e).t()
+        if not self.layout.bias:
+            return y
+        b, sp = self.block.get_parameter(self.paths[slot + "_bias"]), self.specs[slot + "_bias"]
+        return y + (b.select(0, e) if sp.expert_axis is not None else b.view(self.cfg.experts, -1)[e])
 
     def ffn(self, e: int, x: torch.Tensor, act, mask: torch.Tensor | None) -> torch.Tensor:
         if self.layout.glu == "separate":
-            gate, up = x @ self._w("e_gate", e).t(), x @ self._w("e_up", e).t()
+            gate, up = self._lin("e_gate", e, x), self._lin("e_up", e, x)
         else:
-            h = x @ self._w("e_gate_up", e).t() + self._b("e_gate_up", e)
+            h = self._lin("e_gate_up", e, x)
             if self.layout.glu == "halves":
                 gate, up = h.chunk(2, dim=-1)
             else:  # interleaved: neuron j's gate at 2j, its up at 2j + 1
                 gate, up = h[..., 0::2], h[..., 1::2]
         c = self.cfg
         h = clamped_glu(gate, up, c.swiglu_alpha, c.swiglu_limit) if c.swiglu_limit is not None else act(gate) * up
-        return (h if mask is None else h * mask) @ self._w("e_down", e) + self._b("e_down", e)
+        y = (h if mask is None else h * mask) @ self._w("e_down", e)
+        return y + self.block.get_parameter(self.paths["e_down_bias"])[e] if self.layout.bias else y

@@ -52,12 +52,15 @@ class ExpertLayout:
     blocks of units along its unit axis ([E * units, d], DBRX). Per expert, a reader is [units, d]
     (``reader`` "out_in") or [d, units] ("in_out"); the writer [d, units] ("out_in") or [units, d]
     ("in_out"). Gate and up in one reader sit as ``glu`` "halves" [gate | up] or "interleaved"
-    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors."""
+    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors.
+    ``bias``: each tensor has a bias per expert at slot ``<slot>_bias``: [E, units] on a reader's units
+    (a stacked one: [E * units]), [E, d] on the writer's output (GPT-OSS)."""
 
     reader: str = "out_in"
     writer: str = "out_in"
     glu: str = "halves"  # "halves" | "interleaved" | "separate"
     stacked: bool = False
+    bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -1134,6 +1137,64 @@ GRANITEMOESHARED = dataclasses.replace(
     keys={**GRANITEMOE.keys, "shared_ffn": "shared_intermediate_size"},
 )
 
+DBRX = Arch(
+    name="dbrx",
+    model_type="dbrx",
+    hf_class="DbrxForCausalLM",
+    block="transformer.blocks.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.norm_f",
+        "head": "lm_head",
+        "ln1": "norm_attn_norm.norm_1",
+        "ln2": "norm_attn_norm.norm_2",
+        "qkv": "norm_attn_norm.attn.Wqkv",  # [Q | K | V], clamped to +-clip_qkv
+        "o": "norm_attn_norm.attn.out_proj",
+        "g": "norm_attn_norm.attn.g_proj",
+        "router": "ffn.router.layer",
+        "e_gate": "ffn.experts.mlp.w1",  # [E * f, d]: expert e's rows e f .. (e + 1) f
+        "e_up": "ffn.experts.mlp.v1",
+        "e_down": "ffn.experts.mlp.w2",  # [E * f, d]: expert e's [f, d], read as h @ w2
+    },
+    features=Features(
+        norm="layernorm",
+        norm_bias=False,  # nn.LayerNorm(d, bias=False), eps 1e-5 of the class
+        fixed_eps=True,
+        qkv="concat",
+        free_head_dim=False,
+        moe=True,
+        experts=ExpertLayout(writer="in_out", glu="separate", stacked=True),
+    ),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "d_model",
+        "layers": "n_layers",
+        "heads": "n_heads",
+        "kv_heads": "attn_config.kv_n_heads",
+        "ffn": "ffn_config.ffn_hidden_size",
+        "context": "max_seq_len",
+        "tie": "tie_word_embeddings",
+        "activation": "ffn_config.ffn_act_fn.name",
+        "experts": "ffn_config.moe_num_experts",
+        "top_k": "ffn_config.moe_top_k",
+        "clip_qkv": "attn_config.clip_qkv",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={  # DbrxConfig's, DbrxAttentionConfig's and DbrxFFNConfig's
+        **{"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5, "kv_heads": 1},
+        **{"ffn": 3584, "experts": 4, "top_k": 1},
+    },
+    require={
+        "ffn_config.moe_normalize_expert_weights": (
+            (1, 1.0),
+            "dbrx with moe_normalize_expert_weights other than 1 (top-k weights over another p-norm, or none) "
+            "is not supported",
+            1.0,
+        )
+    },
+    mirrors={"ffn_config.hidden_size": "width", "num_key_value_heads": "kv_heads"},
+)
+
 GPT_OSS = Arch(
     name="gpt_oss",
     model_type="gpt_oss",
@@ -1150,7 +1211,7 @@ GPT_OSS = Arch(
     },
     features=Features(
         moe=True,
-        experts=ExpertLayout(reader="in_out", writer="in_out", glu="interleaved"),
+        experts=ExpertLayout(reader="in_out", writer="in_out", glu="interleaved", bias=True),
         sinks=True,
         router_bias=True,
     ),
@@ -1184,8 +1245,8 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(GRANITEMOE, GRANITEMOESHARED, DBRX),
         GPT_OSS,
-        *(GRANITEMOE, GRANITEMOESHARED),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1209,7 +1270,6 @@ UNSUPPORTED = {
     "exaone_moe": _DEEPSEEK_MOE,
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
-    "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
     "granitemoehybrid": _MAMBA,
@@ -1376,26 +1436,21 @@ def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
         slots = [("e_gate", "reader", ("ffn",)), ("e_up", "reader", ("ffn",))]
     else:
         slots = [("e_gate_up", "reader", {"halves": ("ffn", "ffn"), "interleaved": ("ffn2",)}[lay.glu])]
-    out = []
+    out, E = [], cfg.experts
     for slot, role, units in [*slots, ("e_down", "writer", ("ffn",))]:
         rows = (lay.reader == "out_in") if role == "reader" else (lay.writer == "in_out")  # units before d
-        name, ua = a.block + a.modules[slot], 0 if rows else 1  # the unit axis of one expert's matrix
+        name, ua, nm = a.block + a.modules[slot], 0 if rows else 1, norm if role == "reader" else None
         if lay.stacked:
-            out.append(
-                TensorSpec(name, role, 1 - ua, ua, units * cfg.experts, "ffn", norm if role == "reader" else None)
-            )
+            out.append(TensorSpec(name, role, 1 - ua, ua, units * E, "ffn", nm))
         else:
-            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", norm if role == "reader" else None, "", 0))
-        if slot + "_bias" in a.modules:  # a bias per expert (GPT-OSS): [E, units] on a reader, [E, d] on the writer
-            out.append(_expert_bias(a.block + a.modules[slot + "_bias"], role, units))
+            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", nm, "", 0))
+        bias = a.block + a.modules.get(slot + "_bias", "") if lay.bias else None
+        if bias and role == "writer":
+            out.append(TensorSpec(bias, "writer_bias", res_axis=1, expert_axis=0))
+        elif bias:
+            ax = (0, units * E, None) if lay.stacked else (1, units, 0)
+            out.append(TensorSpec(bias, "unit_bias", unit_axis=ax[0], units=ax[1], group="ffn", expert_axis=ax[2]))
     return out
-
-
-def _expert_bias(name: str, role: str, units: tuple) -> TensorSpec:
-    """The spec of a fused reader's or writer's bias, one row per expert (axis 0)."""
-    if role == "reader":
-        return TensorSpec(name, "unit_bias", unit_axis=1, units=units, group="ffn", expert_axis=0)
-    return TensorSpec(name, "writer_bias", res_axis=1, expert_axis=0)
 
 
 def unit_count(cfg, kind: str) -> tuple[int, int]:
@@ -1431,9 +1486,10 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     """The shape a tensor must have under cfg (derived from the spec's axes)."""
     if spec.role == "growth_gate":
         return (1,)
-    lead = () if spec.expert_axis is None else (cfg.experts,)  # a bias per expert (GPT-OSS)
+    if spec.role == "writer_bias" and spec.expert_axis is not None:
+        return (cfg.experts, cfg.width)
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
-        return (*lead, cfg.width)
+        return (cfg.width,)
     if spec.role == "head_norm":
         return (cfg.head_dim,)
     if spec.role == "act_param":
@@ -1450,7 +1506,7 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.experts,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
-        return (*lead, units)
+        return (units,) if spec.expert_axis is None else (cfg.experts, units)
     shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
     if spec.expert_axis is not None:
         shape[spec.expert_axis] = cfg.experts
