@@ -22,7 +22,7 @@ from growtool.nn.moe import clamped_glu  # noqa: E402
 
 from arch_cases import CASES, hf_logits, make_source, rel  # noqa: E402
 from arch_cases import FAMILY_X as X  # noqa: E402
-from helpers import cli, perturbed, verify_json  # noqa: E402
+from helpers import cli, make_text, perturbed, tiny_cfg, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -211,3 +211,30 @@ def test_gpt_oss_in_bf16_shards_grows_and_verifies_with_defaults(tmp_path):
     )
     with torch.no_grad():
         assert rel(checkpoint.load(tmp_path / "f").model()(X, alpha=0.0), src32) <= 1e-5
+
+
+def test_a_gpt_oss_run_grows_mid_run_with_its_optimizer_state_and_resumes_exactly(tmp_path):
+    """``train --grow-at 0.5:width=48,layers=3`` on a GPT-OSS: the sinks, the router's bias and the biased
+    fused experts grow with their AdamW moments (a run stopped and resumed around the growth ends bit for
+    bit where the straight run does), and the loss does not jump at the growth."""
+    from growtool.init import init_model
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
+
+    (tmp_path / "toy.txt").write_text(make_text(1500))
+    cfg = tiny_cfg(layers=2, family="gpt_oss", experts=3, top_k=2, ffn=24)
+    base = checkpoint.save_tensors(str(tmp_path / "base.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    kw = dict(batch=8, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, steps=8, save_every=2)
+    kw.update(grow_at=("0.5:width=48,layers=3",), gate_warmup_tokens=512)
+    a = train(base, [tmp_path / "toy.txt"], tmp_path / "a", **kw)
+    train(base, [tmp_path / "toy.txt"], tmp_path / "b", stop_at=3, **kw)
+    b = train(base, [tmp_path / "toy.txt"], tmp_path / "b", resume=True, **kw)
+    ra, rb = (read_metrics(tmp_path / r / "metrics.jsonl") for r in "ab")
+    assert [{k: v for k, v in r.items() if k != "tok_s"} for r in ra] == [
+        {k: v for k, v in r.items() if k != "tok_s"} for r in rb
+    ]
+    final = checkpoint.load(a["final"])
+    assert final.sha256() == checkpoint.load(b["final"]).sha256()
+    assert (final.config.width, final.config.layers, final.config.ffn) == (48, 3, 36)
+    assert final.get("model.layers.2.self_attn.sinks").abs().sum() > 0  # the sinks trained
+    assert ra[5]["loss"] < ra[4]["loss"] + 0.05
