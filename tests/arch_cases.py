@@ -171,6 +171,52 @@ LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
 )
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+GRANITE_MOE = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)  # experts fused in 3-D tensors
+
+
+def _dbrx(tie=False, attn=None, ffn=None, **over):
+    """DBRX: its attention and FFN settings nested in ``attn_config`` / ``ffn_config`` (transformers 5.24's
+    attention reads ``attn_config.rope_theta``, which its config class does not default;
+    its attention also fails without ``clip_qkv``, so every row sets one)."""
+    kw = dict(vocab_size=FAMILY_V, d_model=64, n_heads=4, n_layers=2, max_seq_len=64)
+    attn = {"kv_n_heads": 2, "rope_theta": 10000.0, **(attn or {})}
+    ffn = {"ffn_hidden_size": 48, "moe_num_experts": 4, "moe_top_k": 2, **(ffn or {})}
+    cfg = transformers.DbrxConfig(**{**kw, **over}, attn_config=attn, ffn_config=ffn, tie_word_embeddings=tie)
+    return transformers.DbrxForCausalLM(cfg)
+
+
+GPT_OSS = dict(  # windows on alternate layers, YaRN at a scale these tiny models reach, clamps that bite
+    num_key_value_heads=2,
+    head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    intermediate_size=48,
+    sliding_window=8,
+    swiglu_limit=1.0,
+    initializer_range=0.1,
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 150000.0,
+        "factor": 4.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+        "truncate": False,
+        "original_max_position_embeddings": 16,
+    },
+    **IDS,
+)
+
+
+def _gpt_oss(tie=False, **over):
+    """GPT-OSS with non-zero expert biases ([E, 2f] and [E, d]: 2-D, which ``perturbed`` leaves)."""
+    model = _family_like("GptOss")(tie=tie, **{**GPT_OSS, **over})
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.endswith("_proj_bias"):
+                p.add_(0.2 * torch.randn(p.shape, generator=g))
+    return model
+
 
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
@@ -378,6 +424,30 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
+    "granitemoe": (_family_like("GraniteMoe", num_key_value_heads=2, **GRANITE_MOE, **GRANITE_MULT, **IDS), {}),
+    "granitemoe-tied-bias-top1": (
+        _family_like("GraniteMoe", attention_bias=True, **{**GRANITE_MOE, "num_experts_per_tok": 1}, **IDS),
+        {"tie": True},
+    ),
+    "granitemoeshared": (
+        _family_like("GraniteMoeShared", num_key_value_heads=2, shared_intermediate_size=40, **GRANITE_MOE, **IDS),
+        {},
+    ),
+    "granitemoeshared-tied-mult": (
+        _family_like("GraniteMoeShared", shared_intermediate_size=24, **GRANITE_MOE, **GRANITE_MULT, **IDS),
+        {"tie": True},
+    ),
+    "dbrx-clip": (_dbrx, {"attn": {"clip_qkv": 0.2}}),  # experts stacked [E * f, d]
+    "dbrx-mha-top1-clip8": (
+        _dbrx,
+        {"attn": {"kv_n_heads": 4, "clip_qkv": 8.0}, "ffn": {"moe_num_experts": 3, "moe_top_k": 1}},
+    ),
+    "gpt_oss-window-yarn": (_gpt_oss, {}),
+    "gpt_oss-tied-top1-nobias": (
+        _gpt_oss,
+        {"tie": True, "num_key_value_heads": 4, "head_dim": 24, "num_local_experts": 3, "num_experts_per_tok": 1}
+        | {"attention_bias": False},
+    ),
 }
 
 

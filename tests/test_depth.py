@@ -86,6 +86,10 @@ ARCH_CASES = {
     "ministral3": "ministral3-yarn-query-scale",
     "apertus": "apertus-xielu-tied-bias",
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
+    "granitemoe": "granitemoe-tied-bias-top1",  # experts fused in 3-D tensors: a copied block copies them whole
+    "granitemoeshared": "granitemoeshared",
+    "dbrx": "dbrx-clip",
+    "gpt_oss": "gpt_oss-window-yarn",  # sinks, expert biases and layer types follow the copied block
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
@@ -245,6 +249,7 @@ WINDOWED = {
     "mixtral": FAMILY_CASES["mixtral-tied-top1-window"],
     "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
     **{n: FAMILY_CASES[f"{n}-window"] for n in ("ministral", "olmo3", "exaone4", "cohere2", "vaultgemma")},
+    "gpt_oss": FAMILY_CASES["gpt_oss-window-yarn"],
 }
 
 

@@ -80,6 +80,9 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "granitemoe",
+    "granitemoeshared",
+    "gpt_oss-window-yarn",
 ]
 
 
@@ -150,11 +153,14 @@ def test_an_unsupported_family_is_one_line_exit_2_nothing_written(tmp_path):
 
 @pytest.mark.parametrize(
     "name",
-    ["gemma2-softcap-window", "vaultgemma-window", "olmo3-window", "cohere2-window", "exaone4-window", "gemma3"],
+    [
+        *("gemma2-softcap-window", "vaultgemma-window", "olmo3-window", "cohere2-window", "exaone4-window", "gemma3"),
+        "gpt_oss-window-yarn",
+    ],
 )
 def test_without_layer_types_the_layers_follow_transformers_rule(name, tmp_path):
     """A config without ``layer_types`` (4.x): transformers makes every n-th layer full (Gemma 2 and
-    VaultGemma n = 2, OLMo 3 / Cohere 2 / EXAONE 4 n = 4, Gemma 3 n = 6, or ``sliding_window_pattern``);
+    VaultGemma / GPT-OSS n = 2, OLMo 3 / Cohere 2 / EXAONE 4 n = 4, Gemma 3 n = 6, or ``sliding_window_pattern``);
     growtool reads the same layer types, and writes them out."""
     from arch_cases import ARCH_CASES
 

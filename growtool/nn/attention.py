@@ -103,12 +103,34 @@ def head_slopes(cfg: ModelConfig) -> torch.Tensor:
     return s[alibi_order(cfg.base_heads, cfg.heads)] if cfg.base_heads < cfg.heads else s
 
 
+def explicit(q, k, v, keep, scale: float, softcap: float | None = None, sinks=None) -> torch.Tensor:
+    """Attention computed step by step, softmax in float32: scores q k^T x scale, soft-capped to
+    cap tanh(s / cap) where ``softcap`` is given (Gemma 2), masked where ``keep`` is False. With
+    ``sinks`` ([H], GPT-OSS), head h's softmax runs over its scores and one more logit, sinks[h],
+    whose probability is then dropped: the weights of the real keys sum to
+    Z / (Z + exp(sinks[h])) < 1, so a head can attend to nothing (attention sinks, Xiao et al. 2023,
+    arXiv:2309.17453; learned per head in OpenAI's gpt-oss, 2025)."""
+    H, K = q.shape[1], k.shape[1]
+    if K != H:
+        k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
+    a = (q @ k.transpose(-2, -1)) * scale
+    if softcap:
+        a = torch.tanh(a / softcap) * softcap
+    a = a.masked_fill(~keep, float("-inf"))
+    soft = torch.promote_types(q.dtype, torch.float32)  # float32, float64 kept (verify's reference)
+    if sinks is None:
+        return a.softmax(-1, dtype=soft).to(q.dtype) @ v
+    sink = sinks.to(a.dtype).view(1, H, 1, 1).expand(*a.shape[:-1], 1)
+    return torch.cat([a, sink], dim=-1).softmax(-1, dtype=soft)[..., :-1].to(q.dtype) @ v
+
+
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
 
 
-def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
-    """Causal attention (sliding where the layer has a window), with the config's scale and
-    optional soft-capped scores; grouped-query heads read their KV group."""
+def attend(q, k, v, cfg: ModelConfig, layer: int, sinks: torch.Tensor | None = None) -> torch.Tensor:
+    """Causal attention (sliding where the layer has a window), with the config's scale,
+    optional soft-capped scores and optional attention sinks (``explicit``); grouped-query heads
+    read their KV group."""
     T, H, K = q.shape[2], q.shape[1], k.shape[1]
     scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
     if cfg.attention_multiplier is not None:  # Granite: the score scale itself
@@ -118,15 +140,9 @@ def attend(q, k, v, cfg: ModelConfig, layer: int) -> torch.Tensor:
     mask = (
         (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window) if window is not None and T > window else None
     )
-    if cfg.attn_softcap:  # sdpa cannot cap scores: the plain computation, softmax in float32
-        if K != H:
-            k, v = k.repeat_interleave(H // K, dim=1), v.repeat_interleave(H // K, dim=1)
-        a = (q @ k.transpose(-2, -1)) * (scale if scale is not None else q.shape[-1] ** -0.5)
-        a = torch.tanh(a / cfg.attn_softcap) * cfg.attn_softcap
+    if cfg.attn_softcap or sinks is not None:  # sdpa can neither cap scores nor take a sink
         keep = mask if mask is not None else (i[None, :] <= i[:, None])
-        soft = torch.promote_types(q.dtype, torch.float32)  # float32, float64 kept (verify's reference)
-        a = a.masked_fill(~keep, float("-inf")).softmax(-1, dtype=soft).to(q.dtype)
-        return a @ v
+        return explicit(q, k, v, keep, scale if scale is not None else q.shape[-1] ** -0.5, cfg.attn_softcap, sinks)
     if arch_of(cfg).features.positions == "alibi":  # scores + slope_h x key position (BLOOM), in a float mask
         bias = head_slopes(cfg).to(q.device).view(1, H, 1, 1) * i.to(torch.float32)
         keep = mask if mask is not None else (i[None, :] <= i[:, None])

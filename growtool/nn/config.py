@@ -31,9 +31,30 @@ FEATURE_FALLBACK = {
     "rotary_fraction": 1.0,
     "parallel": False,
     "norm_topk": False,
+    "swiglu_alpha": None,  # GPT-OSS's clamped GLU: its family's defaults, also for a config made in code
+    "swiglu_limit": None,
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
+
+
+def hf_get(hf: dict, key: str, default=None):
+    """``hf.get(key, default)``; a dotted key (DBRX's ``attn_config.kv_n_heads``) reads the nested dicts,
+    ``default`` where a level is absent or the value is null."""
+    if "." not in key:
+        return hf.get(key, default)
+    for part in key.split("."):
+        hf = hf.get(part) if isinstance(hf, dict) else None
+    return default if hf is None else hf
+
+
+def hf_put(hf: dict, key: str, val) -> None:
+    """``hf[key] = val``; a dotted key writes into copies of the nested dicts (the source's stay as read)."""
+    *path, last = key.split(".")
+    for part in path:
+        hf[part] = dict(hf.get(part) or {})
+        hf = hf[part]
+    hf[last] = val
 
 
 # optional numbers of a config (None: absent), checked by ``ModelConfig.check``; POSITIVE ones above 0
@@ -49,8 +70,13 @@ SCALARS = (
     "attention_multiplier",
     "logits_scaling",
     "logit_scale",
+    "swiglu_alpha",
+    "swiglu_limit",
 )
-POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
+POSITIVE = (
+    *("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv"),
+    "swiglu_limit",
+)
 
 
 @dataclass
@@ -98,6 +124,8 @@ class ModelConfig:
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
     router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
+    swiglu_alpha: float | None = None  # GPT-OSS's clamped GLU (moe.clamped_glu): the sigmoid's gain
+    swiglu_limit: float | None = None  # ... and the clamp of gate (above) and up (both sides)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -130,7 +158,7 @@ class ModelConfig:
 
     def base_units(self, kind: str) -> int:
         """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
-        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
+        return {"q": self.base_heads, "ffn": self.base_ffn, "ffn2": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -245,13 +273,13 @@ class ModelConfig:
             if name in a.fixed:
                 continue
             val = getattr(self, name)
-            if val is None and key not in hf:
+            if val is None and key not in hf and hf_get(hf, key) is None:
                 continue
-            hf[key] = val
+            hf_put(hf, key, val)
             if a.alt_keys.get(key) in hf:  # the other spelling the source used says the same (it may win on load)
                 hf[a.alt_keys[key]] = val
         for key, name in a.mirrors.items():
-            hf[key] = getattr(self, name)
+            hf_put(hf, key, getattr(self, name))
         if a.features.free_head_dim:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
@@ -293,20 +321,20 @@ class ModelConfig:
             raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
         a = BY_MODEL_TYPE[mt]
         for key, reason in a.refuse.items():
-            if hf.get(key):
+            if hf_get(hf, key):
                 raise GrowError(reason)
         for key, (want, reason, *absent) in a.require.items():  # want: a value or a tuple of values
-            got = hf.get(key, absent[0] if absent else want)
+            got = hf_get(hf, key, absent[0] if absent else want)
             if got not in (want if isinstance(want, tuple) else (want,)):
                 raise GrowError(reason)
         for key, name in a.mirrors.items():
-            other = a.keys[name]
-            if hf.get(key) is not None and hf.get(key) != hf.get(other):
-                raise GrowError(f"{a.name} {key} {hf[key]} different from {other} {hf.get(other)} is not supported")
+            mine, other = hf_get(hf, key), hf_get(hf, a.keys[name])
+            if mine is not None and mine != other:
+                raise GrowError(f"{a.name} {key} {mine} different from {a.keys[name]} {other} is not supported")
 
         def get(name, default=None):
             key = a.keys.get(name)
-            val = hf.get(key) if key else None
+            val = hf_get(hf, key) if key else None
             if val is None and key in a.alt_keys:
                 val = hf.get(a.alt_keys[key])
             return val if val is not None else a.defaults.get(name, default)
@@ -391,6 +419,8 @@ class ModelConfig:
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
+                swiglu_alpha=get("swiglu_alpha"),
+                swiglu_limit=get("swiglu_limit"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

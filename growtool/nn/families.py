@@ -22,6 +22,7 @@ Roles
   head         the untied output head (a reader of the final norm)
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
+  router_bias  the router's bias (GPT-OSS): one per expert, kept by growth
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
@@ -40,6 +41,26 @@ from __future__ import annotations
 import dataclasses
 import re
 from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class ExpertLayout:
+    """How a block's experts are stored when one tensor holds all E of them (``Features.experts``).
+
+    Expert slots (``e_gate_up``, or ``e_gate`` and ``e_up``; ``e_down``) name whole tensors, relative to the
+    block. A 3-D tensor is [E, ., .], the expert axis first; a ``stacked`` 2-D one holds the experts as E
+    blocks of units along its unit axis ([E * units, d], DBRX). Per expert, a reader is [units, d]
+    (``reader`` "out_in") or [d, units] ("in_out"); the writer [d, units] ("out_in") or [units, d]
+    ("in_out"). Gate and up in one reader sit as ``glu`` "halves" [gate | up] or "interleaved"
+    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors.
+    ``bias``: each tensor has a bias per expert at slot ``<slot>_bias``: [E, units] on a reader's units
+    (a stacked one: [E * units]), [E, d] on the writer's output (GPT-OSS)."""
+
+    reader: str = "out_in"
+    writer: str = "out_in"
+    glu: str = "halves"  # "halves" | "interleaved" | "separate"
+    stacked: bool = False
+    bias: bool = False
 
 
 @dataclass(frozen=True)
@@ -81,6 +102,11 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    experts: ExpertLayout | None = None  # the experts fused into tensors holding all E (None: one module each)
+    shared_gate: bool = True  # the shared expert's output passes sigmoid(s_router(x)) (Qwen2-MoE); False: added
+    sinks: bool = False  # attention sinks: a learned logit per query head (slot sinks) joins each softmax and is
+    #                      dropped, so a head may attend to nothing (GPT-OSS); new heads' sinks follow their q/k/v
+    router_bias: bool = False  # the MoE router has a bias, one per expert (GPT-OSS): kept by growth
 
 
 @dataclass(frozen=True)
@@ -1081,6 +1107,136 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+_GRANITEMOE_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+    "router": "block_sparse_moe.router.layer",
+    "e_gate_up": "block_sparse_moe.input_linear.weight",  # [E, 2f, d]: each expert's [gate | up] rows
+    "e_down": "block_sparse_moe.output_linear.weight",  # [E, d, f]
+    "s_gate_up": "shared_mlp.input_linear",
+    "s_down": "shared_mlp.output_linear",
+}
+
+GRANITEMOE = Arch(
+    name="granitemoe",
+    model_type="granitemoe",
+    hf_class="GraniteMoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GRANITEMOE_MODULES,
+    features=Features(moe=True, experts=ExpertLayout()),  # softmax over the top-k logits: softmax, top-k, renormed
+    keys={**GRANITE.keys, "experts": "num_local_experts", "top_k": "num_experts_per_tok"},
+    fixed={"mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
+GRANITEMOESHARED = dataclasses.replace(
+    GRANITEMOE,
+    name="granitemoeshared",
+    model_type="granitemoeshared",
+    hf_class="GraniteMoeSharedForCausalLM",
+    features=Features(moe=True, experts=ExpertLayout(), shared_gate=False),  # the shared MLP is added, ungated
+    keys={**GRANITEMOE.keys, "shared_ffn": "shared_intermediate_size"},
+)
+
+DBRX = Arch(
+    name="dbrx",
+    model_type="dbrx",
+    hf_class="DbrxForCausalLM",
+    block="transformer.blocks.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.norm_f",
+        "head": "lm_head",
+        "ln1": "norm_attn_norm.norm_1",
+        "ln2": "norm_attn_norm.norm_2",
+        "qkv": "norm_attn_norm.attn.Wqkv",  # [Q | K | V], clamped to +-clip_qkv
+        "o": "norm_attn_norm.attn.out_proj",
+        "g": "norm_attn_norm.attn.g_proj",
+        "router": "ffn.router.layer",
+        "e_gate": "ffn.experts.mlp.w1",  # [E * f, d]: expert e's rows e f .. (e + 1) f
+        "e_up": "ffn.experts.mlp.v1",
+        "e_down": "ffn.experts.mlp.w2",  # [E * f, d]: expert e's [f, d], read as h @ w2
+    },
+    features=Features(
+        norm="layernorm",
+        norm_bias=False,  # nn.LayerNorm(d, bias=False), eps 1e-5 of the class
+        fixed_eps=True,
+        qkv="concat",
+        free_head_dim=False,
+        moe=True,
+        experts=ExpertLayout(writer="in_out", glu="separate", stacked=True),
+    ),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "d_model",
+        "layers": "n_layers",
+        "heads": "n_heads",
+        "kv_heads": "attn_config.kv_n_heads",
+        "ffn": "ffn_config.ffn_hidden_size",
+        "context": "max_seq_len",
+        "tie": "tie_word_embeddings",
+        "activation": "ffn_config.ffn_act_fn.name",
+        "experts": "ffn_config.moe_num_experts",
+        "top_k": "ffn_config.moe_top_k",
+        "clip_qkv": "attn_config.clip_qkv",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={  # DbrxConfig's, DbrxAttentionConfig's and DbrxFFNConfig's
+        **{"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5, "kv_heads": 1},
+        **{"ffn": 3584, "experts": 4, "top_k": 1},
+    },
+    require={
+        "ffn_config.moe_normalize_expert_weights": (
+            (1, 1.0),
+            "dbrx with moe_normalize_expert_weights other than 1 (top-k weights over another p-norm, or none) "
+            "is not supported",
+            1.0,
+        )
+    },
+    mirrors={"ffn_config.hidden_size": "width", "num_key_value_heads": "kv_heads"},
+)
+
+GPT_OSS = Arch(
+    name="gpt_oss",
+    model_type="gpt_oss",
+    hf_class="GptOssForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "sinks": "self_attn.sinks",
+        "router": "mlp.router",
+        "e_gate_up": "mlp.experts.gate_up_proj",  # [E, d, 2f]: neuron j's gate at 2j, its up at 2j + 1
+        "e_gate_up_bias": "mlp.experts.gate_up_proj_bias",  # [E, 2f]
+        "e_down": "mlp.experts.down_proj",  # [E, f, d]
+        "e_down_bias": "mlp.experts.down_proj_bias",  # [E, d]
+    },
+    features=Features(
+        moe=True,
+        experts=ExpertLayout(reader="in_out", writer="in_out", glu="interleaved", bias=True),
+        sinks=True,
+        router_bias=True,
+    ),
+    keys={
+        **_LLAMA_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+        "experts": "num_local_experts",
+        "top_k": "num_experts_per_tok",
+        "swiglu_alpha": "swiglu_alpha",
+        "swiglu_limit": "swiglu_limit",
+    },
+    # top-k of the router's logits, softmax over those k: softmax, top-k, renormalised (norm_topk)
+    fixed={"mlp_bias": False, "norm_topk": True},
+    defaults={
+        **{"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1e-5, "qkv_bias": True},
+        **{"swiglu_alpha": 1.702, "swiglu_limit": 7.0},
+    },
+    refuse={"quantization_config": "gpt_oss with quantized (MXFP4) experts is not supported: dequantize it first"},
+    alt_keys={"num_experts_per_tok": "experts_per_token"},  # the Hub's configs spell both
+    window_every=2,
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1089,6 +1245,8 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(GRANITEMOE, GRANITEMOESHARED, DBRX),
+        GPT_OSS,
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1100,10 +1258,7 @@ _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
 _LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
-_FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
-    "granitemoe": _FUSED_EXPERTS,
-    "granitemoeshared": _FUSED_EXPERTS,
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
@@ -1115,8 +1270,6 @@ UNSUPPORTED = {
     "exaone_moe": _DEEPSEEK_MOE,
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
-    "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
-    "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
     "granitemoehybrid": _MAMBA,
@@ -1164,6 +1317,7 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
+    expert_axis: int | None = None  # a 3-D tensor holding every expert: this axis counts them (never grown)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1226,6 +1380,8 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         ]
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
+    if f.sinks:  # one logit per query head: grown with the heads ("qgate": one element per query head)
+        s.append(TensorSpec(B + a.modules["sinks"], "unit_bias", unit_axis=0, units=("qgate",), group="attn"))
     s += writer("o", ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
@@ -1233,14 +1389,21 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("ln2")
     if f.moe:
         s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
-        for j in range(cfg.experts):
+        if f.router_bias:
+            s.append(TensorSpec(b("router"), "router_bias"))
+        for j in range(0 if f.experts else cfg.experts):
             e = f"{B}{a.modules['experts']}.{j}."
             s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-        if cfg.shared_ffn:
+        s += expert_specs(a, cfg, ln2) if f.experts else []
+        if cfg.shared_ffn and "s_gate_up" in a.modules:  # [gate | up] of the shared expert in one tensor
+            s += reader("s_gate_up", ("sffn", "sffn"), "ffn", ln2, False)
+        elif cfg.shared_ffn:
             s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
+        if cfg.shared_ffn:
             s += writer("s_down", ("sffn",), "ffn", False)
+        if cfg.shared_ffn and f.shared_gate:
             s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
     elif f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
@@ -1263,6 +1426,33 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     return s
 
 
+def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
+    """The tensors of a block's fused experts (``Features.experts``, an ``ExpertLayout``), each with its
+    unit and residual axes and its unit kinds: a 3-D tensor names its expert axis (0, never grown), a
+    stacked 2-D one repeats its kinds once per expert along the unit axis. Readers come first, in the
+    order the forward pass reads them (gate, up), then the writer."""
+    lay = a.features.experts
+    if lay.glu == "separate":
+        slots = [("e_gate", "reader", ("ffn",)), ("e_up", "reader", ("ffn",))]
+    else:
+        slots = [("e_gate_up", "reader", {"halves": ("ffn", "ffn"), "interleaved": ("ffn2",)}[lay.glu])]
+    out, E = [], cfg.experts
+    for slot, role, units in [*slots, ("e_down", "writer", ("ffn",))]:
+        rows = (lay.reader == "out_in") if role == "reader" else (lay.writer == "in_out")  # units before d
+        name, ua, nm = a.block + a.modules[slot], 0 if rows else 1, norm if role == "reader" else None
+        if lay.stacked:
+            out.append(TensorSpec(name, role, 1 - ua, ua, units * E, "ffn", nm))
+        else:
+            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", nm, "", 0))
+        bias = a.block + a.modules.get(slot + "_bias", "") if lay.bias else None
+        if bias and role == "writer":
+            out.append(TensorSpec(bias, "writer_bias", res_axis=1, expert_axis=0))
+        elif bias:
+            ax = (0, units * E, None) if lay.stacked else (1, units, 0)
+            out.append(TensorSpec(bias, "unit_bias", unit_axis=ax[0], units=ax[1], group="ffn", expert_axis=ax[2]))
+    return out
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
     return {
@@ -1272,6 +1462,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "qkvg": (cfg.kv_heads, (cfg.heads // cfg.kv_heads + 2) * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
+        "ffn2": (cfg.ffn, 2),  # one FFN neuron's (gate, up) pair, interleaved in a fused tensor (GPT-OSS)
         "sffn": (cfg.shared_ffn or 0, 1),
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
@@ -1295,6 +1486,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     """The shape a tensor must have under cfg (derived from the spec's axes)."""
     if spec.role == "growth_gate":
         return (1,)
+    if spec.role == "writer_bias" and spec.expert_axis is not None:
+        return (cfg.experts, cfg.width)
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
         return (cfg.width,)
     if spec.role == "head_norm":
@@ -1309,10 +1502,14 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.vocab_size, cfg.width)
     if spec.role == "head_bias":
         return (cfg.vocab_size,)
+    if spec.role == "router_bias":
+        return (cfg.experts,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
-        return (units,)
-    shape = [0, 0]
+        return (units,) if spec.expert_axis is None else (cfg.experts, units)
+    shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
+    if spec.expert_axis is not None:
+        shape[spec.expert_axis] = cfg.experts
     shape[spec.res_axis] = cfg.width
     shape[spec.unit_axis] = units
     return tuple(shape)

@@ -13,7 +13,7 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
+This file, ``attention.py``, ``moe.py``, ``experts.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
 import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
@@ -26,6 +26,7 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
+from .experts import Fused, expert_parameters
 from .families import arch_of, has_head_bias
 from .moe import route
 from .rope import extends_context, layer_key
@@ -122,14 +123,18 @@ def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torc
     return m
 
 
-def _put(root: nn.Module, path: str, module: nn.Module) -> None:
-    """Attach ``module`` at a dotted path, creating empty container modules on the way."""
+def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
+    """Attach ``module`` (or a bare parameter: GPT-OSS's sinks) at a dotted path, creating empty
+    container modules on the way."""
     *parents, last = path.split(".")
     for p in parents:
         if not hasattr(root, p):
             root.add_module(p, nn.Module())
         root = getattr(root, p)
-    root.add_module(last, module)
+    if isinstance(module, nn.Parameter):  # a tensor of its own (fused experts, GPT-OSS's sinks)
+        root.register_parameter(last, module)
+    else:
+        root.add_module(last, module)
 
 
 def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
@@ -155,18 +160,31 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         m.update(q_norm=RMSNorm(n_q, cfg.norm_eps, f.norm_offset), k_norm=RMSNorm(n_k, cfg.norm_eps, f.norm_offset))
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
+    if f.sinks:
+        m["sinks"] = nn.Parameter(torch.zeros(cfg.heads))  # one logit per query head (attention.explicit)
     m["o"] = lin(qd, d, cfg.o_bias)
     if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
         a = arch_of(cfg)
-        m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
-        for _ in range(cfg.experts):
+        m["router"] = lin(d, cfg.experts, f.router_bias)
+        if f.experts:  # every expert in a few tensors (experts.py)
+            m.update(expert_parameters(cfg))
+        else:
+            m["experts"] = nn.ModuleList()
+        for _ in range(0 if f.experts else cfg.experts):
             m["experts"].append(nn.Module())
             for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
                 _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
         if cfg.shared_ffn:
             sf = cfg.shared_ffn
-            m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
-            m["s_router"] = lin(d, 1, False)
+            fused = "s_gate_up" in a.modules  # [gate | up] in one tensor (GraniteMoeShared)
+            m.update(
+                {"s_gate_up": lin(d, 2 * sf, False)}
+                if fused
+                else {"s_gate": lin(d, sf, False), "s_up": lin(d, sf, False)}
+            )
+            m["s_down"] = lin(sf, d, False)
+            if f.shared_gate:
+                m["s_router"] = lin(d, 1, False)
         return m
     if f.mlp == "glu_fused":
         m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
@@ -225,7 +243,8 @@ class Block(nn.Module):
         if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
             q, k = s["q_norm"](q), s["k_norm"](k)
         q = query_scale(q, cfg, self.layer)
-        y = attend(q, k, v, cfg, self.layer)  # [B, H, T, hd]
+        sinks = self.get_parameter(arch_of(cfg).modules["sinks"]) if f.sinks else None  # by path: load(assign=)
+        y = attend(q, k, v, cfg, self.layer, sinks)  # [B, H, T, hd]
         mult = None  # a plain model without gated attention skips the multiply by ones
         if cfg.base_heads < H:
             mult = unit_mask(H, cfg.base_heads, g, y).view(1, H, 1, 1)
@@ -247,20 +266,26 @@ class Block(nn.Module):
         top, pick = route(cfg, s["router"](x))
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
-        out = torch.zeros_like(x)
-        for e, ex in enumerate(s["experts"]):
+        out, fused = torch.zeros_like(x), Fused(cfg, self) if self.features.experts else None
+        for e in range(cfg.experts):
             tok, k = torch.where(pick == e)
             if tok.numel() == 0:
                 continue
             h = x[tok]
-            m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
-            m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
+            if fused is not None:
+                m = fused.ffn(e, h, act, mask)
+            else:
+                ex = s["experts"][e]
+                m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
+                m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
             out.index_add_(0, tok, m * top[tok, k, None])
         if cfg.shared_ffn:
-            h = act(s["s_gate"](x)) * s["s_up"](x)
+            gate, up = s["s_gate_up"](x).chunk(2, dim=-1) if "s_gate_up" in s else (s["s_gate"](x), s["s_up"](x))
+            h = act(gate) * up
             if cfg.base_shared_ffn < cfg.shared_ffn:
                 h = h * unit_mask(cfg.shared_ffn, cfg.base_shared_ffn, g, h)
-            out = out + torch.sigmoid(s["s_router"](x)) * s["s_down"](h)
+            y = s["s_down"](h)
+            out = out + (torch.sigmoid(s["s_router"](x)) * y if self.features.shared_gate else y)
         return out.view(shape)
 
     def _ffn(self, x, g):

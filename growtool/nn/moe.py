@@ -1,5 +1,5 @@
 """Mixture-of-experts routing for the one forward pass (``model.py``): which experts each token goes
-to, and with which weights.
+to, and with which weights; and GPT-OSS's clamped GLU of its experts.
 
 Imports nothing else from growtool but ``config`` and ``families``: copied into remote-code folders
 with ``model.py``.
@@ -41,3 +41,12 @@ def route(cfg: ModelConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.T
     if cfg.norm_topk:
         top = top / top.sum(dim=-1, keepdim=True)
     return top, pick
+
+
+def clamped_glu(gate: torch.Tensor, up: torch.Tensor, alpha: float, limit: float) -> torch.Tensor:
+    """GPT-OSS's expert activation (OpenAI's gpt-oss model card, 2025): a SwiGLU with a sigmoid gain
+    alpha, the gate clamped above at ``limit`` and the up projection to [-limit, limit], and up + 1:
+    (clamp(up) + 1) x g sigmoid(alpha g), g = min(gate, limit). A neuron with zero weights and biases
+    gives 0 (g = 0)."""
+    g = gate.clamp(max=limit)
+    return (up.clamp(-limit, limit) + 1) * (g * torch.sigmoid(alpha * g))
