@@ -320,6 +320,9 @@ def ratios_resolved(ckpt, width, layers):
 # ---- verify -------------------------------------------------------------------------------
 
 
+REFERENCE = "transformers: also compare both with transformers' own forward of SOURCE (a Hugging Face folder)"
+
+
 @main.command()
 @click.argument("source")
 @click.argument("grown")
@@ -353,13 +356,7 @@ def ratios_resolved(ckpt, width, layers):
     is_flag=True,
     help="at --alpha above 0: FAIL unless equal (e.g. against a model folded at that gate); else informational",
 )
-@click.option(
-    "--reference",
-    type=click.Choice(["growtool", "transformers"]),
-    default="growtool",
-    show_default=True,
-    help="transformers: also compare both models with transformers' own forward of SOURCE (a Hugging Face folder)",
-)
+@click.option("--reference", type=click.Choice(["growtool", "transformers"]), default="growtool", help=REFERENCE)
 def verify(
     source, grown, alpha, samples, data, tol, seed, as_json, quiet, gen_tokens, prompts, expect_equal, reference
 ):
