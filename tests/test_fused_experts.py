@@ -258,3 +258,16 @@ def test_a_run_grows_fused_experts_with_their_optimizer_state_and_resumes_exactl
     final = checkpoint.load(a["final"]).config
     assert (final.width, final.layers, final.experts, final.ffn) == (48, 3, 3, 36)
     assert ra[5]["loss"] < ra[4]["loss"] + 0.05
+
+
+def test_the_memory_estimate_counts_a_stacked_writer_built_whole():
+    """DBRX's w2 [E * f, d] is a writer, grown on the whole tensor (not by blocks of rows, as a large
+    reader is): a bf16 growth builds all of it in float32, and the producer estimate counts it."""
+    cfg = ModelConfig(
+        family="dbrx", vocab_size=64, width=64, layers=1, heads=4, kv_heads=2, head_dim=16, ffn=1024, experts=16,
+        top_k=2, clip_qkv=8.0,
+    )  # fmt: skip
+    plan = build_plan(cfg, recipes.load("srio"), 96, dtype=torch.bfloat16)
+    w2 = plan.shapes["transformer.blocks.0.ffn.experts.mlp.w2"]
+    assert w2 == (16 * 1536, 96)
+    assert producer_bytes(plan) >= 4 * w2[0] * w2[1] + 6 * 16 * 1024 * 64  # the float32 tensor + its bf16 source
