@@ -290,3 +290,38 @@ def test_a_run_grows_fused_experts_with_their_optimizer_state_and_resumes_exactl
     final = checkpoint.load(a["final"]).config
     assert (final.width, final.layers, final.experts, final.ffn) == (48, 3, 3, 36)
     assert ra[5]["loss"] < ra[4]["loss"] + 0.05
+
+
+def test_the_memory_estimate_counts_a_stacked_writer_built_whole():
+    """DBRX's w2 [E * f, d] is a writer, grown on the whole tensor (not by blocks of rows, as a large
+    reader is): a bf16 growth builds all of it in float32, and the producer estimate counts it."""
+    cfg = ModelConfig(
+        family="dbrx", vocab_size=64, width=64, layers=1, heads=4, kv_heads=2, head_dim=16, ffn=1024, experts=16,
+        top_k=2, clip_qkv=8.0,
+    )  # fmt: skip
+    plan = build_plan(cfg, recipes.load("srio"), 96, dtype=torch.bfloat16)
+    w2 = plan.shapes["transformer.blocks.0.ffn.experts.mlp.w2"]
+    assert w2 == (16 * 1536, 96)
+    assert producer_bytes(plan) >= 4 * w2[0] * w2[1] + 6 * 16 * 1024 * 64  # the float32 tensor + its bf16 source
+
+
+def test_a_dbrx_config_in_the_4x_spelling_grows_and_folds_into_a_loadable_folder(tmp_path):
+    """The Hub's DBRX config.json (transformers 4.x): no ``rope_parameters`` (the base only in
+    ``attn_config.rope_theta``), no ``num_key_value_heads`` or ``ffn_config.hidden_size``; read as
+    transformers 5.x reads it, grown, folded into a folder it loads with the source's logits."""
+    model = make_source("dbrx-clip", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    for k in ("rope_parameters", "num_key_value_heads"):
+        del hf[k]
+    del hf["ffn_config"]["hidden_size"]
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
+    legacy = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src").eval()
+    assert rel(hf_logits(legacy), hf_logits(model)) <= 1e-6
+    r = cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g.safetensors")
+    assert r.exit_code == 0, r.stderr
+    code, rep = verify_json(tmp_path / "src", tmp_path / "g.safetensors")
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    assert cli("fold", tmp_path / "g.safetensors", "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert type(back) is type(model) and back.config.attn_config.kv_n_heads == 3
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
