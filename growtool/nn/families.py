@@ -52,6 +52,7 @@ class Features:
     positions: str = "rope"  # "rope" | "learned" (a position embedding) | "alibi" (a per-head linear score bias, BLOOM)
     qk_norm: str = ""  # "head": RMSNorm on q and k over head_dim, before RoPE (Qwen3, Gemma 3)
     #                    "full": over all heads' width at once, before the reshape (OLMo-2)
+    #                    "l2": without weights, over head_dim, after RoPE, on RoPE layers where use_qk_norm (Llama 4)
     gqa: bool = True  # key/value heads may be fewer than query heads
     free_head_dim: bool = True  # head_dim may differ from width / heads
     norm_offset: float = 0.0  # norms scale by (offset + w): Gemma stores w with gain 1 + w
@@ -60,13 +61,15 @@ class Features:
     post_norms: bool = False  # a norm on each sublayer's output before the residual add (Gemma 2/3, OLMo-2)
     pos_offset: int = 0  # learned positions: position p reads row p + offset (OPT: 2)
     fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
-    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
+    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo; Llama 4, whose weightless
+    #                          q/k norms over head_dim read the config's one eps too)
     norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
     head_bias_key: str = ""  # the config key that gives the head a bias (PhiMoE: lm_head_bias)
-    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference)
+    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
+    #                           "sigmoid_in": top-k logits, sigmoid weights times the token before its expert (Llama 4)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -81,6 +84,11 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    experts_fused: bool = False  # the experts as two 3-D tensors at slot "experts": gate_up_proj [E, d, 2f] ([gate |
+    #                              up] along the last axis) and down_proj [E, f, d] (Llama 4)
+    shared_plain: bool = False  # every MoE block has a shared expert of ``ffn`` neurons, added without a gate (Llama 4)
+    attn_temperature: bool = False  # Llama 4: on layers without RoPE the query at position p is scaled by
+    #                                 1 + attn_scale log(1 + floor((p + 1) / floor_scale)) (attn_temperature_tuning)
 
 
 @dataclass(frozen=True)
@@ -1081,6 +1089,44 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+_LLAMA4_MLP = {"gate": "feed_forward.gate_proj", "up": "feed_forward.up_proj", "down": "feed_forward.down_proj"}
+LLAMA4_TEXT = Arch(
+    name="llama4_text",
+    model_type="llama4_text",
+    hf_class="Llama4ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("q_norm", "k_norm")},
+        **_LLAMA4_MLP,  # the dense layers' MLP (intermediate_size_mlp neurons)
+        "router": "feed_forward.router",
+        "experts": "feed_forward.experts",  # gate_up_proj [E, d, 2f], down_proj [E, f, d]
+        **{"s_" + k: "feed_forward.shared_expert." + v.split(".")[1] for k, v in _LLAMA4_MLP.items()},
+    },
+    features=Features(
+        qk_norm="l2",
+        rope_interleaved=True,  # RoPE as complex numbers: pairs (2i, 2i + 1)
+        fixed_eps=True,  # rms_norm_eps is also the q/k norms' eps over head_dim: kept, the residual scaled
+        moe=True,
+        routing="sigmoid_in",
+        experts_fused=True,
+        shared_plain=True,
+        attn_temperature=True,
+    ),
+    keys={
+        **_LLAMA_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "dense_ffn": "intermediate_size_mlp",
+        "experts": "num_local_experts",
+        "top_k": "num_experts_per_tok",
+        "moe_layers": "moe_layers",
+        "layer_types": "layer_types",
+        "rope_layers": "no_rope_layers",
+    },
+    fixed={"mlp_bias": False, "norm_topk": False},
+    defaults={"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1e-5, "top_k": 1, "experts": 16},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1089,6 +1135,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        LLAMA4_TEXT,
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1099,7 +1146,6 @@ _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bi
 _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
-_LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
 _FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
     "granitemoe": _FUSED_EXPERTS,
@@ -1113,8 +1159,8 @@ UNSUPPORTED = {
     "ernie4_5_moe": _DEEPSEEK_MOE,
     "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
     "exaone_moe": _DEEPSEEK_MOE,
-    "llama4": _LLAMA4,
-    "llama4_text": _LLAMA4,
+    "llama4": "the multimodal Llama 4 wrapper (a vision tower, the text model under text_config); its text model "
+    "(model_type llama4_text) grows",
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
@@ -1164,6 +1210,8 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
+    where: str = ""  # the blocks that have it: "" every block, "moe" / "dense" (Llama 4's interleave: cfg.is_moe)
+    experts_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1211,9 +1259,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("embed_norm")
     if f.pre_norms:
         s += norm("ln1")
+    qk = f.qk_norm if f.qk_norm in ("head", "full") else ""  # norms with a learned gain (l2 has none)
     if f.qkv == "separate":
-        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
-        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
+        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, qk)
+        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, qk)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
     else:
         s += reader("qkv", _qkv_units(f), "attn", ln1, cfg.qkv_bias)
@@ -1231,17 +1280,12 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("post_attn")
     if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
-    if f.moe:
-        s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
-        for j in range(cfg.experts):
-            e = f"{B}{a.modules['experts']}.{j}."
-            s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
-            s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
-            s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-        if cfg.shared_ffn:
-            s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
-            s += writer("s_down", ("sffn",), "ffn", False)
-            s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+    if f.moe and cfg.moe_layers is not None:  # MoE blocks and dense blocks (Llama 4: intermediate_size_mlp)
+        s += [dataclasses.replace(sp, where="moe") for sp in _moe_specs(a, cfg, ln2)]
+        dense = reader("gate", ("dffn",), "ffn", ln2, False) + reader("up", ("dffn",), "ffn", ln2, False)
+        s += [dataclasses.replace(sp, where="dense") for sp in dense + writer("down", ("dffn",), "ffn", False)]
+    elif f.moe:
+        s += _moe_specs(a, cfg, ln2)
     elif f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
     else:
@@ -1263,6 +1307,34 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     return s
 
 
+def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
+    """An MoE block's tensors: the router, the experts (one module each, or Llama 4's two 3-D tensors),
+    the shared expert (gated by s_router where the config has shared_ffn; Llama 4's, of ffn neurons, not)."""
+    f, B = a.features, a.block
+    r_in = 0 if f.linear == "in_out" else 1
+    s = [TensorSpec(B + a.modules["router"] + ".weight", "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
+    if f.experts_fused:  # [E, d, 2f] read as x W (gate | up), [E, f, d] written as h W
+        e = B + a.modules["experts"]
+        s.append(TensorSpec(e + ".gate_up_proj", "reader", 1, 2, ("ffn", "ffn"), "ffn", ln2, experts_axis=0))
+        s.append(TensorSpec(e + ".down_proj", "writer", 2, 1, ("ffn",), "ffn", experts_axis=0))
+    for j in range(0 if f.experts_fused else cfg.experts):
+        e = f"{B}{a.modules['experts']}.{j}."
+        s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+        s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+        s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
+    if cfg.shared_ffn or f.shared_plain:
+        kind, sw = (
+            ("ffn",) if f.shared_plain else ("sffn",),
+            {k: B + a.modules[k] + ".weight" for k in ("s_gate", "s_up", "s_down")},
+        )
+        s.append(TensorSpec(sw["s_gate"], "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+        s.append(TensorSpec(sw["s_up"], "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+        s.append(TensorSpec(sw["s_down"], "writer", 1 - r_in, r_in, kind, "ffn"))
+    if cfg.shared_ffn and not f.shared_plain:
+        s.append(TensorSpec(B + a.modules["s_router"] + ".weight", "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+    return s
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
     return {
@@ -1273,6 +1345,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
         "sffn": (cfg.shared_ffn or 0, 1),
+        "dffn": (cfg.dense_ffn or 0, 1),  # the dense blocks' FFN neurons beside MoE blocks (Llama 4)
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
     }[kind]
@@ -1285,7 +1358,8 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     flat = [sp for sp in specs if "{i}" not in sp.pattern]
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern)
+        kind = "moe" if cfg.is_moe(i) else "dense"
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.where in ("", kind))
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
@@ -1312,7 +1386,9 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
         return (units,)
-    shape = [0, 0]
+    shape = [0, 0] if spec.experts_axis is None else [0, 0, 0]
+    if spec.experts_axis is not None:
+        shape[spec.experts_axis] = cfg.experts
     shape[spec.res_axis] = cfg.width
     shape[spec.unit_axis] = units
     return tuple(shape)

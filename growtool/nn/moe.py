@@ -8,6 +8,7 @@ with ``model.py``.
 from __future__ import annotations
 
 import torch
+import torch.nn as nn
 
 from .config import ModelConfig
 from .families import arch_of
@@ -32,12 +33,31 @@ def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.T
 def route(cfg: ModelConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, experts) of each token's top_k experts from its router logits: softmax (float32)
     then top-k, or the family's own rule (``Features.routing``); weights renormalised to sum 1 where
-    the family does (``norm_topk``)."""
-    if arch_of(cfg).features.routing == "sparsemixer":
+    the family does (``norm_topk``). "sigmoid_in" weights multiply the token before its expert (Llama 4)."""
+    routing = arch_of(cfg).features.routing
+    if routing == "sparsemixer":
         top, pick = sparsemixer(logits, cfg.router_jitter)
+    elif routing == "sigmoid_in":  # Llama 4: the top-k logits, each weight the sigmoid of its own logit
+        top, pick = torch.topk(logits, cfg.top_k, dim=-1)
+        top = torch.sigmoid(top.float())
     else:
         probs = torch.softmax(logits.float(), dim=-1)
         top, pick = torch.topk(probs, cfg.top_k, dim=-1)
     if cfg.norm_topk:
         top = top / top.sum(dim=-1, keepdim=True)
     return top, pick
+
+
+class FusedExperts(nn.Module):
+    """All experts in two 3-D tensors (Llama 4): expert e maps h to (act(h G_e) * h U_e) W_e, with
+    gate_up_proj[e] = [G_e | U_e] ([d, 2f]) and down_proj[e] = W_e ([f, d]); grown neurons times ``mask``."""
+
+    def __init__(self, n: int, d: int, f: int):
+        super().__init__()
+        self.gate_up_proj = nn.Parameter(torch.zeros(n, d, 2 * f))
+        self.down_proj = nn.Parameter(torch.zeros(n, f, d))
+
+    def expert(self, e: int, h: torch.Tensor, act, mask: torch.Tensor | None) -> torch.Tensor:
+        gate, up = (h @ self.gate_up_proj[e]).chunk(2, dim=-1)
+        m = act(gate) * up
+        return (m if mask is None else m * mask) @ self.down_proj[e]
