@@ -86,6 +86,7 @@ ARCH_CASES = {
     "ministral3": "ministral3-yarn-query-scale",
     "apertus": "apertus-xielu-tied-bias",
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
+    "llama4_text": "llama4_text-dense-moe-chunked",  # a dense and an MoE block, RoPE and no RoPE: copies keep them
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

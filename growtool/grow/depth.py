@@ -125,6 +125,7 @@ DEPTH_FAMILIES = frozenset([
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
     "glm4", "ministral3", "apertus", "phimoe",
+    "llama4_text",
 ])
 # fmt: on
 
@@ -197,7 +198,12 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
-    return cfg.replace(layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, extra=extra)
+    moe = [j for j, s in enumerate(order) if s in cfg.moe_layers] if cfg.moe_layers is not None else None  # Llama 4
+    if moe is not None:
+        extra["moe_layers"] = moe  # block indices, not one entry per block: not permuted above
+    return cfg.replace(
+        layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, moe_layers=moe, extra=extra
+    )
 
 
 # ---- tensors ------------------------------------------------------------------------------------

@@ -1211,7 +1211,7 @@ class TensorSpec:
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
     where: str = ""  # the blocks that have it: "" every block, "moe" / "dense" (Llama 4's interleave: cfg.is_moe)
-    experts_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
+    expert_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1315,8 +1315,8 @@ def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
     s = [TensorSpec(B + a.modules["router"] + ".weight", "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
     if f.experts_fused:  # [E, d, 2f] read as x W (gate | up), [E, f, d] written as h W
         e = B + a.modules["experts"]
-        s.append(TensorSpec(e + ".gate_up_proj", "reader", 1, 2, ("ffn", "ffn"), "ffn", ln2, experts_axis=0))
-        s.append(TensorSpec(e + ".down_proj", "writer", 2, 1, ("ffn",), "ffn", experts_axis=0))
+        s.append(TensorSpec(e + ".gate_up_proj", "reader", 1, 2, ("ffn", "ffn"), "ffn", ln2, expert_axis=0))
+        s.append(TensorSpec(e + ".down_proj", "writer", 2, 1, ("ffn",), "ffn", expert_axis=0))
     for j in range(0 if f.experts_fused else cfg.experts):
         e = f"{B}{a.modules['experts']}.{j}."
         s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
@@ -1386,9 +1386,9 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
         return (units,)
-    shape = [0, 0] if spec.experts_axis is None else [0, 0, 0]
-    if spec.experts_axis is not None:
-        shape[spec.experts_axis] = cfg.experts
+    shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
+    if spec.expert_axis is not None:
+        shape[spec.expert_axis] = cfg.experts
     shape[spec.res_axis] = cfg.width
     shape[spec.unit_axis] = units
     return tuple(shape)
