@@ -23,9 +23,10 @@ Methods (new blocks ``n = L2 - L``):
 block S (default: the block before it, block 0 for P = 0); the method then only says copy or identity.
 
 Per-layer structure follows the source block: ``layer_types`` (sliding / full attention, and with
-it the RoPE base per layer type), SmolLM3's RoPE / no-RoPE list (``rope_layers``) and every list in
-the config with one entry per layer. Everything of a block goes with its copy (an MoE block's router,
-experts and shared expert too); what is global (OPT's learned positions) stays as it is.
+it the RoPE base per layer type), SmolLM3's RoPE / no-RoPE list (``rope_layers``), Llama 4's MoE
+blocks (``moe_layers``: block indices, renumbered) and every list in the config with one entry per
+layer. Everything of a block goes with its copy (an MoE block's router, experts and shared expert
+too); what is global (OPT's learned positions) stays as it is.
 
 Width and depth compose in one plan: the width plan grows every source block (tensor names in the
 source's numbering), then the depth layout renames them (``grow_tensor``). The AdamW moments follow
