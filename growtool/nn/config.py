@@ -374,7 +374,7 @@ class ModelConfig:
                 step = int(hf.get("interleave_moe_layer_step") or 1)
                 moe_layers = list(range(step - 1, int(get("layers")), step))
             if types is None and chunk and rope_layers is not None:  # Llama 4 without layer_types: RoPE layers chunked
-                types = ["chunked_attention" if r and chunk else "full_attention" for r in rope_layers]
+                types = ["chunked_attention" if r else "full_attention" for r in rope_layers]
             cfg = cls(
                 family=a.name,
                 vocab_size=int(get("vocab_size")),
