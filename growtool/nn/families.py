@@ -1210,8 +1210,8 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
-    where: str = ""  # the blocks that have it: "" every block, "moe" / "dense" (Llama 4's interleave: cfg.is_moe)
     expert_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
+    where: str = ""  # the blocks that have it: "" every block, "moe" / "dense" (Llama 4's interleave: cfg.is_moe)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
