@@ -171,6 +171,7 @@ LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
 )
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+GRANITE_MOE = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)  # experts fused in 3-D tensors
 LLAMA4 = dict(
     num_key_value_heads=2,
     head_dim=16,
@@ -389,6 +390,19 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
+    "granitemoe": (_family_like("GraniteMoe", num_key_value_heads=2, **GRANITE_MOE, **GRANITE_MULT, **IDS), {}),
+    "granitemoe-tied-bias-top1": (
+        _family_like("GraniteMoe", attention_bias=True, **{**GRANITE_MOE, "num_experts_per_tok": 1}, **IDS),
+        {"tie": True},
+    ),
+    "granitemoeshared": (
+        _family_like("GraniteMoeShared", num_key_value_heads=2, shared_intermediate_size=40, **GRANITE_MOE, **IDS),
+        {},
+    ),
+    "granitemoeshared-tied-mult": (
+        _family_like("GraniteMoeShared", shared_intermediate_size=24, **GRANITE_MOE, **GRANITE_MULT, **IDS),
+        {"tie": True},
+    ),
     # Llama 4: block 0 dense (intermediate_size_mlp), RoPE, chunks of 8, q/k L2 norms; block 1 MoE, no RoPE,
     # its queries scaled by position (floor_scale 4: from position 3 on)
     "llama4_text-dense-moe-chunked": (

@@ -83,6 +83,8 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "granitemoe",
+    "granitemoeshared",
     "llama4_text-dense-moe-chunked",
     "llama4_text-tied-top2-bias-llama3",
 ]

@@ -38,13 +38,18 @@ def _head_order(cfg: ModelConfig, spec) -> tuple | None:
     return None
 
 
-def _gated_part(cfg: ModelConfig, spec) -> tuple | None:
-    """(axis, start, length) of a writer's gated units' weights; None where none is gated."""
+def _gated_parts(cfg: ModelConfig, spec) -> list[tuple]:
+    """(axis, start, length) of a writer's gated units' weights, one per unit segment (a stacked
+    writer holds one per expert); empty where none is gated."""
     if spec.role != "writer":
-        return None
-    kind = spec.units[0]
-    base, (n, block) = cfg.base_units(kind), unit_count(cfg, kind)
-    return (spec.unit_axis, base * block, (n - base) * block) if base != n else None
+        return []
+    parts, off = [], 0
+    for kind in spec.units:
+        base, (n, block) = cfg.base_units(kind), unit_count(cfg, kind)
+        if base != n:
+            parts.append((spec.unit_axis, off + base * block, (n - base) * block))
+        off += n * block
+    return parts
 
 
 def fold_tensor(
@@ -72,13 +77,13 @@ def fold_tensor(
             return t
         cfg = width_only
     spec = tensor_specs(cfg)[name]
-    order, part = _head_order(cfg, spec), _gated_part(cfg, spec)
+    order, parts = _head_order(cfg, spec), _gated_parts(cfg, spec)
     if work is None or order is not None:
         t = get(name)
-        if part is None and order is None:
+        if not parts and order is None:
             return t.to(dtype)
         t = t.float().clone()
-        if part is not None:
+        for part in parts:
             t.narrow(*part).mul_(alpha)
         if order is not None:
             t = ops.permute_units(t, spec.unit_axis, *order)
@@ -93,10 +98,10 @@ def fold_tensor(
         return placed[0]
 
     t = get(name, into=into)
-    if part is None and t.dtype == dtype:
+    if not parts and t.dtype == dtype:
         return t  # as read: in the output's block (or a held checkpoint's tensor, as .to returns it)
     f = work.tensor(t.shape).copy_(t)
-    if part is not None:
+    for part in parts:
         f.narrow(*part).mul_(alpha)
     out = t.view(dtype) if placed else work.output(t.shape, dtype, key)
     return out.copy_(f)  # as .to: the same conversion

@@ -191,11 +191,10 @@ class CopyOldWrites(Step):
     of their old ones (``Duplicate``); gated new units keep what the recipe gave them."""
 
     def apply(self, t, c):
-        plan, spec = c.plan, c.spec
-        kind = spec.units[0]
-        old = t.narrow(spec.unit_axis, 0, plan.cfg.base_units(kind) * unit_count(plan.src, kind)[1])
-        d, D = plan.src.width, plan.cfg.width
-        ops.tile_into(old.narrow(spec.res_axis, d, D - d), old.narrow(spec.res_axis, 0, d), spec.res_axis)
+        plan, spec, d, D = c.plan, c.spec, c.plan.src.width, c.plan.cfg.width
+        for kind, _, block, seg in _grown_segments(t, c):  # a stacked writer: one segment per expert
+            old = seg.narrow(spec.unit_axis, 0, plan.cfg.base_units(kind) * block)
+            ops.tile_into(old.narrow(spec.res_axis, d, D - d), old.narrow(spec.res_axis, 0, d), spec.res_axis)
         return t
 
     def describe(self, plan, spec):
@@ -368,10 +367,9 @@ class ZeroOldWrites(Step):
         plan, spec = c.plan, c.spec
         if plan.res[spec.group].kind == "zero":
             return t  # the new dims were padded with zeros (``ExpandResidual``): nothing to clear
-        kind = spec.units[0]
-        n_base = plan.cfg.base_units(kind) * unit_count(plan.src, kind)[1]
         d, D = plan.src.width, plan.cfg.width
-        t.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, n_base).zero_()
+        for kind, _, block, seg in _grown_segments(t, c):  # a stacked writer: one segment per expert
+            seg.narrow(spec.res_axis, d, D - d).narrow(spec.unit_axis, 0, plan.cfg.base_units(kind) * block).zero_()
         return t
 
     def describe(self, plan, spec):

@@ -136,9 +136,13 @@ class ModelConfig:
 
     def base_units(self, kind: str) -> int:
         """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn", "dffn" neurons)."""
-        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn, "dffn": self.base_dense_ffn}[
-            kind
-        ]
+        return {
+            "q": self.base_heads,
+            "ffn": self.base_ffn,
+            "ffn2": self.base_ffn,
+            "sffn": self.base_shared_ffn,
+            "dffn": self.base_dense_ffn,
+        }[kind]
 
     def is_moe(self, layer: int) -> bool:
         """Whether a block's MLP is a mixture of experts (MoE families: every block, or ``moe_layers``)."""

@@ -43,6 +43,23 @@ from dataclasses import dataclass, field
 
 
 @dataclass(frozen=True)
+class ExpertLayout:
+    """How a block's experts are stored when one tensor holds all E of them (``Features.experts``).
+
+    Expert slots (``e_gate_up``, or ``e_gate`` and ``e_up``; ``e_down``) name whole tensors, relative to the
+    block. A 3-D tensor is [E, ., .], the expert axis first; a ``stacked`` 2-D one holds the experts as E
+    blocks of units along its unit axis ([E * units, d], DBRX). Per expert, a reader is [units, d]
+    (``reader`` "out_in") or [d, units] ("in_out"); the writer [d, units] ("out_in") or [units, d]
+    ("in_out"). Gate and up in one reader sit as ``glu`` "halves" [gate | up] or "interleaved"
+    (g_0 u_0 g_1 u_1 ..: one neuron's pair is a unit of 2, kind ``ffn2``); "separate": two tensors."""
+
+    reader: str = "out_in"
+    writer: str = "out_in"
+    glu: str = "halves"  # "halves" | "interleaved" | "separate"
+    stacked: bool = False
+
+
+@dataclass(frozen=True)
 class Features:
     norm: str = "rmsnorm"  # "layernorm" (gain + bias) | "rmsnorm" (gain)
     linear: str = "out_in"  # weight layout: "out_in" (nn.Linear) | "in_out" (GPT-2's Conv1D)
@@ -84,8 +101,8 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
-    experts_fused: bool = False  # the experts as two 3-D tensors at slot "experts": gate_up_proj [E, d, 2f] ([gate |
-    #                              up] along the last axis) and down_proj [E, f, d] (Llama 4)
+    experts: ExpertLayout | None = None  # the experts fused into tensors holding all E (None: one module each)
+    shared_gate: bool = True  # the shared expert's output passes sigmoid(s_router(x)) (Qwen2-MoE); False: added
     shared_plain: bool = False  # every MoE block has a shared expert of ``ffn`` neurons, added without a gate (Llama 4)
     attn_temperature: bool = False  # Llama 4: on layers without RoPE the query at position p is scaled by
     #                                 1 + attn_scale log(1 + floor((p + 1) / floor_scale)) (attn_temperature_tuning)
@@ -1089,6 +1106,36 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+_GRANITEMOE_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+    "router": "block_sparse_moe.router.layer",
+    "e_gate_up": "block_sparse_moe.input_linear.weight",  # [E, 2f, d]: each expert's [gate | up] rows
+    "e_down": "block_sparse_moe.output_linear.weight",  # [E, d, f]
+    "s_gate_up": "shared_mlp.input_linear",
+    "s_down": "shared_mlp.output_linear",
+}
+
+GRANITEMOE = Arch(
+    name="granitemoe",
+    model_type="granitemoe",
+    hf_class="GraniteMoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_GRANITEMOE_MODULES,
+    features=Features(moe=True, experts=ExpertLayout()),  # softmax over the top-k logits: softmax, top-k, renormed
+    keys={**GRANITE.keys, "experts": "num_local_experts", "top_k": "num_experts_per_tok"},
+    fixed={"mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
+GRANITEMOESHARED = dataclasses.replace(
+    GRANITEMOE,
+    name="granitemoeshared",
+    model_type="granitemoeshared",
+    hf_class="GraniteMoeSharedForCausalLM",
+    features=Features(moe=True, experts=ExpertLayout(), shared_gate=False),  # the shared MLP is added, ungated
+    keys={**GRANITEMOE.keys, "shared_ffn": "shared_intermediate_size"},
+)
+
 _LLAMA4_MLP = {"gate": "feed_forward.gate_proj", "up": "feed_forward.up_proj", "down": "feed_forward.down_proj"}
 LLAMA4_TEXT = Arch(
     name="llama4_text",
@@ -1099,7 +1146,8 @@ LLAMA4_TEXT = Arch(
         **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("q_norm", "k_norm")},
         **_LLAMA4_MLP,  # the dense layers' MLP (intermediate_size_mlp neurons)
         "router": "feed_forward.router",
-        "experts": "feed_forward.experts",  # gate_up_proj [E, d, 2f], down_proj [E, f, d]
+        "e_gate_up": "feed_forward.experts.gate_up_proj",  # [E, d, 2f]: each expert's [gate | up] columns
+        "e_down": "feed_forward.experts.down_proj",  # [E, f, d]
         **{"s_" + k: "feed_forward.shared_expert." + v.split(".")[1] for k, v in _LLAMA4_MLP.items()},
     },
     features=Features(
@@ -1108,8 +1156,9 @@ LLAMA4_TEXT = Arch(
         fixed_eps=True,  # rms_norm_eps is also the q/k norms' eps over head_dim: kept, the residual scaled
         moe=True,
         routing="sigmoid_in",
-        experts_fused=True,
+        experts=ExpertLayout(reader="in_out", writer="in_out"),
         shared_plain=True,
+        shared_gate=False,
         attn_temperature=True,
     ),
     keys={
@@ -1135,6 +1184,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(GRANITEMOE, GRANITEMOESHARED),
         LLAMA4_TEXT,
     )
 }
@@ -1146,10 +1196,7 @@ _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bi
 _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
-_FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
-    "granitemoe": _FUSED_EXPERTS,
-    "granitemoeshared": _FUSED_EXPERTS,
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
@@ -1308,31 +1355,56 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
 
 
 def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
-    """An MoE block's tensors: the router, the experts (one module each, or Llama 4's two 3-D tensors),
-    the shared expert (gated by s_router where the config has shared_ffn; Llama 4's, of ffn neurons, not)."""
+    """An MoE block's tensors: the router, the experts (one module each, or fused: ``expert_specs``),
+    the shared expert where the config has shared_ffn (gated by s_router where ``Features.shared_gate``)
+    or, Llama 4's, of ffn neurons and ungated (``Features.shared_plain``)."""
     f, B = a.features, a.block
     r_in = 0 if f.linear == "in_out" else 1
-    s = [TensorSpec(B + a.modules["router"] + ".weight", "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
-    if f.experts_fused:  # [E, d, 2f] read as x W (gate | up), [E, f, d] written as h W
-        e = B + a.modules["experts"]
-        s.append(TensorSpec(e + ".gate_up_proj", "reader", 1, 2, ("ffn", "ffn"), "ffn", ln2, expert_axis=0))
-        s.append(TensorSpec(e + ".down_proj", "writer", 2, 1, ("ffn",), "ffn", expert_axis=0))
-    for j in range(0 if f.experts_fused else cfg.experts):
+
+    def w(slot):
+        return B + a.modules[slot] + ".weight"
+
+    s = [TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
+    for j in range(0 if f.experts else cfg.experts):
         e = f"{B}{a.modules['experts']}.{j}."
         s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
         s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
         s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-    if cfg.shared_ffn or f.shared_plain:
-        kind, sw = (
-            ("ffn",) if f.shared_plain else ("sffn",),
-            {k: B + a.modules[k] + ".weight" for k in ("s_gate", "s_up", "s_down")},
-        )
-        s.append(TensorSpec(sw["s_gate"], "reader", r_in, 1 - r_in, kind, "ffn", ln2))
-        s.append(TensorSpec(sw["s_up"], "reader", r_in, 1 - r_in, kind, "ffn", ln2))
-        s.append(TensorSpec(sw["s_down"], "writer", 1 - r_in, r_in, kind, "ffn"))
-    if cfg.shared_ffn and not f.shared_plain:
-        s.append(TensorSpec(B + a.modules["s_router"] + ".weight", "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+    s += expert_specs(a, cfg, ln2) if f.experts else []
+    shared, kind = cfg.shared_ffn or f.shared_plain, ("ffn",) if f.shared_plain else ("sffn",)
+    if shared and "s_gate_up" in a.modules:  # [gate | up] of the shared expert in one tensor
+        s.append(TensorSpec(w("s_gate_up"), "reader", r_in, 1 - r_in, kind * 2, "ffn", ln2))
+    elif shared:
+        s.append(TensorSpec(w("s_gate"), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+        s.append(TensorSpec(w("s_up"), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+    if shared:
+        s.append(TensorSpec(w("s_down"), "writer", 1 - r_in, r_in, kind, "ffn"))
+    if shared and f.shared_gate:
+        s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
     return s
+
+
+def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
+    """The tensors of a block's fused experts (``Features.experts``, an ``ExpertLayout``), each with its
+    unit and residual axes and its unit kinds: a 3-D tensor names its expert axis (0, never grown), a
+    stacked 2-D one repeats its kinds once per expert along the unit axis. Readers come first, in the
+    order the forward pass reads them (gate, up), then the writer."""
+    lay = a.features.experts
+    if lay.glu == "separate":
+        slots = [("e_gate", "reader", ("ffn",)), ("e_up", "reader", ("ffn",))]
+    else:
+        slots = [("e_gate_up", "reader", {"halves": ("ffn", "ffn"), "interleaved": ("ffn2",)}[lay.glu])]
+    out = []
+    for slot, role, units in [*slots, ("e_down", "writer", ("ffn",))]:
+        rows = (lay.reader == "out_in") if role == "reader" else (lay.writer == "in_out")  # units before d
+        name, ua = a.block + a.modules[slot], 0 if rows else 1  # the unit axis of one expert's matrix
+        if lay.stacked:
+            out.append(
+                TensorSpec(name, role, 1 - ua, ua, units * cfg.experts, "ffn", norm if role == "reader" else None)
+            )
+        else:
+            out.append(TensorSpec(name, role, 2 - ua, 1 + ua, units, "ffn", norm if role == "reader" else None, "", 0))
+    return out
 
 
 def unit_count(cfg, kind: str) -> tuple[int, int]:
@@ -1344,6 +1416,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "qkvg": (cfg.kv_heads, (cfg.heads // cfg.kv_heads + 2) * cfg.head_dim),
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
+        "ffn2": (cfg.ffn, 2),  # one FFN neuron's (gate, up) pair, interleaved in a fused tensor (GPT-OSS)
         "sffn": (cfg.shared_ffn or 0, 1),
         "dffn": (cfg.dense_ffn or 0, 1),  # the dense blocks' FFN neurons beside MoE blocks (Llama 4)
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown

@@ -13,7 +13,7 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
+This file, ``attention.py``, ``moe.py``, ``experts.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
 import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
@@ -26,8 +26,9 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, l2_norm, query_scale, rope_tables
 from .config import ModelConfig
+from .experts import Fused, expert_parameters
 from .families import arch_of, has_head_bias
-from .moe import FusedExperts, route
+from .moe import route
 from .rope import extends_context, layer_key
 
 ACT = {
@@ -129,7 +130,10 @@ def _put(root: nn.Module, path: str, module: nn.Module) -> None:
         if not hasattr(root, p):
             root.add_module(p, nn.Module())
         root = getattr(root, p)
-    root.add_module(last, module)
+    if isinstance(module, nn.Parameter):  # a tensor of its own (fused experts)
+        root.register_parameter(last, module)
+    else:
+        root.add_module(last, module)
 
 
 def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
@@ -171,22 +175,27 @@ def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
 
 
 def _moe_modules(cfg: ModelConfig, lin) -> dict[str, nn.Module]:
-    """An MoE block's router, experts (modules, or Llama 4's two 3-D tensors) and shared expert."""
+    """An MoE block's router, experts (modules, or fused tensors: ``experts.py``) and shared expert."""
     a, d, f_n = arch_of(cfg), cfg.width, cfg.ffn
+    f = a.features
     m = {"router": lin(d, cfg.experts, False)}
-    if a.features.experts_fused:
-        m["experts"] = FusedExperts(cfg.experts, d, f_n)
+    if f.experts:  # every expert in a few tensors (experts.py)
+        m.update(expert_parameters(cfg))
     else:
         m["experts"] = nn.ModuleList()
-        for _ in range(cfg.experts):
-            m["experts"].append(nn.Module())
-            for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
-                _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
-    if cfg.shared_ffn or a.features.shared_plain:
-        sf = f_n if a.features.shared_plain else cfg.shared_ffn
-        m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
-    if cfg.shared_ffn and not a.features.shared_plain:
-        m["s_router"] = lin(d, 1, False)
+    for _ in range(0 if f.experts else cfg.experts):
+        m["experts"].append(nn.Module())
+        for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
+            _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
+    if cfg.shared_ffn or f.shared_plain:  # Llama 4's (shared_plain): of the experts' size
+        sf = f_n if f.shared_plain else cfg.shared_ffn
+        fused = "s_gate_up" in a.modules  # [gate | up] in one tensor (GraniteMoeShared)
+        m.update(
+            {"s_gate_up": lin(d, 2 * sf, False)} if fused else {"s_gate": lin(d, sf, False), "s_up": lin(d, sf, False)}
+        )
+        m["s_down"] = lin(sf, d, False)
+        if f.shared_gate:
+            m["s_router"] = lin(d, 1, False)
     return m
 
 
@@ -260,28 +269,26 @@ class Block(nn.Module):
         top, pick = route(cfg, s["router"](x))
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
-        out = torch.zeros_like(x)
+        out, fused = torch.zeros_like(x), Fused(cfg, self) if a.features.experts else None
         for e in range(cfg.experts):
             tok, k = torch.where(pick == e)
             if tok.numel() == 0:
                 continue
             h = x[tok] * top[tok, k, None] if pre else x[tok]
-            m = self._expert(e, h, act, mask)
+            m = fused.ffn(e, h, act, mask) if fused is not None else self._expert(e, h, act, mask)
             out.index_add_(0, tok, m if pre else m * top[tok, k, None])
         if cfg.shared_ffn or a.features.shared_plain:
             n, base = (cfg.ffn, cfg.base_ffn) if a.features.shared_plain else (cfg.shared_ffn, cfg.base_shared_ffn)
-            h = act(s["s_gate"](x)) * s["s_up"](x)
+            gate, up = s["s_gate_up"](x).chunk(2, dim=-1) if "s_gate_up" in s else (s["s_gate"](x), s["s_up"](x))
+            h = act(gate) * up
             h = h * unit_mask(n, base, g, h) if base < n else h
             y = s["s_down"](h)
-            out = out + (y if a.features.shared_plain else torch.sigmoid(s["s_router"](x)) * y)
+            out = out + (torch.sigmoid(s["s_router"](x)) * y if a.features.shared_gate else y)
         return out.view(shape)
 
     def _expert(self, e, h, act, mask):
-        """Expert ``e``'s GLU output for tokens ``h`` (grown neurons times ``mask``)."""
-        ex, a = self.slot["experts"], arch_of(self.cfg)
-        if a.features.experts_fused:
-            return ex.expert(e, h, act, mask)
-        ex = ex[e]
+        """Expert ``e``'s GLU output for tokens ``h`` (grown neurons times ``mask``), one module per expert."""
+        ex, a = self.slot["experts"][e], arch_of(self.cfg)
         m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
         return ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
 

@@ -8,7 +8,6 @@ with ``model.py``.
 from __future__ import annotations
 
 import torch
-import torch.nn as nn
 
 from .config import ModelConfig
 from .families import arch_of
@@ -46,18 +45,3 @@ def route(cfg: ModelConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.T
     if cfg.norm_topk:
         top = top / top.sum(dim=-1, keepdim=True)
     return top, pick
-
-
-class FusedExperts(nn.Module):
-    """All experts in two 3-D tensors (Llama 4): expert e maps h to (act(h G_e) * h U_e) W_e, with
-    gate_up_proj[e] = [G_e | U_e] ([d, 2f]) and down_proj[e] = W_e ([f, d]); grown neurons times ``mask``."""
-
-    def __init__(self, n: int, d: int, f: int):
-        super().__init__()
-        self.gate_up_proj = nn.Parameter(torch.zeros(n, d, 2 * f))
-        self.down_proj = nn.Parameter(torch.zeros(n, f, d))
-
-    def expert(self, e: int, h: torch.Tensor, act, mask: torch.Tensor | None) -> torch.Tensor:
-        gate, up = (h @ self.gate_up_proj[e]).chunk(2, dim=-1)
-        m = act(gate) * up
-        return (m if mask is None else m * mask) @ self.down_proj[e]

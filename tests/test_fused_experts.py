@@ -1,0 +1,156 @@
+"""Experts fused into tensors that hold all E of them (``families.ExpertLayout``, ``nn/experts.py``).
+
+Granite-MoE stores them [E, 2f, d] (each expert's [gate | up] rows) and [E, d, f]; its rows of the
+architecture table (tests/arch_cases.py) go through transformers' forward, width and depth like every
+row. Here: the layout is read as transformers reads it (another reading differs); the other layouts
+families store (GPT-OSS [E, d, 2f] with gate and up interleaved, Llama 4 [E, d, 2f] halves and
+[E, f, d], DBRX's stacked 2-D [E * f, d]) compute the same function from the same weights and grow
+into the same weights, tensor for tensor; a bf16 folder in shards grows through the streaming writer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool.grow import recipes  # noqa: E402
+from growtool.grow.engine import grow_tensor, producer_bytes  # noqa: E402
+from growtool.grow.plan import Units, build_plan  # noqa: E402
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn import families  # noqa: E402
+from growtool.nn.families import ExpertLayout  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
+
+from arch_cases import CASES, hf_logits, make_source, rel  # noqa: E402
+from arch_cases import FAMILY_X as X  # noqa: E402
+from helpers import cli, perturbed, verify_json  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+B = "model.layers.{i}.block_sparse_moe."
+GU, DOWN = B + "input_linear.weight", B + "output_linear.weight"  # Granite-MoE's own layout
+# name -> (layout, module paths of its expert slots): the layouts of the families that store experts fused
+LAYOUTS = {
+    "gpt_oss": (ExpertLayout(reader="in_out", writer="in_out", glu="interleaved"), {"e_gate_up": "gu", "e_down": "dn"}),
+    "llama4": (ExpertLayout(reader="in_out", writer="in_out"), {"e_gate_up": "gu", "e_down": "dn"}),
+    "dbrx": (
+        ExpertLayout(writer="in_out", glu="separate", stacked=True),
+        {"e_gate": "mlp.w1", "e_up": "mlp.v1", "e_down": "mlp.w2"},
+    ),
+}
+
+
+def relaid(gu: torch.Tensor, down: torch.Tensor, name: str) -> dict[str, torch.Tensor]:
+    """Granite-MoE's expert tensors of one block, [E, 2f, d] and [E, d, f], in layout ``name``
+    (slot -> tensor): the same experts, stored as that family stores them."""
+    E, f2, d = gu.shape
+    gate, up = gu[:, : f2 // 2], gu[:, f2 // 2 :]  # [E, f, d] each
+    down_t = down.transpose(1, 2)  # [E, f, d]
+    if name == "gpt_oss":  # neuron j's gate at 2j, its up at 2j + 1
+        return {"e_gate_up": torch.stack([gate, up], 2).reshape(E, f2, d).transpose(1, 2), "e_down": down_t}
+    if name == "llama4":
+        return {"e_gate_up": gu.transpose(1, 2), "e_down": down_t}
+    return {"e_gate": gate.reshape(-1, d), "e_up": up.reshape(-1, d), "e_down": down_t.reshape(-1, d)}
+
+
+def variant(name: str):
+    """Granite-MoE with its experts stored in layout ``name``."""
+    a = families.ARCHS["granitemoe"]
+    layout, paths = LAYOUTS[name]
+    modules = {k: v for k, v in a.modules.items() if k not in ("e_gate_up", "e_down")}
+    modules.update({slot: "block_sparse_moe." + p for slot, p in paths.items()})
+    return dataclasses.replace(a, modules=modules, features=dataclasses.replace(a.features, experts=layout))
+
+
+def in_layout(tensors: dict, cfg, name: str) -> dict:
+    """A checkpoint's tensors with every block's experts relaid into layout ``name``."""
+    out = {n: t for n, t in tensors.items() if not n.endswith(("input_linear.weight", "output_linear.weight"))}
+    paths = LAYOUTS[name][1]
+    for i in range(cfg.layers):
+        for slot, t in relaid(tensors[GU.format(i=i)], tensors[DOWN.format(i=i)], name).items():
+            out[B.format(i=i) + paths[slot]] = t
+    return out
+
+
+def test_the_fused_layout_is_read_as_transformers_reads_it(tmp_path, monkeypatch):
+    """[gate | up] halves along each expert's rows: read as interleaved pairs, the logits differ."""
+    model = make_source("granitemoe", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.get(GU.format(i=0)).shape == (4, 96, 64) and ck.get(DOWN.format(i=0)).shape == (4, 64, 48)
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) <= 1e-5
+        a = families.ARCHS["granitemoe"]
+        lay = dataclasses.replace(a.features.experts, glu="interleaved")
+        monkeypatch.setitem(
+            families.ARCHS, "granitemoe", dataclasses.replace(a, features=dataclasses.replace(a.features, experts=lay))
+        )
+        assert rel(ck.model()(X), hf_logits(model)) > 1e-3
+
+
+@pytest.mark.parametrize("recipe", ["srio", "copy"])
+@pytest.mark.parametrize("name", sorted(LAYOUTS))
+def test_every_layout_computes_and_grows_the_same_experts(name, recipe, tmp_path, monkeypatch):
+    """The same experts stored in another family's layout: the same logits, and growth (width 64 -> 96,
+    every expert's neurons 48 -> 96: tiled behind the gate, or Net2Net copies that split their writes)
+    makes the same tensors relaid, so the engine takes each layout's unit and residual axes right."""
+    make_source("granitemoe", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, src = ck.config, {n: ck.get(n) for n in ck.names()}
+    r = recipes.load(recipe, recipes.parse_set(["noise=0.0"]))
+    plan = build_plan(cfg, r, 96, Units(ffn=96), seed=3)
+    grown = {n: grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
+    with torch.no_grad():
+        ref, ref_grown = LM.from_tensors(cfg, src)(X), LM.from_tensors(plan.cfg, grown)(X, alpha=0.0)
+    assert rel(ref_grown, ref) <= 1e-5
+    monkeypatch.setitem(families.ARCHS, "granitemoe", variant(name))
+    mine = in_layout(src, cfg, name)
+    assert set(mine) == set(families.expected_shapes(cfg))
+    plan_v = build_plan(cfg, r, 96, Units(ffn=96), seed=3)
+    grown_v = {n: grow_tensor(n, plan_v, mine.__getitem__) for n, _, _ in plan_v.outputs()}
+    want = in_layout(grown, plan.cfg, name)
+    assert set(grown_v) == set(want)
+    for n, t in grown_v.items():
+        assert t.shape == want[n].shape and torch.allclose(t, want[n], atol=1e-6), n
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, mine)(X), ref) <= 1e-6
+        assert rel(LM.from_tensors(plan_v.cfg, grown_v)(X, alpha=0.0), ref) <= 1e-5
+        assert rel(LM.from_tensors(plan_v.cfg, grown_v)(X, alpha=1.0), ref) > 1e-3 or recipe == "copy"
+
+
+def test_a_bf16_sharded_folder_grows_through_the_streaming_writer(tmp_path):
+    """A bf16 GraniteMoeShared saved in shards by transformers: read lazily, grown by the streaming writer
+    in bf16 (each tensor the float32 growth rounded once) and in float32 (verified); the producer memory
+    estimate holds a whole 3-D expert tensor and its source."""
+    make, kw = CASES["granitemoeshared"]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval().to(torch.bfloat16)
+    model.save_pretrained(tmp_path / "src", max_shard_size="100KB")
+    assert (tmp_path / "src" / "model.safetensors.index.json").exists()
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.main_dtype() == torch.bfloat16
+    for dtype in ("bfloat16", "float32"):
+        r = cli("expand", tmp_path / "src", "--width", 96, "--dtype", dtype, "-o", tmp_path / dtype, "-q")
+        assert r.exit_code == 0, r.stderr
+    g16, g32 = checkpoint.load(tmp_path / "bfloat16"), checkpoint.load(tmp_path / "float32")
+    assert g16.get(GU.format(i=1)).shape == (4, 144, 96) and g16.get(GU.format(i=1)).dtype == torch.bfloat16
+    assert all(torch.equal(g16.get(n), g32.get(n).to(torch.bfloat16)) for n in g32.names())
+    assert verify_json(tmp_path / "src", tmp_path / "float32")[0] == 0
+    plan = build_plan(ck.config, recipes.load("srio"), 96, dtype=torch.bfloat16)
+    assert producer_bytes(plan) >= 4 * 4 * 144 * 96 + 6 * 4 * 96 * 64  # the float32 tensor + its source
+
+
+def test_a_grown_gated_folder_runs_as_remote_code(tmp_path):
+    """A grown, unfolded Granite-MoE folder is a remote-code model (its gates): it carries nn/experts.py
+    with the forward pass, and transformers runs it with the source's logits at gate 0."""
+    model = make_source("granitemoe", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "g" / "experts.py").exists()
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "g", trust_remote_code=True).eval()
+    assert back.config.growtool["model_type"] == "granitemoe"
+    with torch.no_grad():
+        assert rel(back(X).logits.float(), hf_logits(model)) <= 1e-4
