@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -341,3 +342,16 @@ def test_llama4_width_growth_keeps_the_norm_eps_its_qk_norms_read(tmp_path, monk
         results[keep] = (checkpoint.load(grown).config.norm_eps, verify_json(tmp_path / "src", grown)[1])
     assert results[True][0] == 0.1 and results[True][1]["results"][0]["rel"] <= 1e-4
     assert results[False][0] < 0.1 and results[False][1]["results"][0]["rel"] > 1e-3
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [({"moe_layers": [0, 5]}, r"moe_layers \[0, 5\]: block indices below 2"), ({"no_rope_layers": [1]}, "entries")],
+)
+def test_llama4_bad_per_block_lists_are_one_line_exit_2(over, match, tmp_path):
+    make_source("llama4_text-dense-moe-chunked", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, **over}))
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert re.search(match, r.stderr) and not (tmp_path / "g").exists(), r.stderr

@@ -1173,7 +1173,15 @@ LLAMA4_TEXT = Arch(
         "rope_layers": "no_rope_layers",
     },
     fixed={"mlp_bias": False, "norm_topk": False},
-    defaults={"activation": "silu", "tie": False, "context": 131072, "norm_eps": 1e-5, "top_k": 1, "experts": 16},
+    defaults={  # transformers' Llama4TextConfig defaults
+        "activation": "silu",
+        "tie": False,
+        "context": 131072,
+        "norm_eps": 1e-5,
+        "top_k": 1,
+        "experts": 16,
+        "dense_ffn": 16384,
+    },
 )
 
 ARCHS = {
