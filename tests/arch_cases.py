@@ -184,6 +184,18 @@ LLAMA4 = dict(
     attn_scale=0.5,
 )
 
+
+def _dbrx(tie=False, attn=None, ffn=None, **over):
+    """DBRX: its attention and FFN settings nested in ``attn_config`` / ``ffn_config`` (transformers 5.24's
+    attention reads ``attn_config.rope_theta``, which its config class does not default;
+    its attention also fails without ``clip_qkv``, so every row sets one)."""
+    kw = dict(vocab_size=FAMILY_V, d_model=64, n_heads=4, n_layers=2, max_seq_len=64)
+    attn = {"kv_n_heads": 2, "rope_theta": 10000.0, **(attn or {})}
+    ffn = {"ffn_hidden_size": 48, "moe_num_experts": 4, "moe_top_k": 2, **(ffn or {})}
+    cfg = transformers.DbrxConfig(**{**kw, **over}, attn_config=attn, ffn_config=ffn, tie_word_embeddings=tie)
+    return transformers.DbrxForCausalLM(cfg)
+
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
     "opt": (_opt, {}),
@@ -402,6 +414,11 @@ FAMILY_CASES = {
     "granitemoeshared-tied-mult": (
         _family_like("GraniteMoeShared", shared_intermediate_size=24, **GRANITE_MOE, **GRANITE_MULT, **IDS),
         {"tie": True},
+    ),
+    "dbrx-clip": (_dbrx, {"attn": {"clip_qkv": 0.2}}),  # experts stacked [E * f, d]
+    "dbrx-mha-top1-clip8": (
+        _dbrx,
+        {"attn": {"kv_n_heads": 4, "clip_qkv": 8.0}, "ffn": {"moe_num_experts": 3, "moe_top_k": 1}},
     ),
     # Llama 4: block 0 dense (intermediate_size_mlp), RoPE, chunks of 8, q/k L2 norms; block 1 MoE, no RoPE,
     # its queries scaled by position (floor_scale 4: from position 3 on)

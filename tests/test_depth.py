@@ -88,6 +88,7 @@ ARCH_CASES = {
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
     "granitemoe": "granitemoe-tied-bias-top1",  # experts fused in 3-D tensors: a copied block copies them whole
     "granitemoeshared": "granitemoeshared",
+    "dbrx": "dbrx-clip",
     "llama4_text": "llama4_text-dense-moe-chunked",  # a dense and an MoE block, RoPE and no RoPE: copies keep them
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}

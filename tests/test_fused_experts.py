@@ -11,23 +11,26 @@ into the same weights, tensor for tensor; a bf16 folder in shards grows through 
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import pytest
 import torch
 
 transformers = pytest.importorskip("transformers")
 
+from growtool.check import compare, random_batches  # noqa: E402
 from growtool.grow import recipes  # noqa: E402
 from growtool.grow.engine import grow_tensor, producer_bytes  # noqa: E402
 from growtool.grow.plan import Units, build_plan  # noqa: E402
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn import families  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.families import ExpertLayout  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import CASES, hf_logits, make_source, rel  # noqa: E402
 from arch_cases import FAMILY_X as X  # noqa: E402
-from helpers import cli, perturbed, verify_json  # noqa: E402
+from helpers import cli, make_text, perturbed, random_tensors, tiny_cfg, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -154,3 +157,104 @@ def test_a_grown_gated_folder_runs_as_remote_code(tmp_path):
     assert back.config.growtool["model_type"] == "granitemoe"
     with torch.no_grad():
         assert rel(back(X).logits.float(), hf_logits(model)) <= 1e-4
+
+
+def test_dbrx_reads_and_writes_its_nested_config_and_clamps_qkv(tmp_path):
+    """DBRX keeps kv heads, clip_qkv, the experts and their width in ``attn_config`` / ``ffn_config``: read
+    there, written back there grown (and ``ffn_config.hidden_size`` / ``num_key_value_heads`` with them),
+    the source's config.json unchanged. Its fused Wqkv output is clamped to +-clip_qkv (without the clamp
+    the logits differ); its experts are stacked [E * f, d]."""
+    model = make_source("dbrx-clip", tmp_path / "src")
+    before = (tmp_path / "src" / "config.json").read_bytes()
+    ck = checkpoint.load(tmp_path / "src")
+    c = ck.config
+    assert (c.kv_heads, c.ffn, c.experts, c.top_k, c.clip_qkv, c.norm_topk) == (2, 48, 4, 2, 0.2, True)
+    assert ck.get("transformer.blocks.0.ffn.experts.mlp.w2").shape == (4 * 48, 64)
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) <= 1e-5
+        assert (
+            rel(LM.from_tensors(c.replace(clip_qkv=None), {n: ck.get(n) for n in ck.names()})(X), hf_logits(model))
+            > 1e-3
+        )
+    r = cli("expand", tmp_path / "src", "--width", 96, "--ffn", 64, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "src" / "config.json").read_bytes() == before
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-q", "-o", tmp_path / "f0").exit_code == 0
+    hf = json.loads((tmp_path / "f0" / "config.json").read_text())
+    assert (hf["d_model"], hf["n_heads"], hf["num_key_value_heads"]) == (96, 6, 3)
+    assert hf["attn_config"]["kv_n_heads"] == 3 and hf["attn_config"]["clip_qkv"] == 0.2
+    assert (hf["ffn_config"]["ffn_hidden_size"], hf["ffn_config"]["hidden_size"], hf["ffn_config"]["moe_top_k"]) == (
+        64,
+        96,
+        2,
+    )
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert back.transformer.blocks[1].ffn.experts.mlp.w1.shape == (4 * 64, 96)
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+def test_dbrx_top_k_weights_over_another_p_norm_are_refused_with_one_line(tmp_path):
+    model = CASES["dbrx-clip"][0](**CASES["dbrx-clip"][1])
+    model.config.ffn_config.moe_normalize_expert_weights = 2.0
+    model.save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and not (tmp_path / "g").exists()
+    assert r.stderr.strip().count("\n") == 0 and "moe_normalize_expert_weights other than 1" in r.stderr
+
+
+@pytest.mark.parametrize(
+    "recipe, over",
+    [
+        ("srio", {"noise": 0.2}),
+        ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.2}),
+        ("copy", {"pair_noise": 0.3}),
+        ("copy", {"split_alpha": 0.3, "pair_noise": 0.1}),
+        ("nrio", {}),
+    ],
+)
+@pytest.mark.parametrize("family", ["granitemoe", "granitemoeshared", "dbrx"])
+def test_recipes_and_breakers_keep_fused_experts_exact(family, recipe, over):
+    """Every recipe and symmetry breaker on fused (and stacked) experts, at a ratio that is no whole
+    factor (24 -> 40, 3 -> 5 heads): the grown model computes the source's function at gate 0."""
+    if recipe == "nrio" and family == "dbrx":
+        pytest.skip("nrio (no rotation) is exact on RMSNorm only: DBRX has LayerNorm")
+    shared = {"shared_ffn": 12} if family == "granitemoeshared" else {}
+    cfg = ModelConfig(
+        family=family, vocab_size=40, width=24, layers=2, heads=3, kv_heads=3, head_dim=8, ffn=20, context=16,
+        experts=3, top_k=2, clip_qkv=0.5 if family == "dbrx" else None, **shared,
+    )  # fmt: skip
+    src = random_tensors(cfg, seed=4)
+    plan = build_plan(cfg, recipes.load(recipe, over), 40, seed=4)
+    grown = {n: grow_tensor(n, plan, src.__getitem__) for n, _, _ in plan.outputs()}
+    assert plan.cfg.heads == 5 and plan.cfg.ffn == 33 and plan.exact
+    x = random_batches(cfg.vocab_size, cfg.context, 4, 4)
+    c0 = compare(LM.from_tensors(cfg, src), LM.from_tensors(plan.cfg, grown), x, alpha=0.0)
+    assert c0.logit_scale > 1e-3 and c0.rel <= 1e-4, c0
+
+
+@pytest.mark.parametrize("family, extra", [("granitemoeshared", {"shared_ffn": 16}), ("dbrx", {"clip_qkv": 1.0})])
+def test_a_run_grows_fused_experts_with_their_optimizer_state_and_resumes_exactly(family, extra, tmp_path):
+    """``train --grow-at 0.5:width=48,layers=3``: the AdamW moments of 3-D and stacked expert tensors grow
+    with them (a run stopped and resumed around the growth ends bit for bit where the straight run does),
+    and the loss does not jump at the growth."""
+    from growtool.init import init_model
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
+
+    (tmp_path / "toy.txt").write_text(make_text(1500))
+    cfg = tiny_cfg(layers=2, family=family, experts=3, top_k=2, ffn=24, **extra)
+    base = checkpoint.save_tensors(str(tmp_path / "base.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    kw = dict(batch=8, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, steps=8, save_every=2)
+    kw.update(grow_at=("0.5:width=48,layers=3",), gate_warmup_tokens=512)
+    a = train(base, [tmp_path / "toy.txt"], tmp_path / "a", **kw)
+    train(base, [tmp_path / "toy.txt"], tmp_path / "b", stop_at=3, **kw)
+    train(base, [tmp_path / "toy.txt"], tmp_path / "b", resume=True, stop_at=6, **kw)
+    b = train(base, [tmp_path / "toy.txt"], tmp_path / "b", resume=True, **kw)
+    ra, rb = (read_metrics(tmp_path / r / "metrics.jsonl") for r in "ab")
+    assert [{k: v for k, v in r.items() if k != "tok_s"} for r in ra] == [
+        {k: v for k, v in r.items() if k != "tok_s"} for r in rb
+    ]
+    assert checkpoint.load(a["final"]).sha256() == checkpoint.load(b["final"]).sha256()
+    final = checkpoint.load(a["final"]).config
+    assert (final.width, final.layers, final.experts, final.ffn) == (48, 3, 3, 36)
+    assert ra[5]["loss"] < ra[4]["loss"] + 0.05

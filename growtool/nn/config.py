@@ -36,6 +36,25 @@ FEATURE_FALLBACK = {
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
 
 
+def hf_get(hf: dict, key: str, default=None):
+    """``hf.get(key, default)``; a dotted key (DBRX's ``attn_config.kv_n_heads``) reads the nested dicts,
+    ``default`` where a level is absent or the value is null."""
+    if "." not in key:
+        return hf.get(key, default)
+    for part in key.split("."):
+        hf = hf.get(part) if isinstance(hf, dict) else None
+    return default if hf is None else hf
+
+
+def hf_put(hf: dict, key: str, val) -> None:
+    """``hf[key] = val``; a dotted key writes into copies of the nested dicts (the source's stay as read)."""
+    *path, last = key.split(".")
+    for part in path:
+        hf[part] = dict(hf.get(part) or {})
+        hf = hf[part]
+    hf[last] = val
+
+
 # optional numbers of a config (None: absent), checked by ``ModelConfig.check``; POSITIVE ones above 0
 SCALARS = (
     "rope_theta",
@@ -268,13 +287,13 @@ class ModelConfig:
             if name in a.fixed:
                 continue
             val = getattr(self, name)
-            if val is None and key not in hf:
+            if val is None and key not in hf and hf_get(hf, key) is None:
                 continue
-            hf[key] = val
+            hf_put(hf, key, val)
             if a.alt_keys.get(key) in hf:  # the other spelling the source used says the same (it may win on load)
                 hf[a.alt_keys[key]] = val
         for key, name in a.mirrors.items():
-            hf[key] = getattr(self, name)
+            hf_put(hf, key, getattr(self, name))
         if a.features.free_head_dim:
             hf["head_dim"] = self.head_dim
         if a.features.positions == "rope":
@@ -318,20 +337,20 @@ class ModelConfig:
             raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
         a = BY_MODEL_TYPE[mt]
         for key, reason in a.refuse.items():
-            if hf.get(key):
+            if hf_get(hf, key):
                 raise GrowError(reason)
         for key, (want, reason, *absent) in a.require.items():  # want: a value or a tuple of values
-            got = hf.get(key, absent[0] if absent else want)
+            got = hf_get(hf, key, absent[0] if absent else want)
             if got not in (want if isinstance(want, tuple) else (want,)):
                 raise GrowError(reason)
         for key, name in a.mirrors.items():
-            other = a.keys[name]
-            if hf.get(key) is not None and hf.get(key) != hf.get(other):
-                raise GrowError(f"{a.name} {key} {hf[key]} different from {other} {hf.get(other)} is not supported")
+            mine, other = hf_get(hf, key), hf_get(hf, a.keys[name])
+            if mine is not None and mine != other:
+                raise GrowError(f"{a.name} {key} {mine} different from {a.keys[name]} {other} is not supported")
 
         def get(name, default=None):
             key = a.keys.get(name)
-            val = hf.get(key) if key else None
+            val = hf_get(hf, key) if key else None
             if val is None and key in a.alt_keys:
                 val = hf.get(a.alt_keys[key])
             return val if val is not None else a.defaults.get(name, default)

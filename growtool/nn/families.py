@@ -1136,6 +1136,64 @@ GRANITEMOESHARED = dataclasses.replace(
     keys={**GRANITEMOE.keys, "shared_ffn": "shared_intermediate_size"},
 )
 
+DBRX = Arch(
+    name="dbrx",
+    model_type="dbrx",
+    hf_class="DbrxForCausalLM",
+    block="transformer.blocks.{i}.",
+    modules={
+        "embed": "transformer.wte",
+        "final_norm": "transformer.norm_f",
+        "head": "lm_head",
+        "ln1": "norm_attn_norm.norm_1",
+        "ln2": "norm_attn_norm.norm_2",
+        "qkv": "norm_attn_norm.attn.Wqkv",  # [Q | K | V], clamped to +-clip_qkv
+        "o": "norm_attn_norm.attn.out_proj",
+        "g": "norm_attn_norm.attn.g_proj",
+        "router": "ffn.router.layer",
+        "e_gate": "ffn.experts.mlp.w1",  # [E * f, d]: expert e's rows e f .. (e + 1) f
+        "e_up": "ffn.experts.mlp.v1",
+        "e_down": "ffn.experts.mlp.w2",  # [E * f, d]: expert e's [f, d], read as h @ w2
+    },
+    features=Features(
+        norm="layernorm",
+        norm_bias=False,  # nn.LayerNorm(d, bias=False), eps 1e-5 of the class
+        fixed_eps=True,
+        qkv="concat",
+        free_head_dim=False,
+        moe=True,
+        experts=ExpertLayout(writer="in_out", glu="separate", stacked=True),
+    ),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "d_model",
+        "layers": "n_layers",
+        "heads": "n_heads",
+        "kv_heads": "attn_config.kv_n_heads",
+        "ffn": "ffn_config.ffn_hidden_size",
+        "context": "max_seq_len",
+        "tie": "tie_word_embeddings",
+        "activation": "ffn_config.ffn_act_fn.name",
+        "experts": "ffn_config.moe_num_experts",
+        "top_k": "ffn_config.moe_top_k",
+        "clip_qkv": "attn_config.clip_qkv",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={  # DbrxConfig's, DbrxAttentionConfig's and DbrxFFNConfig's
+        **{"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-5, "kv_heads": 1},
+        **{"ffn": 3584, "experts": 4, "top_k": 1},
+    },
+    require={
+        "ffn_config.moe_normalize_expert_weights": (
+            (1, 1.0),
+            "dbrx with moe_normalize_expert_weights other than 1 (top-k weights over another p-norm, or none) "
+            "is not supported",
+            1.0,
+        )
+    },
+    mirrors={"ffn_config.hidden_size": "width", "num_key_value_heads": "kv_heads"},
+)
+
 _LLAMA4_MLP = {"gate": "feed_forward.gate_proj", "up": "feed_forward.up_proj", "down": "feed_forward.down_proj"}
 LLAMA4_TEXT = Arch(
     name="llama4_text",
@@ -1192,7 +1250,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GRANITEMOE, GRANITEMOESHARED),
+        *(GRANITEMOE, GRANITEMOESHARED, DBRX),
         LLAMA4_TEXT,
     )
 }
@@ -1217,7 +1275,6 @@ UNSUPPORTED = {
     "llama4": "the multimodal Llama 4 wrapper (a vision tower, the text model under text_config); its text model "
     "(model_type llama4_text) grows",
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
-    "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
     "granitemoehybrid": _MAMBA,
