@@ -30,7 +30,9 @@ Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block 
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
 logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
-ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
+ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn"). Where an
+MoE family's blocks differ (Llama 4: ``moe_layers``), a spec's ``where`` says which blocks hold it
+("moe" / "dense"); the dense blocks' FFN neurons are unit kind ``dffn``.
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
