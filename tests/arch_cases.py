@@ -172,6 +172,17 @@ LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 GRANITE_MOE = dict(num_local_experts=4, num_experts_per_tok=2, intermediate_size=48)  # experts fused in 3-D tensors
+LLAMA4 = dict(
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=48,  # each expert's and the shared expert's neurons
+    intermediate_size_mlp=80,  # the dense blocks' neurons
+    num_local_experts=3,
+    interleave_moe_layer_step=2,  # block 1 MoE, block 0 dense
+    attention_chunk_size=8,
+    floor_scale=4,
+    attn_scale=0.5,
+)
 
 
 def _dbrx(tie=False, attn=None, ffn=None, **over):
@@ -447,6 +458,26 @@ FAMILY_CASES = {
         _gpt_oss,
         {"tie": True, "num_key_value_heads": 4, "head_dim": 24, "num_local_experts": 3, "num_experts_per_tok": 1}
         | {"attention_bias": False},
+    ),
+    # Llama 4: block 0 dense (intermediate_size_mlp), RoPE, chunks of 8, q/k L2 norms; block 1 MoE, no RoPE,
+    # its queries scaled by position (floor_scale 4: from position 3 on)
+    "llama4_text-dense-moe-chunked": (
+        _family_like("Llama4Text", "Llama4ForCausalLM", **LLAMA4, no_rope_layers=[1, 0], **IDS),
+        {},
+    ),
+    "llama4_text-tied-top2-bias-llama3": (
+        _family_like(
+            "Llama4Text",
+            "Llama4ForCausalLM",
+            **{**LLAMA4, "num_key_value_heads": 4, "head_dim": 24, "num_local_experts": 4, "num_experts_per_tok": 2},
+            moe_layers=[0, 1],
+            no_rope_layers=[0, 1],
+            attention_bias=True,
+            use_qk_norm=False,
+            **LLAMA3,
+            **IDS,
+        ),
+        {"tie": True},
     ),
 }
 

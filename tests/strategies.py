@@ -13,6 +13,8 @@ def _moe(draw, arch) -> dict:
     kw = dict(experts=experts, top_k=draw(st.integers(1, experts)), norm_topk=draw(st.booleans()))
     if "shared_ffn" in arch.keys:  # Qwen2-MoE's shared expert
         kw["shared_ffn"] = draw(st.integers(1, 40))
+    if "moe_layers" in arch.keys:  # Llama 4: some blocks dense, with their own MLP size
+        kw.update(moe_layers=draw(st.sampled_from([None, [], [0]])), dense_ffn=draw(st.integers(1, 40)))
     return kw
 
 

@@ -90,6 +90,7 @@ ARCH_CASES = {
     "granitemoeshared": "granitemoeshared",
     "dbrx": "dbrx-clip",
     "gpt_oss": "gpt_oss-window-yarn",  # sinks, expert biases and layer types follow the copied block
+    "llama4_text": "llama4_text-dense-moe-chunked",  # a dense and an MoE block, RoPE and no RoPE: copies keep them
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 
 import pytest
 import torch
@@ -53,6 +54,9 @@ def spelled_4x(hf: dict) -> dict:
         out["rope_scaling"] = rp
     if out["model_type"] == "exaone":
         out.update({old: out.pop(new) for new, old in EXAONE_4X.items()})
+    if out["model_type"] == "llama4_text":  # Hub configs (Llama 4 Scout): no layer_types, the MoE blocks by step
+        del out["layer_types"], out["moe_layers"]
+        out["interleave_moe_layer_step"] = 2 if hf["moe_layers"] == [1] else 1
     pattern = out.get("layer_types") == ["sliding_attention", "full_attention"]
     if out["model_type"] in ("cohere2", "exaone4") and pattern:
         del out["layer_types"]
@@ -83,6 +87,8 @@ LEGACY = [
     "granitemoe",
     "granitemoeshared",
     "gpt_oss-window-yarn",
+    "llama4_text-dense-moe-chunked",
+    "llama4_text-tied-top2-bias-llama3",
 ]
 
 
@@ -252,3 +258,104 @@ def test_phimoe_routes_by_sparsemixer_and_keeps_its_head_bias(tmp_path, monkeypa
     hf = {**model.config.to_dict(), "num_experts_per_tok": 1}
     with pytest.raises(GrowError, match="routes to exactly 2 experts"):
         ModelConfig.from_hf(hf)
+
+
+def _with_features(monkeypatch, family: str, **kw) -> None:
+    a = families.ARCHS[family]
+    monkeypatch.setitem(families.ARCHS, family, dataclasses.replace(a, features=dataclasses.replace(a.features, **kw)))
+
+
+def test_llama4_mechanisms_each_bite(tmp_path, monkeypatch):
+    """Llama 4 (block 0: RoPE, chunks of 8, q/k L2 norms, dense MLP; block 1: no RoPE, query temperature
+    from position 3, MoE): left out, each rule changes the logits where it acts, and only there."""
+    model = make_source("llama4_text-dense-moe-chunked", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, {n: ck.get(n) for n in ck.names()}, hf_logits(model)
+    assert (cfg.layer_types, cfg.rope_layers, cfg.moe_layers) == (["chunked_attention", "full_attention"], [1, 0], [1])
+
+    def logits(c=cfg):
+        with torch.no_grad():
+            return LM.from_tensors(c, t)(X)
+
+    assert rel(logits(), want) <= 1e-5
+    full = logits(cfg.replace(layer_types=["full_attention"] * 2))  # no chunks: positions 8.. see more keys
+    assert rel(full[:, :8], want[:, :8]) <= 1e-5 and rel(full[:, 8:], want[:, 8:]) > 1e-3
+    assert rel(logits(cfg.replace(extra={**cfg.extra, "use_qk_norm": False})), want) > 1e-3
+    cool = logits(cfg.replace(extra={**cfg.extra, "attn_temperature_tuning": False}))
+    assert rel(cool[:, :3], want[:, :3]) <= 1e-5 and rel(cool[:, 3:], want[:, 3:]) > 1e-3
+    for kw in ({"rope_interleaved": False}, {"routing": "softmax"}):  # RoPE on halves; softmax weights after
+        _with_features(monkeypatch, "llama4_text", **kw)
+        assert rel(logits(), want) > 1e-3, kw
+        monkeypatch.setitem(families.ARCHS, "llama4_text", families.LLAMA4_TEXT)
+
+
+@pytest.mark.parametrize("method,layers", [("interleave", 3), ("stack", 4), ("middle", 4)])
+def test_llama4_depth_copies_keep_their_kind(method, layers, tmp_path):
+    """Each copied Llama 4 block keeps its kind: MoE or dense (``moe_layers``, block indices, rewritten
+    for the new numbering), RoPE or not (``no_rope_layers``), chunked or full (``layer_types``);
+    transformers reads the written lists, and the folded model computes growtool's gate-1 function."""
+    model = make_source("llama4_text-dense-moe-chunked", tmp_path / "src")
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--layers", layers, "--depth-method", method, "-o", grown, "-q")
+    assert r.exit_code == 0, r.stderr
+    src = [s for s, _ in checkpoint.load(grown).lineage[-1]["depth_layout"]]
+    assert sorted(set(src)) == [0, 1]
+    assert cli("fold", grown, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
+    assert type(back) is type(model) and back.config.num_hidden_layers == layers
+    assert back.config.moe_layers == [j for j, s in enumerate(src) if s == 1]
+    assert list(back.config.no_rope_layers) == [[1, 0][s] for s in src]
+    assert back.config.layer_types == [["chunked_attention", "full_attention"][s] for s in src]
+    assert [type(b.feed_forward).__name__ for b in back.model.layers] == [
+        ["Llama4TextMLP", "Llama4TextMoe"][s] for s in src
+    ]
+    with torch.no_grad():
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+    assert rel(hf_logits(back), ours1) <= 1e-5
+
+
+def test_llama4_multimodal_wrapper_is_refused_with_one_line(tmp_path):
+    text = dict(vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48)
+    vision = dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64, image_size=28)
+    vision.update(patch_size=14, vision_output_dim=64, projector_input_dim=64, projector_output_dim=64)
+    cfg = transformers.Llama4Config(text_config={**text, "intermediate_size_mlp": 80}, vision_config=vision)
+    torch.manual_seed(0)
+    transformers.Llama4ForConditionalGeneration(cfg).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "llama4 is not supported yet" in r.stderr and "model_type llama4_text" in r.stderr
+    assert not (tmp_path / "g").exists()
+
+
+def test_llama4_width_growth_keeps_the_norm_eps_its_qk_norms_read(tmp_path, monkeypatch):
+    """Llama 4's weightless q/k norms over head_dim read rms_norm_eps, the residual norms' eps: growth
+    keeps it (the residual scaled by sqrt(D/d) instead). Grown as Llama (eps x d/D), the q/k norms see
+    another eps and the function is lost (a large eps makes it plain)."""
+    make, kw = CASES["llama4_text-dense-moe-chunked"]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw, rms_norm_eps=0.1))
+    with torch.no_grad():  # queries and keys of a trained size: peaked attention, which the eps moves
+        for n, p in model.named_parameters():
+            p.mul_(8.0 if n.endswith(("q_proj.weight", "k_proj.weight")) else 1.0)
+    model.save_pretrained(tmp_path / "src")
+    results = {}
+    for keep in (True, False):
+        _with_features(monkeypatch, "llama4_text", fixed_eps=keep)
+        grown = tmp_path / f"g{keep}.safetensors"
+        assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", grown).exit_code == 0
+        results[keep] = (checkpoint.load(grown).config.norm_eps, verify_json(tmp_path / "src", grown)[1])
+    assert results[True][0] == 0.1 and results[True][1]["results"][0]["rel"] <= 1e-4
+    assert results[False][0] < 0.1 and results[False][1]["results"][0]["rel"] > 1e-3
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [({"moe_layers": [0, 5]}, r"moe_layers \[0, 5\]: block indices below 2"), ({"no_rope_layers": [1]}, "entries")],
+)
+def test_llama4_bad_per_block_lists_are_one_line_exit_2(over, match, tmp_path):
+    make_source("llama4_text-dense-moe-chunked", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, **over}))
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert re.search(match, r.stderr) and not (tmp_path / "g").exists(), r.stderr

@@ -23,9 +23,10 @@ Methods (new blocks ``n = L2 - L``):
 block S (default: the block before it, block 0 for P = 0); the method then only says copy or identity.
 
 Per-layer structure follows the source block: ``layer_types`` (sliding / full attention, and with
-it the RoPE base per layer type), SmolLM3's RoPE / no-RoPE list (``rope_layers``) and every list in
-the config with one entry per layer. Everything of a block goes with its copy (an MoE block's router,
-experts and shared expert too); what is global (OPT's learned positions) stays as it is.
+it the RoPE base per layer type), SmolLM3's RoPE / no-RoPE list (``rope_layers``), Llama 4's MoE
+blocks (``moe_layers``: block indices, renumbered) and every list in the config with one entry per
+layer. Everything of a block goes with its copy (an MoE block's router, experts and shared expert
+too); what is global (OPT's learned positions) stays as it is.
 
 Width and depth compose in one plan: the width plan grows every source block (tensor names in the
 source's numbering), then the depth layout renames them (``grow_tensor``). The AdamW moments follow
@@ -127,6 +128,7 @@ DEPTH_FAMILIES = frozenset([
     "glm4", "ministral3", "apertus", "phimoe",
     "granitemoe", "granitemoeshared", "dbrx",
     "gpt_oss",
+    "llama4_text",
 ])
 # fmt: on
 
@@ -199,7 +201,12 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
-    return cfg.replace(layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, extra=extra)
+    moe = [j for j, s in enumerate(order) if s in cfg.moe_layers] if cfg.moe_layers is not None else None  # Llama 4
+    if moe is not None:
+        extra["moe_layers"] = moe  # block indices, not one entry per block: not permuted above
+    return cfg.replace(
+        layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, moe_layers=moe, extra=extra
+    )
 
 
 # ---- tensors ------------------------------------------------------------------------------------

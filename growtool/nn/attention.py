@@ -47,10 +47,23 @@ def apply_rope_interleaved(x, cos, sin):
     return xr if xp.shape[-1] == 0 else torch.cat([xr, xp], dim=-1)
 
 
+def l2_norm(x: torch.Tensor, eps: float) -> torch.Tensor:
+    """x / sqrt(mean(x^2) + eps) over the last axis, without a gain, in float32 (Llama 4's q/k norm)."""
+    h = x.to(torch.promote_types(x.dtype, torch.float32))
+    return (h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)).type_as(x)
+
+
 def query_scale(q: torch.Tensor, cfg: ModelConfig, layer: int) -> torch.Tensor:
     """Ministral 3 (Llama 4's attention temperature): the rotated query at position p times
     1 + beta log(1 + floor(p / original_max_position_embeddings)), beta the RoPE parameters'
-    ``llama_4_scaling_beta``; unchanged without it."""
+    ``llama_4_scaling_beta``; unchanged without it. Llama 4 itself (``Features.attn_temperature``,
+    attention temperature tuning, arXiv:2501.19399) scales the query of its layers without RoPE by
+    1 + attn_scale log(1 + floor((p + 1) / floor_scale))."""
+    x = cfg.extra
+    if arch_of(cfg).features.attn_temperature and not cfg.has_rope(layer) and x.get("attn_temperature_tuning", True):
+        pos = torch.arange(q.shape[-2], device=q.device, dtype=torch.float32)
+        scale = 1 + x.get("attn_scale", 0.1) * torch.log1p(torch.floor((pos + 1) / x.get("floor_scale", 8192)))
+        return q * scale[:, None].to(q.dtype)
     p = layer_params(cfg, layer) or {}
     if not p.get("llama_4_scaling_beta"):
         return q
@@ -124,6 +137,13 @@ def explicit(q, k, v, keep, scale: float, softcap: float | None = None, sinks=No
     return torch.cat([a, sink], dim=-1).softmax(-1, dtype=soft)[..., :-1].to(q.dtype) @ v
 
 
+def chunk_size(cfg: ModelConfig, layer: int) -> int | None:
+    """Llama 4's chunked attention: a "chunked_attention" layer's query at position p attends to the
+    keys of its own chunk of ``attention_chunk_size`` positions (p // c), causally; None elsewhere."""
+    chunked = cfg.layer_types is not None and cfg.layer_types[layer] == "chunked_attention"
+    return cfg.extra.get("attention_chunk_size") if chunked else None
+
+
 SDPA_GQA = torch.__version__ >= (2, 5)  # sdpa takes enable_gqa (grouped-query attention) from torch 2.5
 
 
@@ -140,6 +160,9 @@ def attend(q, k, v, cfg: ModelConfig, layer: int, sinks: torch.Tensor | None = N
     mask = (
         (i[None, :] <= i[:, None]) & (i[:, None] - i[None, :] < window) if window is not None and T > window else None
     )
+    chunk = chunk_size(cfg, layer)
+    if chunk is not None and T > chunk:
+        mask = (i[None, :] <= i[:, None]) & (i[:, None] // chunk == i[None, :] // chunk)
     if cfg.attn_softcap or sinks is not None:  # sdpa can neither cap scores nor take a sink
         keep = mask if mask is not None else (i[None, :] <= i[:, None])
         return explicit(q, k, v, keep, scale if scale is not None else q.shape[-1] ** -0.5, cfg.attn_softcap, sinks)

@@ -126,6 +126,9 @@ class ModelConfig:
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
     swiglu_alpha: float | None = None  # GPT-OSS's clamped GLU (moe.clamped_glu): the sigmoid's gain
     swiglu_limit: float | None = None  # ... and the clamp of gate (above) and up (both sides)
+    moe_layers: list | None = None  # MoE families: the blocks that are MoE, the others dense (None: every block)
+    dense_ffn: int | None = None  # neurons of the dense blocks' MLP beside MoE blocks (Llama 4's intermediate_size_mlp)
+    base_dense_ffn: int | None = None  # dense-block neurons below this count are ungated
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -144,6 +147,8 @@ class ModelConfig:
             self.base_ffn = self.ffn
         if self.base_shared_ffn is None:
             self.base_shared_ffn = self.shared_ffn
+        if self.base_dense_ffn is None:
+            self.base_dense_ffn = self.dense_ffn
         self.check()
 
     @property
@@ -154,11 +159,22 @@ class ModelConfig:
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
         shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
-        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or bool(self.new_layers)
+        dense = self.dense_ffn is not None and self.base_dense_ffn < self.dense_ffn
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or dense or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
-        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
-        return {"q": self.base_heads, "ffn": self.base_ffn, "ffn2": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
+        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn", "dffn" neurons)."""
+        return {
+            "q": self.base_heads,
+            "ffn": self.base_ffn,
+            "ffn2": self.base_ffn,
+            "sffn": self.base_shared_ffn,
+            "dffn": self.base_dense_ffn,
+        }[kind]
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether a block's MLP is a mixture of experts (MoE families: every block, or ``moe_layers``)."""
+        return self.arch.features.moe and (self.moe_layers is None or layer in self.moe_layers)
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -231,6 +247,13 @@ class ModelConfig:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
         if self.rope_layers is not None and len(self.rope_layers) != self.layers:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
+        ml = self.moe_layers
+        if ml is not None and (
+            not isinstance(ml, list) or any(not isinstance(i, int) or not 0 <= i < self.layers for i in ml)
+        ):
+            raise GrowError(f"moe_layers {ml!r}: block indices below {self.layers}")
+        if ml is not None and len(ml) < self.layers and not (isinstance(self.dense_ffn, int) and self.dense_ffn > 0):
+            raise GrowError(f"{self.family} has dense blocks: it needs their MLP size (a positive integer)")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
         if "ffn" not in self.arch.keys and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
@@ -304,6 +327,8 @@ class ModelConfig:
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         if self.shared_ffn is not None:
             hf["growtool"]["base_shared_ffn"] = self.base_shared_ffn
+        if self.dense_ffn is not None:
+            hf["growtool"]["base_dense_ffn"] = self.base_dense_ffn
         if self.new_layers:
             hf["growtool"]["new_layers"] = list(self.new_layers)
         return hf
@@ -372,10 +397,16 @@ class ModelConfig:
                 types = [
                     "sliding_attention" if (i + 1) % every else "full_attention" for i in range(int(get("layers")))
                 ]
-            rope_layers = get("rope_layers")
+            rope_layers = get("rope_layers") or None  # transformers reads an empty list as absent too
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
                 every = int(hf.get("no_rope_layer_interval") or 4)
                 rope_layers = [int((i + 1) % every != 0) for i in range(int(get("layers")))]
+            moe_layers, chunk = get("moe_layers"), hf.get("attention_chunk_size")
+            if moe_layers is None and "moe_layers" in a.keys:  # Llama 4: every n-th block (n = the interleave step)
+                step = int(hf.get("interleave_moe_layer_step") or 1)
+                moe_layers = list(range(step - 1, int(get("layers")), step))
+            if types is None and chunk and rope_layers is not None:  # Llama 4 without layer_types: RoPE layers chunked
+                types = ["chunked_attention" if r else "full_attention" for r in rope_layers]
             cfg = cls(
                 family=a.name,
                 vocab_size=int(get("vocab_size")),
@@ -421,6 +452,9 @@ class ModelConfig:
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
                 swiglu_alpha=get("swiglu_alpha"),
                 swiglu_limit=get("swiglu_limit"),
+                moe_layers=list(moe_layers) if moe_layers is not None else None,
+                dense_ffn=get("dense_ffn"),
+                base_dense_ffn=own.get("base_dense_ffn"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

@@ -31,7 +31,9 @@ Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block 
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
 logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
-ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
+ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn"). Where an
+MoE family's blocks differ (Llama 4: ``moe_layers``), a spec's ``where`` says which blocks hold it
+("moe" / "dense"); the dense blocks' FFN neurons are unit kind ``dffn``.
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
@@ -73,6 +75,7 @@ class Features:
     positions: str = "rope"  # "rope" | "learned" (a position embedding) | "alibi" (a per-head linear score bias, BLOOM)
     qk_norm: str = ""  # "head": RMSNorm on q and k over head_dim, before RoPE (Qwen3, Gemma 3)
     #                    "full": over all heads' width at once, before the reshape (OLMo-2)
+    #                    "l2": without weights, over head_dim, after RoPE, on RoPE layers where use_qk_norm (Llama 4)
     gqa: bool = True  # key/value heads may be fewer than query heads
     free_head_dim: bool = True  # head_dim may differ from width / heads
     norm_offset: float = 0.0  # norms scale by (offset + w): Gemma stores w with gain 1 + w
@@ -81,13 +84,15 @@ class Features:
     post_norms: bool = False  # a norm on each sublayer's output before the residual add (Gemma 2/3, OLMo-2)
     pos_offset: int = 0  # learned positions: position p reads row p + offset (OPT: 2)
     fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
-    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
+    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo; Llama 4, whose weightless
+    #                          q/k norms over head_dim read the config's one eps too)
     norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
     head_bias_key: str = ""  # the config key that gives the head a bias (PhiMoE: lm_head_bias)
-    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference)
+    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
+    #                           "sigmoid_in": top-k logits, sigmoid weights times the token before its expert (Llama 4)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -107,6 +112,9 @@ class Features:
     sinks: bool = False  # attention sinks: a learned logit per query head (slot sinks) joins each softmax and is
     #                      dropped, so a head may attend to nothing (GPT-OSS); new heads' sinks follow their q/k/v
     router_bias: bool = False  # the MoE router has a bias, one per expert (GPT-OSS): kept by growth
+    shared_plain: bool = False  # every MoE block has a shared expert of ``ffn`` neurons, added without a gate (Llama 4)
+    attn_temperature: bool = False  # Llama 4: on layers without RoPE the query at position p is scaled by
+    #                                 1 + attn_scale log(1 + floor((p + 1) / floor_scale)) (attn_temperature_tuning)
 
 
 @dataclass(frozen=True)
@@ -1237,6 +1245,55 @@ GPT_OSS = Arch(
     window_every=2,
 )
 
+
+_LLAMA4_MLP = {"gate": "feed_forward.gate_proj", "up": "feed_forward.up_proj", "down": "feed_forward.down_proj"}
+LLAMA4_TEXT = Arch(
+    name="llama4_text",
+    model_type="llama4_text",
+    hf_class="Llama4ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("q_norm", "k_norm")},
+        **_LLAMA4_MLP,  # the dense layers' MLP (intermediate_size_mlp neurons)
+        "router": "feed_forward.router",
+        "e_gate_up": "feed_forward.experts.gate_up_proj",  # [E, d, 2f]: each expert's [gate | up] columns
+        "e_down": "feed_forward.experts.down_proj",  # [E, f, d]
+        **{"s_" + k: "feed_forward.shared_expert." + v.split(".")[1] for k, v in _LLAMA4_MLP.items()},
+    },
+    features=Features(
+        qk_norm="l2",
+        rope_interleaved=True,  # RoPE as complex numbers: pairs (2i, 2i + 1)
+        fixed_eps=True,  # rms_norm_eps is also the q/k norms' eps over head_dim: kept, the residual scaled
+        moe=True,
+        routing="sigmoid_in",
+        experts=ExpertLayout(reader="in_out", writer="in_out"),
+        shared_plain=True,
+        shared_gate=False,
+        attn_temperature=True,
+    ),
+    keys={
+        **_LLAMA_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "dense_ffn": "intermediate_size_mlp",
+        "experts": "num_local_experts",
+        "top_k": "num_experts_per_tok",
+        "moe_layers": "moe_layers",
+        "layer_types": "layer_types",
+        "rope_layers": "no_rope_layers",
+    },
+    fixed={"mlp_bias": False, "norm_topk": False},
+    defaults={  # transformers' Llama4TextConfig defaults
+        "activation": "silu",
+        "tie": False,
+        "context": 131072,
+        "norm_eps": 1e-5,
+        "top_k": 1,
+        "experts": 16,
+        "dense_ffn": 16384,
+    },
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1247,6 +1304,7 @@ ARCHS = {
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
         *(GRANITEMOE, GRANITEMOESHARED, DBRX),
         GPT_OSS,
+        LLAMA4_TEXT,
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1257,7 +1315,6 @@ _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bi
 _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
-_LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
 UNSUPPORTED = {
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
@@ -1268,8 +1325,8 @@ UNSUPPORTED = {
     "ernie4_5_moe": _DEEPSEEK_MOE,
     "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
     "exaone_moe": _DEEPSEEK_MOE,
-    "llama4": _LLAMA4,
-    "llama4_text": _LLAMA4,
+    "llama4": "the multimodal Llama 4 wrapper (a vision tower, the text model under text_config); its text model "
+    "(model_type llama4_text) grows",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
     "granitemoehybrid": _MAMBA,
@@ -1317,7 +1374,8 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
-    expert_axis: int | None = None  # a 3-D tensor holding every expert: this axis counts them (never grown)
+    expert_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
+    where: str = ""  # the blocks that have it: "" every block, "moe" / "dense" (Llama 4's interleave: cfg.is_moe)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1365,9 +1423,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("embed_norm")
     if f.pre_norms:
         s += norm("ln1")
+    qk = f.qk_norm if f.qk_norm in ("head", "full") else ""  # norms with a learned gain (l2 has none)
     if f.qkv == "separate":
-        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
-        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
+        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, qk)
+        s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, qk)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
     else:
         s += reader("qkv", _qkv_units(f), "attn", ln1, cfg.qkv_bias)
@@ -1387,24 +1446,12 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("post_attn")
     if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
-    if f.moe:
-        s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
-        if f.router_bias:
-            s.append(TensorSpec(b("router"), "router_bias"))
-        for j in range(0 if f.experts else cfg.experts):
-            e = f"{B}{a.modules['experts']}.{j}."
-            s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
-            s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
-            s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-        s += expert_specs(a, cfg, ln2) if f.experts else []
-        if cfg.shared_ffn and "s_gate_up" in a.modules:  # [gate | up] of the shared expert in one tensor
-            s += reader("s_gate_up", ("sffn", "sffn"), "ffn", ln2, False)
-        elif cfg.shared_ffn:
-            s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
-        if cfg.shared_ffn:
-            s += writer("s_down", ("sffn",), "ffn", False)
-        if cfg.shared_ffn and f.shared_gate:
-            s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+    if f.moe and cfg.moe_layers is not None:  # MoE blocks and dense blocks (Llama 4: intermediate_size_mlp)
+        s += [dataclasses.replace(sp, where="moe") for sp in _moe_specs(a, cfg, ln2)]
+        dense = reader("gate", ("dffn",), "ffn", ln2, False) + reader("up", ("dffn",), "ffn", ln2, False)
+        s += [dataclasses.replace(sp, where="dense") for sp in dense + writer("down", ("dffn",), "ffn", False)]
+    elif f.moe:
+        s += _moe_specs(a, cfg, ln2)
     elif f.mlp == "glu_fused":
         s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
     else:
@@ -1423,6 +1470,38 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
     if has_head_bias(cfg):
         s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
+    return s
+
+
+def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
+    """An MoE block's tensors: the router, the experts (one module each, or fused: ``expert_specs``),
+    the shared expert where the config has shared_ffn (gated by s_router where ``Features.shared_gate``)
+    or, Llama 4's, of ffn neurons and ungated (``Features.shared_plain``)."""
+    f, B = a.features, a.block
+    r_in = 0 if f.linear == "in_out" else 1
+
+    def w(slot):
+        return B + a.modules[slot] + ".weight"
+
+    s = [TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
+    if f.router_bias:
+        s.append(TensorSpec(B + a.modules["router"] + ".bias", "router_bias"))
+    for j in range(0 if f.experts else cfg.experts):
+        e = f"{B}{a.modules['experts']}.{j}."
+        s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+        s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+        s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
+    s += expert_specs(a, cfg, ln2) if f.experts else []
+    shared, kind = cfg.shared_ffn or f.shared_plain, ("ffn",) if f.shared_plain else ("sffn",)
+    if shared and "s_gate_up" in a.modules:  # [gate | up] of the shared expert in one tensor
+        s.append(TensorSpec(w("s_gate_up"), "reader", r_in, 1 - r_in, kind * 2, "ffn", ln2))
+    elif shared:
+        s.append(TensorSpec(w("s_gate"), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+        s.append(TensorSpec(w("s_up"), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+    if shared:
+        s.append(TensorSpec(w("s_down"), "writer", 1 - r_in, r_in, kind, "ffn"))
+    if shared and f.shared_gate:
+        s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
     return s
 
 
@@ -1464,6 +1543,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "ffn": (cfg.ffn, 1),
         "ffn2": (cfg.ffn, 2),  # one FFN neuron's (gate, up) pair, interleaved in a fused tensor (GPT-OSS)
         "sffn": (cfg.shared_ffn or 0, 1),
+        "dffn": (cfg.dense_ffn or 0, 1),  # the dense blocks' FFN neurons beside MoE blocks (Llama 4)
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
     }[kind]
@@ -1476,7 +1556,8 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     flat = [sp for sp in specs if "{i}" not in sp.pattern]
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern)
+        kind = "moe" if cfg.is_moe(i) else "dense"
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.where in ("", kind))
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out

@@ -24,7 +24,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
+from .attention import apply_rope, apply_rope_interleaved, attend, l2_norm, query_scale, rope_tables
 from .config import ModelConfig
 from .experts import Fused, expert_parameters
 from .families import arch_of, has_head_bias
@@ -137,10 +137,10 @@ def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
         root.add_module(last, module)
 
 
-def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
-    """The block's modules by slot, sized from the config and shaped by the features."""
+def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
+    """Block ``layer``'s modules by slot, sized from the config and shaped by the features."""
     f = arch_of(cfg).features
-    d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn
+    d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn if cfg.is_moe(layer) or not f.moe else cfg.dense_ffn
     qd, kvd = cfg.heads * hd, cfg.kv_heads * hd
 
     def lin(n_in, n_out, bias):
@@ -155,7 +155,7 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
     else:
         m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
-    if f.qk_norm:
+    if f.qk_norm in ("head", "full"):
         n_q, n_k = (hd, hd) if f.qk_norm == "head" else (qd, kvd)
         m.update(q_norm=RMSNorm(n_q, cfg.norm_eps, f.norm_offset), k_norm=RMSNorm(n_k, cfg.norm_eps, f.norm_offset))
     if cfg.attn_gate:
@@ -163,29 +163,8 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     if f.sinks:
         m["sinks"] = nn.Parameter(torch.zeros(cfg.heads))  # one logit per query head (attention.explicit)
     m["o"] = lin(qd, d, cfg.o_bias)
-    if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
-        a = arch_of(cfg)
-        m["router"] = lin(d, cfg.experts, f.router_bias)
-        if f.experts:  # every expert in a few tensors (experts.py)
-            m.update(expert_parameters(cfg))
-        else:
-            m["experts"] = nn.ModuleList()
-        for _ in range(0 if f.experts else cfg.experts):
-            m["experts"].append(nn.Module())
-            for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
-                _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
-        if cfg.shared_ffn:
-            sf = cfg.shared_ffn
-            fused = "s_gate_up" in a.modules  # [gate | up] in one tensor (GraniteMoeShared)
-            m.update(
-                {"s_gate_up": lin(d, 2 * sf, False)}
-                if fused
-                else {"s_gate": lin(d, sf, False), "s_up": lin(d, sf, False)}
-            )
-            m["s_down"] = lin(sf, d, False)
-            if f.shared_gate:
-                m["s_router"] = lin(d, 1, False)
-        return m
+    if cfg.is_moe(layer):  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a shared expert
+        return {**m, **_moe_modules(cfg, lin)}
     if f.mlp == "glu_fused":
         m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
     else:
@@ -198,6 +177,31 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     return m
 
 
+def _moe_modules(cfg: ModelConfig, lin) -> dict[str, nn.Module]:
+    """An MoE block's router, experts (modules, or fused tensors: ``experts.py``) and shared expert."""
+    a, d, f_n = arch_of(cfg), cfg.width, cfg.ffn
+    f = a.features
+    m = {"router": lin(d, cfg.experts, f.router_bias)}
+    if f.experts:  # every expert in a few tensors (experts.py)
+        m.update(expert_parameters(cfg))
+    else:
+        m["experts"] = nn.ModuleList()
+    for _ in range(0 if f.experts else cfg.experts):
+        m["experts"].append(nn.Module())
+        for slot, shape in (("e_gate", (d, f_n)), ("e_up", (d, f_n)), ("e_down", (f_n, d))):
+            _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
+    if cfg.shared_ffn or f.shared_plain:  # Llama 4's (shared_plain): of the experts' size
+        sf = f_n if f.shared_plain else cfg.shared_ffn
+        fused = "s_gate_up" in a.modules  # [gate | up] in one tensor (GraniteMoeShared)
+        m.update(
+            {"s_gate_up": lin(d, 2 * sf, False)} if fused else {"s_gate": lin(d, sf, False), "s_up": lin(d, sf, False)}
+        )
+        m["s_down"] = lin(sf, d, False)
+        if f.shared_gate:
+            m["s_router"] = lin(d, 1, False)
+    return m
+
+
 class Block(nn.Module):
     """One transformer block; submodules sit at the architecture's HF paths."""
 
@@ -205,7 +209,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
         a = arch_of(cfg)
-        self.slot = _slot_modules(cfg)  # a plain dict: the same module objects, found by slot
+        self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
         if cfg.gated:
@@ -242,6 +246,8 @@ class Block(nn.Module):
             q, k = turn(q, *rope), turn(k, *rope)
         if f.qk_norm == "head" and f.qk_norm_after_rope:  # HunYuan: the rotated q and k are normed
             q, k = s["q_norm"](q), s["k_norm"](k)
+        if f.qk_norm == "l2" and rope is not None and cfg.extra.get("use_qk_norm", True):  # Llama 4's RoPE layers
+            q, k = l2_norm(q, cfg.norm_eps), l2_norm(k, cfg.norm_eps)
         q = query_scale(q, cfg, self.layer)
         sinks = self.get_parameter(arch_of(cfg).modules["sinks"]) if f.sinks else None  # by path: load(assign=)
         y = attend(q, k, v, cfg, self.layer, sinks)  # [B, H, T, hd]
@@ -256,42 +262,45 @@ class Block(nn.Module):
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def _moe(self, x, g):
-        """Mixture of experts: the router picks top_k experts per token from softmax(router(x))
-        (float32), their weights renormalised to sum 1 where the family does (``norm_topk``); each
-        picked expert's GLU output times its weight, summed; plus sigmoid(s_router(x)) x the shared
-        expert. Grown neurons of every expert (and of the shared one) sit behind the gate."""
+        """Mixture of experts: the router picks top_k experts per token (``moe.route``: from
+        softmax(router(x)) in float32, or the family's rule); each picked expert's GLU output times
+        its weight (Llama 4: the token times its weight goes into the expert), summed; plus
+        sigmoid(s_router(x)) x the shared expert (Llama 4's without a gate). Grown neurons of every
+        expert (and of the shared one) sit behind the gate."""
         cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
-        act, shape = ACT[cfg.activation], x.shape
+        act, shape, pre = ACT[cfg.activation], x.shape, a.features.routing == "sigmoid_in"
         x = x.reshape(-1, shape[-1])
         top, pick = route(cfg, s["router"](x))
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
-        out, fused = torch.zeros_like(x), Fused(cfg, self) if self.features.experts else None
+        out, fused = torch.zeros_like(x), Fused(cfg, self) if a.features.experts else None
         for e in range(cfg.experts):
             tok, k = torch.where(pick == e)
             if tok.numel() == 0:
                 continue
-            h = x[tok]
-            if fused is not None:
-                m = fused.ffn(e, h, act, mask)
-            else:
-                ex = s["experts"][e]
-                m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
-                m = ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
-            out.index_add_(0, tok, m * top[tok, k, None])
-        if cfg.shared_ffn:
+            h = x[tok] * top[tok, k, None] if pre else x[tok]
+            m = fused.ffn(e, h, act, mask) if fused is not None else self._expert(e, h, act, mask)
+            out.index_add_(0, tok, m if pre else m * top[tok, k, None])
+        if cfg.shared_ffn or a.features.shared_plain:
+            n, base = (cfg.ffn, cfg.base_ffn) if a.features.shared_plain else (cfg.shared_ffn, cfg.base_shared_ffn)
             gate, up = s["s_gate_up"](x).chunk(2, dim=-1) if "s_gate_up" in s else (s["s_gate"](x), s["s_up"](x))
             h = act(gate) * up
-            if cfg.base_shared_ffn < cfg.shared_ffn:
-                h = h * unit_mask(cfg.shared_ffn, cfg.base_shared_ffn, g, h)
+            h = h * unit_mask(n, base, g, h) if base < n else h
             y = s["s_down"](h)
-            out = out + (torch.sigmoid(s["s_router"](x)) * y if self.features.shared_gate else y)
+            out = out + (torch.sigmoid(s["s_router"](x)) * y if a.features.shared_gate else y)
         return out.view(shape)
+
+    def _expert(self, e, h, act, mask):
+        """Expert ``e``'s GLU output for tokens ``h`` (grown neurons times ``mask``), one module per expert."""
+        ex, a = self.slot["experts"][e], arch_of(self.cfg)
+        m = act(ex.get_submodule(a.modules["e_gate"])(h)) * ex.get_submodule(a.modules["e_up"])(h)
+        return ex.get_submodule(a.modules["e_down"])(m if mask is None else m * mask)
 
     def _ffn(self, x, g):
         cfg, s, f = self.cfg, self.slot, self.features
-        if f.moe:
+        if cfg.is_moe(self.layer):
             return self._moe(x, g)
+        n, base = (cfg.dense_ffn, cfg.base_dense_ffn) if f.moe else (cfg.ffn, cfg.base_ffn)  # Llama 4's dense blocks
         act = s["act"] if "act" in s else ACT[cfg.activation]
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
@@ -300,8 +309,8 @@ class Block(nn.Module):
             h = act(s["gate"](x)) * s["up"](x)
         else:
             h = act(s["up"](x))
-        if cfg.base_ffn < cfg.ffn:  # grown neurons behind the gate (skipped in a plain model)
-            h = h * unit_mask(cfg.ffn, cfg.base_ffn, g, h)
+        if base < n:  # grown neurons behind the gate (skipped in a plain model)
+            h = h * unit_mask(n, base, g, h)
         return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):

@@ -32,9 +32,13 @@ def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.T
 def route(cfg: ModelConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, experts) of each token's top_k experts from its router logits: softmax (float32)
     then top-k, or the family's own rule (``Features.routing``); weights renormalised to sum 1 where
-    the family does (``norm_topk``)."""
-    if arch_of(cfg).features.routing == "sparsemixer":
+    the family does (``norm_topk``). "sigmoid_in" weights multiply the token before its expert (Llama 4)."""
+    routing = arch_of(cfg).features.routing
+    if routing == "sparsemixer":
         top, pick = sparsemixer(logits, cfg.router_jitter)
+    elif routing == "sigmoid_in":  # Llama 4: the top-k logits, each weight the sigmoid of its own logit
+        top, pick = torch.topk(logits, cfg.top_k, dim=-1)
+        top = torch.sigmoid(top.float())
     else:
         probs = torch.softmax(logits.float(), dim=-1)
         top, pick = torch.topk(probs, cfg.top_k, dim=-1)
