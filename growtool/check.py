@@ -445,10 +445,7 @@ def verify(
     the floor being the source's float32 round-off (against float64). ``generate=N``: also compare greedy N-token
     continuations of ``prompts`` (default: from ``data``, else random ids). ``progress``: called once
     as ``progress(items, nbytes)`` with the reads to come; returns a context manager that yields the
-    ``progress(name, amount)`` callback (``growtool.console.Bar``). ``reference="transformers"``
-    (``source`` a Hugging Face folder): also compare the source's and the grown model's logits with
-    transformers' own forward of ``source`` (rows "... vs transformers", judged; both models are then
-    loaded whole)."""
+    ``progress(name, amount)`` callback (``growtool.console.Bar``). ``reference``: ``against_transformers``."""
     source, grown = _checkpoint_arg("source", source), _checkpoint_arg("grown", grown)
     _check_numbers(alpha, samples, data, tol, seed, generate, prompts)
     if source == "-" and grown == "-":
@@ -487,8 +484,9 @@ def verify(
 
 
 def against_transformers(source, a, b, sets: dict, alpha: float) -> list:
-    """Rows comparing growtool's source and the grown model at gate ``alpha`` with transformers' own
-    forward of the folder ``source`` (``io.hf_reference``), on every input set."""
+    """``reference="transformers"`` (``source`` a Hugging Face folder): rows comparing growtool's
+    source and the grown model at gate ``alpha`` with transformers' own forward of ``source``
+    (``io.hf_reference``) on every input set, judged like the others; both models are held whole."""
     from growtool.io.hf_reference import Reference
 
     ref = Reference(source if isinstance(source, str) else a.source)
