@@ -172,6 +172,28 @@ LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
 
+MLA = dict(  # DeepSeek's latent attention at a tiny size, all layers dense
+    q_lora_rank=24,
+    kv_lora_rank=16,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    first_k_dense_replace=2,
+    num_key_value_heads=4,
+)
+MLA_YARN = dict(  # YaRN with mscale_all_dim: RoPE tables x its attention factor, the scores x m^2
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 8,
+        "mscale": 0.7,
+        "mscale_all_dim": 1.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    }
+)
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
     "opt": (_opt, {}),
@@ -378,6 +400,17 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
+    # multi-head latent attention (nn/mla.py), every layer dense (first_k_dense_replace = the layers)
+    "deepseek_v2-mla": (_family_like("DeepseekV2", **MLA, **IDS), {}),
+    "deepseek_v2-mla-noqlora-biases-tied": (
+        _family_like("DeepseekV2", **{**MLA, "q_lora_rank": None}, attention_bias=True, mlp_bias=True, **IDS),
+        {"tie": True},
+    ),
+    "deepseek_v3-mla-yarn": (_family_like("DeepseekV3", **MLA, **MLA_YARN, **IDS), {}),
+    "deepseek_v3-mla-halves-tied-bias": (
+        _family_like("DeepseekV3", **MLA, rope_interleave=False, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
 }
 
 

@@ -125,6 +125,7 @@ DEPTH_FAMILIES = frozenset([
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
     "glm4", "ministral3", "apertus", "phimoe",
+    "deepseek_v2", "deepseek_v3",
 ])
 # fmt: on
 
@@ -196,6 +197,8 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
         full = next((j for j, t in enumerate(types) if t != "full_attention"), len(types))
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
+    if arch_of(cfg).features.mla and extra.get("first_k_dense_replace", 0) >= L:  # all dense: the copies too
+        extra["first_k_dense_replace"] = dp.layers
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
     return cfg.replace(layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, extra=extra)
 

@@ -204,6 +204,10 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [PadZero()] + ([Scale(1.0 / c, "tied head reads a residual x sqrt(D/d)")] if tied_final and up else [])
     if role == "head_norm":
         return [Keep("over head_dim, which is fixed")]
+    if role in ("latent_norm", "latent_bias"):
+        return [Keep("over a latent, whose rank stays")]
+    if role == "head_rows":  # MLA: a latent -> heads, the latent kept
+        return [ExpandUnits(writer=False)] + _symmetry(plan, spec, writer=False)
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
     if role == "act_param":
@@ -499,7 +503,7 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
             q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
-        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
+        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f, "mq": q, "mv": q, "mkv": q})
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         split.append(
@@ -509,6 +513,7 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
                 if e is not None
             }
         )
+        split[-1]["mv"] = split[-1]["q"]  # MLA's o_proj columns: the query heads' split
     return units, split
 
 

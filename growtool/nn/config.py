@@ -98,6 +98,10 @@ class ModelConfig:
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
     router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
+    q_lora_rank: int | None = None  # MLA (nn/mla.py): the query latent's rank (None: a plain q_proj)
+    kv_lora_rank: int | None = None  # MLA: the key/value latent's rank
+    qk_nope_head_dim: int | None = None  # MLA: query/key dims per head without RoPE (head_dim: those with it)
+    v_head_dim: int | None = None  # MLA: value dims per head
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -129,8 +133,11 @@ class ModelConfig:
         return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
-        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
-        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
+        """Units of a kind that are not behind the warm-up gate ("q" heads, MLA's "mq" / "mv" / "mkv" heads, "ffn",
+        "sffn" neurons)."""
+        heads = self.base_heads
+        units = {"q": heads, "mq": heads, "mv": heads, "mkv": heads, "ffn": self.base_ffn}
+        return {**units, "sffn": self.base_shared_ffn}[kind]
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -217,9 +224,27 @@ class ModelConfig:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
+        if f.mla:
+            self._check_mla()
         nl = self.new_layers or []
         if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
             raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
+
+    def _check_mla(self) -> None:
+        """Multi-head latent attention: positive dims; dense MLP layers only (DeepSeek's MoE layers are not
+        supported yet); no gated attention."""
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim") + (("q_lora_rank",) if self.q_lora_rank else ()):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise GrowError(f"config {name} must be a positive integer, got {v!r}")
+        dense = self.extra.get("first_k_dense_replace") or 0
+        if not isinstance(dense, int) or dense < self.layers:
+            raise GrowError(
+                f"{self.family} with MoE layers (first_k_dense_replace {dense!r} < {self.layers} layers) is not "
+                "supported yet: growtool does not implement DeepSeek-style MoE routing"
+            )
+        if self.attn_gate:
+            raise GrowError(f"{self.family}: gated attention is not supported with multi-head latent attention")
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -313,7 +338,7 @@ class ModelConfig:
 
         try:
             d, h = int(get("width")), int(get("heads"))
-            hd = hf.get("head_dim") if a.features.free_head_dim else None
+            hd = hf.get(a.keys.get("head_dim", "head_dim")) if a.features.free_head_dim else None
             if hd is None:
                 if d % h:
                     raise GrowError(f"heads {h} do not divide width {d} and no head_dim is given")
@@ -391,6 +416,10 @@ class ModelConfig:
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
+                q_lora_rank=get("q_lora_rank"),
+                kv_lora_rank=get("kv_lora_rank"),
+                qk_nope_head_dim=get("qk_nope_head_dim"),
+                v_head_dim=get("v_head_dim"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

@@ -21,7 +21,11 @@ Roles
   unit_norm    a norm over all units at once (OLMo-2's q/k norms over heads x head_dim)
   head         the untied output head (a reader of the final norm)
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
-  router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
+  router       reads the normed residual into a fixed number of outputs (MoE router, shared-expert gate, MLA's
+               down-projections to its latents)
+  latent_norm / latent_bias   a norm over an MLA latent, a bias on one: kept (latent ranks are fixed)
+  head_rows    a matrix from an MLA latent to heads (q_b_proj, kv_b_proj): its rows grow with the heads
+               (unit axis 0), the latent axis is kept
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
@@ -30,7 +34,10 @@ Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block 
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
 logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
-ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
+ffn, ffn). MLA's kinds: ``mq`` (query heads of qk_nope + qk_rope dims), ``mv`` (their values in
+o_proj), ``mkv`` (kv_b_proj's per-head [k_nope v]), ``qa`` / ``kvl`` / ``kva`` (the query latent, the
+key/value latent, and that latent with the shared RoPE key). ``group`` picks the recipe section that
+fills new units ("attn" or "ffn").
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
@@ -81,6 +88,10 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    mla: bool = False  # multi-head latent attention (DeepSeek-V2, nn/mla.py): slots q_a, q_a_norm, q_b (or q), kv_a,
+    #                    kv_a_norm, kv_b, o; its dims in ModelConfig (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+    #                    v_head_dim; head_dim is the decoupled RoPE key's qk_rope_head_dim)
+    rope_interleave_key: str = ""  # the config key that turns interleaved-pair RoPE off when false (DeepSeek-V3)
 
 
 @dataclass(frozen=True)
@@ -1081,6 +1092,46 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+_MLA_MODULES = {
+    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("k", "v", "g", "q_norm", "k_norm")},
+    "q_a": "self_attn.q_a_proj",
+    "q_a_norm": "self_attn.q_a_layernorm",
+    "q_b": "self_attn.q_b_proj",
+    "kv_a": "self_attn.kv_a_proj_with_mqa",
+    "kv_a_norm": "self_attn.kv_a_layernorm",
+    "kv_b": "self_attn.kv_b_proj",
+}
+_MLA_KEYS = {
+    **_LLAMA_KEYS,  # num_key_value_heads: equal to the heads (one latent for all heads; transformers groups by it)
+    "head_dim": "qk_rope_head_dim",  # the RoPE key's dims (transformers' head_dim says the same)
+    "qkv_bias": "attention_bias",  # q_a_proj, kv_a_proj_with_mqa
+    "o_bias": "attention_bias",
+    **{k: k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")},
+}
+
+DEEPSEEK_V2 = Arch(
+    name="deepseek_v2",
+    model_type="deepseek_v2",
+    hf_class="DeepseekV2ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MLA_MODULES,
+    features=Features(mla=True, gqa=False, rope_interleaved=True),  # RoPE on adjacent pairs (complex form)
+    keys={**_MLA_KEYS, "mlp_bias": "mlp_bias"},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+)
+
+DEEPSEEK_V3 = Arch(
+    name="deepseek_v3",
+    model_type="deepseek_v3",
+    hf_class="DeepseekV3ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MLA_MODULES,
+    features=Features(mla=True, gqa=False, rope_interleaved=True, rope_interleave_key="rope_interleave"),
+    keys=_MLA_KEYS,
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1089,6 +1140,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(DEEPSEEK_V2, DEEPSEEK_V3),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1104,9 +1156,8 @@ _FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
 UNSUPPORTED = {
     "granitemoe": _FUSED_EXPERTS,
     "granitemoeshared": _FUSED_EXPERTS,
-    "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
+    "kimi_k2": "kimi_k2 as a model type of its own: transformers has none (Kimi K2 is DeepSeek-V3's architecture; "
+    "its config.json with model_type deepseek_v3 is read as DeepSeek-V3)",
     "glm4_moe": _DEEPSEEK_MOE,
     "dots1": _DEEPSEEK_MOE,
     "minimax_m2": _DEEPSEEK_MOE,
@@ -1211,7 +1262,9 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("embed_norm")
     if f.pre_norms:
         s += norm("ln1")
-    if f.qkv == "separate":
+    if f.mla:  # readers of the residual into the latents (or q_proj), the latents' norms and up-projections kept
+        s += _mla_specs(w, reader, ln1, r_in, cfg)
+    elif f.qkv == "separate":
         s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
@@ -1226,7 +1279,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         ]
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
-    s += writer("o", ("q",), "attn", cfg.o_bias)
+    s += writer("o", ("mv",) if f.mla else ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
     if f.pre_norms and not f.shared_norm:
@@ -1263,6 +1316,27 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     return s
 
 
+def _mla_specs(w, reader, ln1: str, r_in: int, cfg) -> list[TensorSpec]:
+    """MLA's attention tensors but o_proj: q_a_proj and kv_a_proj_with_mqa read the normed residual into
+    latents of fixed rank (role router, with their biases), or q_proj reads it into the query heads; the
+    latents' norms never see the residual (kept by width growth), their up-projections grow with the heads."""
+
+    def latent(slot, units):
+        out = [TensorSpec(w(slot), "router", r_in, 1 - r_in, units, "attn", ln1)]
+        if cfg.qkv_bias:
+            out.append(TensorSpec(w(slot)[: -len("weight")] + "bias", "latent_bias", unit_axis=0, units=units))
+        return out
+
+    s = []
+    if cfg.q_lora_rank:
+        s += latent("q_a", ("qa",)) + [TensorSpec(w("q_a_norm"), "latent_norm", unit_axis=0, units=("qa",))]
+        s.append(TensorSpec(w("q_b"), "head_rows", unit_axis=0, units=("mq",), group="attn"))
+    else:
+        s += reader("q", ("mq",), "attn", ln1, False)
+    s += latent("kv_a", ("kva",)) + [TensorSpec(w("kv_a_norm"), "latent_norm", unit_axis=0, units=("kvl",))]
+    return s + [TensorSpec(w("kv_b"), "head_rows", unit_axis=0, units=("mkv",), group="attn")]
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
     return {
@@ -1275,7 +1349,23 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "sffn": (cfg.shared_ffn or 0, 1),
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
+        **_mla_units(cfg),
     }[kind]
+
+
+def _mla_units(cfg) -> dict:
+    """MLA's unit kinds (see the module docstring); none without MLA."""
+    if not arch_of(cfg).features.mla:
+        return {}
+    nope, v, kvl = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    return {
+        "mq": (cfg.heads, nope + cfg.head_dim),
+        "mv": (cfg.heads, v),
+        "mkv": (cfg.heads, nope + v),
+        "qa": (cfg.q_lora_rank or 0, 1),
+        "kvl": (kvl, 1),
+        "kva": (kvl + cfg.head_dim, 1),
+    }
 
 
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
@@ -1310,8 +1400,10 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     if spec.role == "head_bias":
         return (cfg.vocab_size,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
-    if spec.role in ("unit_bias", "unit_norm"):
+    if spec.role in ("unit_bias", "unit_norm", "latent_norm", "latent_bias"):
         return (units,)
+    if spec.role == "head_rows":  # [heads' rows, the latent they read]
+        return (units, {"mq": cfg.q_lora_rank, "mkv": cfg.kv_lora_rank}[spec.units[0]])
     shape = [0, 0]
     shape[spec.res_axis] = cfg.width
     shape[spec.unit_axis] = units

@@ -13,7 +13,7 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
+This file, ``attention.py``, ``mla.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
 import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
@@ -27,6 +27,8 @@ import torch.nn.functional as F
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
 from .families import arch_of, has_head_bias
+from .mla import attention as mla_attention
+from .mla import modules as mla_modules
 from .moe import route
 from .rope import extends_context, layer_key
 
@@ -146,7 +148,9 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         del m["ln2"]  # attention and MLP read ln1
     if f.post_norms:
         m.update(post_attn=make_norm(cfg, d), post_ffn=make_norm(cfg, d))
-    if f.qkv == "separate":
+    if f.mla:  # multi-head latent attention (mla.py), its o_proj included
+        m.update(mla_modules(cfg, lin, RMSNorm))
+    elif f.qkv == "separate":
         m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
     else:
         m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
@@ -155,7 +159,8 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         m.update(q_norm=RMSNorm(n_q, cfg.norm_eps, f.norm_offset), k_norm=RMSNorm(n_k, cfg.norm_eps, f.norm_offset))
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
-    m["o"] = lin(qd, d, cfg.o_bias)
+    if "o" not in m:
+        m["o"] = lin(qd, d, cfg.o_bias)
     if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
         a = arch_of(cfg)
         m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
@@ -200,6 +205,8 @@ class Block(nn.Module):
 
     def _attention(self, x, rope, g):
         cfg, s, f = self.cfg, self.slot, self.features
+        if f.mla:
+            return mla_attention(cfg, s, x, rope, self.layer, g)
         B, T, _ = x.shape
         H, K, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
         if f.qkv == "separate":
