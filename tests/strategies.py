@@ -16,6 +16,13 @@ def _moe(draw, arch) -> dict:
     return kw
 
 
+def _mla(draw) -> dict:
+    """Latent attention's dims (DeepSeek-V2/V3), every layer dense."""
+    q_lora = draw(st.sampled_from([None, 6, 12]))
+    kw = dict(q_lora_rank=q_lora, kv_lora_rank=draw(st.integers(2, 12)), qk_nope_head_dim=draw(st.integers(1, 8)))
+    return dict(kw, v_head_dim=draw(st.integers(1, 8)), extra={"first_k_dense_replace": 2})
+
+
 @st.composite
 def growth_cases(draw):
     family = draw(st.sampled_from(sorted(ARCHS)))
@@ -38,12 +45,13 @@ def growth_cases(draw):
         ffn=4 * width if f.embed_norm else draw(st.integers(1, 4)) * width + draw(st.integers(0, 5)),
         context=16,
         tie=draw(st.booleans()) and f.norm_affine,  # a tied head over a norm without gain: refused
-        attn_gate=draw(st.booleans()),
+        attn_gate=draw(st.booleans()) and not f.mla,  # gated attention is refused with latent attention
         qkv_bias=bias,
         o_bias=bias,
         mlp_bias=draw(st.booleans()),
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
         **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
+        **(_mla(draw) if f.mla else {}),
     )
     # copy adds ungated heads: refused as lossy under a q/k norm over all heads (OLMo 2), whose new rows must be 0
     recipes_ = ["srio"] + (["copy"] if f.qk_norm != "full" else []) + (["nrio"] if f.norm == "rmsnorm" else [])

@@ -53,6 +53,8 @@ def spelled_4x(hf: dict) -> dict:
         out["rope_scaling"] = rp
     if out["model_type"] == "exaone":
         out.update({old: out.pop(new) for new, old in EXAONE_4X.items()})
+    if out["model_type"] in ("deepseek_v2", "deepseek_v3"):  # the Hub's DeepSeek configs: no head_dim
+        del out["head_dim"], out["qk_head_dim"]
     pattern = out.get("layer_types") == ["sliding_attention", "full_attention"]
     if out["model_type"] in ("cohere2", "exaone4") and pattern:
         del out["layer_types"]
@@ -80,6 +82,8 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "deepseek_v2-mla",
+    "deepseek_v3-mla-yarn",
 ]
 
 
@@ -246,3 +250,82 @@ def test_phimoe_routes_by_sparsemixer_and_keeps_its_head_bias(tmp_path, monkeypa
     hf = {**model.config.to_dict(), "num_experts_per_tok": 1}
     with pytest.raises(GrowError, match="routes to exactly 2 experts"):
         ModelConfig.from_hf(hf)
+
+
+def test_deepseek_mla_rope_pairs_and_yarn_scale_bite(tmp_path, monkeypatch):
+    """MLA (nn/mla.py) computes transformers' function, and each of its rules bites: DeepSeek-V2 turns
+    adjacent pairs of the RoPE dims, V3 halves where its rope_interleave is false (read the other way,
+    the logits differ); YaRN's mscale_all_dim puts m^2 on the scores (left out, the logits differ)."""
+    from growtool.nn import mla
+
+    models = {}
+    for n in ("deepseek_v2-mla", "deepseek_v3-mla-halves-tied-bias", "deepseek_v3-mla-yarn"):
+        make, kw = CASES[n]
+        torch.manual_seed(0)  # weights 10x transformers' init: scores that depend on the positions
+        models[n] = perturbed(make(**kw, initializer_range=0.2)).eval()
+        models[n].save_pretrained(tmp_path / n)
+    models["yarn"] = models.pop("deepseek_v3-mla-yarn")
+    (tmp_path / "deepseek_v3-mla-yarn").rename(tmp_path / "yarn")
+    cks = {n: checkpoint.load(tmp_path / n) for n in models}
+    assert not mla.interleaved(cks["deepseek_v3-mla-halves-tied-bias"].config)
+    assert mla.softmax_gain(cks["yarn"].config, 0) > 1.0
+    with torch.no_grad():
+        for n, model in models.items():
+            assert rel(cks[n].model()(X), hf_logits(model)) <= 1e-5
+        for n in ("deepseek_v2-mla", "deepseek_v3-mla-halves-tied-bias"):
+            with monkeypatch.context() as m:
+                m.setattr(mla, "interleaved", lambda cfg, flip=mla.interleaved: not flip(cfg))
+                assert rel(cks[n].model()(X), hf_logits(models[n])) > 1e-3, n
+        monkeypatch.setattr(mla, "softmax_gain", lambda cfg, layer: 1.0)
+        assert rel(cks["yarn"].model()(X), hf_logits(models["yarn"])) > 1e-3
+
+
+def test_deepseek_width_keeps_the_latents_and_adds_heads_behind_the_gate(tmp_path):
+    """Width 64 -> 96 with 8 heads: the readers of the residual (q_a_proj, kv_a_proj_with_mqa) take the
+    new width, the latents keep their ranks, norms and biases, q_b_proj / kv_b_proj gain the new heads'
+    rows (the old rows unchanged); depth 2 -> 4 keeps every layer dense. The folded folder says 8 key/value
+    heads (transformers' eager attention groups heads by them) and loads with the source's logits."""
+    model = make_source("deepseek_v3-mla-halves-tied-bias", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "--heads", 8, "--layers", 4, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert verify_json(tmp_path / "src", tmp_path / "g")[0] == 0
+    g = checkpoint.load(tmp_path / "g")
+    assert (g.config.heads, g.config.kv_heads, g.config.q_lora_rank, g.config.kv_lora_rank) == (8, 8, 24, 16)
+    a = "model.layers.0.self_attn."
+    for n in ("q_a_layernorm.weight", "kv_a_layernorm.weight", "q_a_proj.bias", "kv_a_proj_with_mqa.bias"):
+        assert torch.equal(g.get(a + n), ck.get(a + n)), n
+    assert g.get(a + "q_a_proj.weight").shape == (24, 96) and g.get(a + "kv_a_proj_with_mqa.weight").shape == (24, 96)
+    for n, per_head in (("q_b_proj.weight", 24), ("kv_b_proj.weight", 28)):
+        assert g.get(a + n).shape[0] == 8 * per_head and torch.equal(g.get(a + n)[: 4 * per_head], ck.get(a + n))
+    assert g.get(a + "o_proj.weight").shape == (96, 8 * 12)
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    hf = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert (hf["num_attention_heads"], hf["num_key_value_heads"], hf["first_k_dense_replace"]) == (8, 8, 4)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f", attn_implementation="eager").eval()
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+def _deepseek_moe(tmp_path):
+    cfg = transformers.DeepseekV3Config(
+        vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
+        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+        topk_group=1, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
+        first_k_dense_replace=1, max_position_embeddings=64,
+    )  # fmt: skip
+    torch.manual_seed(0)
+    transformers.DeepseekV3ForCausalLM(cfg).save_pretrained(tmp_path / "src")
+
+
+def test_deepseek_with_moe_layers_and_kimi_k2_are_refused_with_one_line(tmp_path):
+    """A DeepSeek config with MoE layers (first_k_dense_replace below the layers) needs DeepSeek-style
+    routing, which growtool lacks: one line, exit 2, nothing written. transformers has no kimi_k2 model
+    type (Kimi K2 is DeepSeek-V3's architecture, its text config read as deepseek_v3): refused, saying so."""
+    _deepseek_moe(tmp_path)
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "deepseek_v3 with MoE layers (first_k_dense_replace 1 < 2 layers) is not supported yet" in r.stderr
+    assert not (tmp_path / "g").exists()
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    with pytest.raises(GrowError, match="^kimi_k2 is not supported yet: .*DeepSeek-V3's architecture"):
+        ModelConfig.from_hf({**hf, "model_type": "kimi_k2", "first_k_dense_replace": 2})
