@@ -299,6 +299,9 @@ def test_deepseek_width_keeps_the_latents_and_adds_heads_behind_the_gate(tmp_pat
     for n, per_head in (("q_b_proj.weight", 24), ("kv_b_proj.weight", 28)):
         assert g.get(a + n).shape[0] == 8 * per_head and torch.equal(g.get(a + n)[: 4 * per_head], ck.get(a + n))
     assert g.get(a + "o_proj.weight").shape == (96, 8 * 12)
+    from growtool.training.diagnostics import writer_modules  # the new heads' output share is tracked
+
+    assert [sorted(b) for b in writer_modules(g.model(), g.config)] == [["ffn", "head"]] * 4
     assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
     hf = json.loads((tmp_path / "f" / "config.json").read_text())
     assert (hf["num_attention_heads"], hf["num_key_value_heads"], hf["first_k_dense_replace"]) == (8, 8, 4)
