@@ -80,6 +80,7 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "glm4_moe-dense1-groups",
 ]
 
 
