@@ -171,6 +171,28 @@ LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
 )
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+# DeepSeek-style MoE: 8 experts in 2 groups, 2 per token from the best group, 2 shared experts, block 0 dense
+DS_MOE = dict(intermediate_size=96, moe_intermediate_size=32, num_experts_per_tok=2, n_group=2, topk_group=1, **IDS)
+
+
+def _ds_moe(cls_name, model_cls=None, **kw):
+    """A DeepSeek-style MoE row: the router weights x 5 (so scores spread) and a correction bias drawn
+    0.1 N(0, 1) (a fresh model's is 0), so that the choice with the bias is not the choice by score."""
+    make_plain = _llama_like(cls_name, model_cls, vocab=FAMILY_V, **kw)
+
+    def make(tie=False, **over):
+        model = make_plain(tie=tie, **over)
+        with torch.no_grad():
+            for name, mod in model.named_modules():
+                if name.endswith(".gate"):  # the routers (the dense MLPs' are gate_proj)
+                    mod.weight.mul_(5.0)
+            for name, t in model.named_buffers():
+                if name.endswith("e_score_correction_bias"):
+                    t.copy_(0.1 * torch.randn(t.shape))
+        return model
+
+    return make
+
 
 MLA = dict(  # DeepSeek's latent attention at a tiny size, all layers dense
     q_lora_rank=24,
@@ -400,6 +422,23 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
+    "glm4_moe-dense1-groups": (
+        _ds_moe("Glm4Moe", num_key_value_heads=2, n_routed_experts=8, n_shared_experts=2, **DS_MOE),
+        {},
+    ),
+    "glm4_moe-tied-bias-scaled-allmoe": (
+        _ds_moe(
+            "Glm4Moe",
+            num_key_value_heads=4,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            attention_bias=True,
+            routed_scaling_factor=2.5,
+            first_k_dense_replace=0,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
     # multi-head latent attention (nn/mla.py), every layer dense (first_k_dense_replace = the layers)
     "deepseek_v2-mla": (_family_like("DeepseekV2", **MLA, **IDS), {}),
     "deepseek_v2-mla-noqlora-biases-tied": (

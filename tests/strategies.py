@@ -53,6 +53,9 @@ def growth_cases(draw):
         **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
         **(_mla(draw) if f.mla else {}),
     )
+    if f.moe_layers:  # DeepSeek-style: shared experts, dense blocks of their own width (drawn last, as above)
+        kinds = [draw(st.integers(0, 1)) for _ in range(cfg.layers)]
+        cfg = cfg.replace(shared_experts=draw(st.integers(0, 2)), moe_layers=kinds, dense_ffn=draw(st.integers(1, 40)))
     # copy adds ungated heads: refused as lossy under a q/k norm over all heads (OLMo 2), whose new rows must be 0
     recipes_ = ["srio"] + (["copy"] if f.qk_norm != "full" else []) + (["nrio"] if f.norm == "rmsnorm" else [])
     D = new_kv * per_kv * head_dim

@@ -86,6 +86,8 @@ ARCH_CASES = {
     "ministral3": "ministral3-yarn-query-scale",
     "apertus": "apertus-xielu-tied-bias",
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
+    # DeepSeek-style MoE: every block MoE here (any layout); dense first blocks: tests/test_deepseek_moe.py
+    "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
     "deepseek_v2": "deepseek_v2-mla-noqlora-biases-tied",
     "deepseek_v3": "deepseek_v3-mla-yarn",
 }

@@ -82,6 +82,7 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "glm4_moe-dense1-groups",
     "deepseek_v2-mla",
     "deepseek_v3-mla-yarn",
 ]

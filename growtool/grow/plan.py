@@ -172,6 +172,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("vocabulary-sized")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "expert_bias":
+        return [Keep("one per expert")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -212,6 +214,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("vocabulary-sized")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "expert_bias":
+        return [Keep("one per expert: the router's outputs are kept")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -304,7 +308,12 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     kept = f.fixed_eps or copies(src, D)
     eps = src.norm_eps if kept else ops.grow_norm_eps(src.norm_eps, d, D)
     shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
-    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared)
+    if src.shared_experts:  # DeepSeek's shared experts: whole experts, so shared_experts x the experts' neurons
+        shared = src.shared_experts * ffn
+    dense = round(src.dense_ffn * ffn / src.ffn) if src.dense_ffn else src.dense_ffn  # dense blocks: as the experts
+    return src.replace(
+        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared, dense_ffn=dense
+    )
 
 
 def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
@@ -470,8 +479,15 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
     """``cfg`` with its growth-gate state (the unit counts before any gate: the source's under a
     gated recipe, the new counts else); appends to ``lossy`` why ungated new units lose the function."""
     if recipe["gate"]:
-        return cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn)
-    cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
+        return cfg.replace(
+            base_heads=src.base_heads,
+            base_ffn=src.base_ffn,
+            base_shared_ffn=src.base_shared_ffn,
+            base_dense_ffn=src.base_dense_ffn,
+        )
+    cfg = cfg.replace(
+        base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, base_dense_ffn=cfg.dense_ffn
+    )
     if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
         lossy.append(
             "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
@@ -506,10 +522,12 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f, "mq": q, "mv": q, "mkv": q})
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
+        if src.dense_ffn:  # an MoE family's dense blocks, drawn last (the other kinds' draws are unchanged)
+            units[-1]["dffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.dense_ffn, cfg.dense_ffn, gen, k)
         split.append(
             {
                 kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
+                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")), ("dffn", units[-1].get("dffn")))
                 if e is not None
             }
         )

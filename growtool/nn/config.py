@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes
+from .moe_layers import from_hf as moe_layers_from_hf
+from .moe_layers import to_hf as moe_layers_to_hf
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -49,8 +51,17 @@ SCALARS = (
     "attention_multiplier",
     "logits_scaling",
     "logit_scale",
+    "routed_scale",
 )
-POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
+POSITIVE = (
+    "routed_scale",
+    "rope_theta",
+    "rope_local_theta",
+    "attn_softcap",
+    "final_softcap",
+    "query_pre_attn_scalar",
+    "clip_qkv",
+)
 
 
 @dataclass
@@ -102,6 +113,14 @@ class ModelConfig:
     kv_lora_rank: int | None = None  # MLA: the key/value latent's rank
     qk_nope_head_dim: int | None = None  # MLA: query/key dims per head without RoPE (head_dim: those with it)
     v_head_dim: int | None = None  # MLA: value dims per head
+    # DeepSeek-style MoE (Features.routing "sigmoid" / "softmax_bias", Features.moe_layers)
+    n_group: int | None = None  # experts in n_group groups: a token's experts come from its topk_group best groups
+    topk_group: int | None = None
+    routed_scale: float | None = None  # the routed experts' weights x this (routed_scaling_factor)
+    shared_experts: int | None = None  # ungated shared experts: one GLU of shared_experts x ffn neurons (shared_ffn)
+    dense_ffn: int | None = None  # neurons of the dense blocks' MLP (intermediate_size) in an MoE family
+    base_dense_ffn: int | None = None  # dense-block neurons below this count are ungated
+    moe_layers: list | None = None  # per block 1 (MoE) or 0 (dense); None: every block MoE (Features.moe_layers)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -118,8 +137,12 @@ class ModelConfig:
             self.base_heads = self.heads
         if self.base_ffn is None:
             self.base_ffn = self.ffn
+        if self.shared_experts and self.shared_ffn is None:
+            self.shared_ffn = self.shared_experts * self.ffn
         if self.base_shared_ffn is None:
             self.base_shared_ffn = self.shared_ffn
+        if self.base_dense_ffn is None:
+            self.base_dense_ffn = self.dense_ffn
         self.check()
 
     @property
@@ -130,14 +153,19 @@ class ModelConfig:
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
         shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
-        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or bool(self.new_layers)
+        dense = self.dense_ffn is not None and self.base_dense_ffn < self.dense_ffn
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or dense or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
         """Units of a kind that are not behind the warm-up gate ("q" heads, MLA's "mq" / "mv" / "mkv" heads, "ffn",
-        "sffn" neurons)."""
+        "sffn", "dffn" neurons)."""
         heads = self.base_heads
         units = {"q": heads, "mq": heads, "mv": heads, "mkv": heads, "ffn": self.base_ffn}
-        return {**units, "sffn": self.base_shared_ffn}[kind]
+        return {**units, "sffn": self.base_shared_ffn, "dffn": self.base_dense_ffn}[kind]
+
+    def is_moe(self, layer: int) -> bool:
+        """Whether a block's MLP is a mixture of experts (an MoE family's dense blocks: ``moe_layers``)."""
+        return self.arch.features.moe and (self.moe_layers is None or bool(self.moe_layers[layer]))
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -220,6 +248,8 @@ class ModelConfig:
             raise GrowError(f"{self.family} needs the number of experts and of experts per token")
         if f.moe and not 0 < self.top_k <= self.experts:
             raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
+        if f.moe:
+            self._check_moe()
         if f.mqa and self.kv_heads != 1:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
@@ -245,6 +275,24 @@ class ModelConfig:
             )
         if self.attn_gate:
             raise GrowError(f"{self.family}: gated attention is not supported with multi-head latent attention")
+
+    def _check_moe(self) -> None:
+        """The DeepSeek-style MoE fields: groups that divide the experts, a top-k they can fill, one entry
+        per block in moe_layers, shared experts that are whole experts, dense blocks with a width."""
+        E, g = self.experts, self.n_group or 1
+        if not isinstance(g, int) or g < 1 or E % g or (g > 1 and E // g < 2):
+            raise GrowError(f"n_group {self.n_group} must divide the {E} experts into groups of at least 2")
+        tg = self.topk_group or 1
+        if not isinstance(tg, int) or not 1 <= tg <= g or self.top_k > tg * (E // g):
+            raise GrowError(f"topk_group {self.topk_group}: 1..{g} groups holding the {self.top_k} experts per token")
+        if self.moe_layers is not None and len(self.moe_layers) != self.layers:
+            raise GrowError(f"the MoE-layer list has {len(self.moe_layers)} entries for {self.layers} layers")
+        if self.shared_experts and self.shared_ffn != self.shared_experts * self.ffn:
+            raise GrowError(f"shared experts {self.shared_experts} x {self.ffn} neurons != {self.shared_ffn}")
+        if self.moe_layers is not None and not all(self.moe_layers) and not (self.dense_ffn or 0) > 0:
+            raise GrowError("dense blocks need a positive intermediate_size")
+        if self.dense_ffn is not None and not 0 < self.base_dense_ffn <= self.dense_ffn:
+            raise GrowError("growth state base_dense_ffn out of range")
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -297,10 +345,14 @@ class ModelConfig:
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
+        if a.features.moe_layers and self.moe_layers is not None:
+            moe_layers_to_hf(a.features.moe_layers[0], self.moe_layers, hf)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         if self.shared_ffn is not None:
             hf["growtool"]["base_shared_ffn"] = self.base_shared_ffn
+        if self.dense_ffn is not None:
+            hf["growtool"]["base_dense_ffn"] = self.base_dense_ffn
         if self.new_layers:
             hf["growtool"]["new_layers"] = list(self.new_layers)
         return hf
@@ -420,6 +472,13 @@ class ModelConfig:
                 kv_lora_rank=get("kv_lora_rank"),
                 qk_nope_head_dim=get("qk_nope_head_dim"),
                 v_head_dim=get("v_head_dim"),
+                n_group=get("n_group"),
+                topk_group=get("topk_group"),
+                routed_scale=get("routed_scale"),
+                shared_experts=get("shared_experts"),
+                dense_ffn=get("dense_ffn"),
+                base_dense_ffn=own.get("base_dense_ffn"),
+                moe_layers=moe_layers_from_hf(a.features.moe_layers, hf, int(get("layers"))),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

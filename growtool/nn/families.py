@@ -27,6 +27,8 @@ Roles
   head_rows    a matrix from an MLA latent to heads (q_b_proj, kv_b_proj): its rows grow with the heads
                (unit axis 0), the latent axis is kept
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
+  expert_bias  an MoE router's per-expert correction bias, used to choose experts, not to weigh them
+               (DeepSeek-V3's e_score_correction_bias): kept by width growth, copied by depth growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
@@ -73,7 +75,9 @@ class Features:
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
     head_bias: bool = False  # the output head has a bias (Phi, GPT-J): vocabulary-sized, kept
     head_bias_key: str = ""  # the config key that gives the head a bias (PhiMoE: lm_head_bias)
-    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference)
+    routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
+    #                           "sigmoid" (DeepSeek-V3: sigmoid scores, chosen by score + correction bias within
+    #                           the best groups) | "softmax_bias" (Ernie 4.5-MoE: softmax scores chosen with the bias)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -92,6 +96,10 @@ class Features:
     #                    kv_a_norm, kv_b, o; its dims in ModelConfig (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
     #                    v_head_dim; head_dim is the decoupled RoPE key's qk_rope_head_dim)
     rope_interleave_key: str = ""  # the config key that turns interleaved-pair RoPE off when false (DeepSeek-V3)
+    expert_bias: tuple = ()  # the router's selection-only correction bias (slot e_bias, a buffer), kept by width
+    #                          growth: its shape in unit kinds, ("experts",) or ("one", "experts") (Ernie 4.5-MoE)
+    moe_layers: tuple = ()  # (config key, its default) saying which blocks are MoE, the others dense GLU MLPs of
+    #                         dense_ffn neurons at slots gate/up/down (nn/moe_layers.py); () every block MoE
 
 
 @dataclass(frozen=True)
@@ -1092,6 +1100,60 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+# DeepSeek-style MoE (DeepSeek-AI 2024, arXiv:2412.19437): sigmoid scores chosen with a correction bias within the
+# best expert groups, weights x routed_scaling_factor, ungated shared experts, the first blocks dense
+_DS_MOE_MODULES = {
+    **_LLAMA_MODULES,  # gate/up/down: the dense blocks' MLP
+    "router": "mlp.gate",
+    "e_bias": "mlp.gate.e_score_correction_bias",
+    "experts": "mlp.experts",
+    "e_gate": "gate_proj",
+    "e_up": "up_proj",
+    "e_down": "down_proj",
+    "s_gate": "mlp.shared_experts.gate_proj",
+    "s_up": "mlp.shared_experts.up_proj",
+    "s_down": "mlp.shared_experts.down_proj",
+}
+_DS_MOE_KEYS = {
+    **_LLAMA_KEYS,
+    "ffn": "moe_intermediate_size",
+    "dense_ffn": "intermediate_size",
+    "experts": "n_routed_experts",
+    "top_k": "num_experts_per_tok",
+    "norm_topk": "norm_topk_prob",
+    "shared_experts": "n_shared_experts",
+    "n_group": "n_group",
+    "topk_group": "topk_group",
+    "routed_scale": "routed_scaling_factor",
+}
+_DS_MOE = Features(moe=True, routing="sigmoid", expert_bias=("experts",), moe_layers=("first_k_dense_replace", 1))
+
+GLM4_MOE = Arch(
+    name="glm4_moe",
+    model_type="glm4_moe",
+    hf_class="Glm4MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_DS_MOE_MODULES,
+    features=_DS_MOE,  # RoPE on half of each head (rotate-half pairs)
+    keys={**_DS_MOE_KEYS, "qkv_bias": "attention_bias"},
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 131072,
+        "norm_eps": 1e-5,
+        "rotary_fraction": 0.5,
+        "ffn": 1408,
+        "dense_ffn": 10944,
+        "experts": 128,
+        "top_k": 8,
+        "norm_topk": True,
+        "shared_experts": 1,
+        "routed_scale": 1.0,
+    },
+    refuse={"use_qk_norm": "glm4_moe with use_qk_norm (per-head q/k norms) is not supported yet"},
+)
+
 _MLA_MODULES = {
     **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("k", "v", "g", "q_norm", "k_norm")},
     "q_a": "self_attn.q_a_proj",
@@ -1140,6 +1202,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(GLM4_MOE,),
         *(DEEPSEEK_V2, DEEPSEEK_V3),
     )
 }
@@ -1158,7 +1221,6 @@ UNSUPPORTED = {
     "granitemoeshared": _FUSED_EXPERTS,
     "kimi_k2": "kimi_k2 as a model type of its own: transformers has none (Kimi K2 is DeepSeek-V3's architecture; "
     "its config.json with model_type deepseek_v3 is read as DeepSeek-V3)",
-    "glm4_moe": _DEEPSEEK_MOE,
     "dots1": _DEEPSEEK_MOE,
     "minimax_m2": _DEEPSEEK_MOE,
     "ernie4_5_moe": _DEEPSEEK_MOE,
@@ -1215,6 +1277,7 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
+    layers: str = ""  # the blocks that hold it: "" every block, "moe" MoE blocks, "dense" dense blocks (moe_layers)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1285,24 +1348,30 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
     if f.moe:
-        s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
+        m = [TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
+        if f.expert_bias:  # a buffer, not a weight: its name is the slot's path
+            m.append(TensorSpec(B + a.modules["e_bias"], "expert_bias", units=f.expert_bias))
         for j in range(cfg.experts):
             e = f"{B}{a.modules['experts']}.{j}."
-            s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
-            s.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
-            s.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
+            m.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+            m.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
+            m.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
         if cfg.shared_ffn:
-            s += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
-            s += writer("s_down", ("sffn",), "ffn", False)
-            s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
-    elif f.mlp == "glu_fused":
-        s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
-    else:
-        if f.mlp == "glu":
-            s += reader("gate", ("ffn",), "ffn", ln2, cfg.mlp_bias)
-        s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
-    if not f.moe:
-        s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+            m += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
+            m += writer("s_down", ("sffn",), "ffn", False)
+            if "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert (DeepSeek's has none)
+                m.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
+        s += [dataclasses.replace(sp, layers="moe") for sp in m] if f.moe_layers else m
+    if not f.moe or f.moe_layers:  # a dense MLP (an MoE family's dense blocks: dense_ffn neurons, "dffn")
+        u, m = ("dffn",) if f.moe else ("ffn",), []
+        if f.mlp == "glu_fused":
+            m += reader("gate_up", u + u, "ffn", ln2, cfg.mlp_bias)
+        else:
+            if f.mlp == "glu":
+                m += reader("gate", u, "ffn", ln2, cfg.mlp_bias)
+            m += reader("up", u, "ffn", ln2, cfg.mlp_bias)
+        m += writer("down", u, "ffn", cfg.mlp_bias)
+        s += [dataclasses.replace(sp, layers="dense") for sp in m] if f.moe else m
     s += [TensorSpec(B + a.modules["act"] + "." + p, "act_param") for p, _ in f.act_params]
     if f.post_norms:
         s += norm("post_ffn")
@@ -1347,6 +1416,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "qgate": (cfg.heads, 1),
         "ffn": (cfg.ffn, 1),
         "sffn": (cfg.shared_ffn or 0, 1),
+        "dffn": (cfg.dense_ffn or 0, 1),  # the neurons of an MoE family's dense blocks
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
         **_mla_units(cfg),
@@ -1375,7 +1445,8 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     flat = [sp for sp in specs if "{i}" not in sp.pattern]
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern)
+        kind = "moe" if cfg.is_moe(i) else "dense"
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.layers in ("", kind))
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
@@ -1399,6 +1470,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.vocab_size, cfg.width)
     if spec.role == "head_bias":
         return (cfg.vocab_size,)
+    if spec.role == "expert_bias":  # (experts,) or (1, experts)
+        return tuple(unit_count(cfg, k)[0] for k in spec.units)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm", "latent_norm", "latent_bias"):
         return (units,)

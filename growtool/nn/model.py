@@ -124,6 +124,14 @@ def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torc
     return m
 
 
+def _has(root: nn.Module, path: str) -> bool:
+    try:
+        root.get_submodule(path)
+        return True
+    except AttributeError:
+        return False
+
+
 def _put(root: nn.Module, path: str, module: nn.Module) -> None:
     """Attach ``module`` at a dotted path, creating empty container modules on the way."""
     *parents, last = path.split(".")
@@ -134,7 +142,7 @@ def _put(root: nn.Module, path: str, module: nn.Module) -> None:
     root.add_module(last, module)
 
 
-def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
+def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     """The block's modules by slot, sized from the config and shaped by the features."""
     f = arch_of(cfg).features
     d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn
@@ -161,7 +169,7 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     if "o" not in m:
         m["o"] = lin(qd, d, cfg.o_bias)
-    if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
+    if cfg.is_moe(layer):  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a shared expert
         a = arch_of(cfg)
         m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
         for _ in range(cfg.experts):
@@ -171,8 +179,10 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
         if cfg.shared_ffn:
             sf = cfg.shared_ffn
             m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
-            m["s_router"] = lin(d, 1, False)
+            if "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert
+                m["s_router"] = lin(d, 1, False)
         return m
+    f_n = cfg.dense_ffn if f.moe else f_n  # an MoE family's dense block
     if f.mlp == "glu_fused":
         m["gate_up"] = lin(d, 2 * f_n, cfg.mlp_bias)
     else:
@@ -192,9 +202,15 @@ class Block(nn.Module):
         super().__init__()
         self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
         a = arch_of(cfg)
-        self.slot = _slot_modules(cfg)  # a plain dict: the same module objects, found by slot
+        self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
+        if self.features.expert_bias and cfg.is_moe(layer):  # a buffer at its path (under the router, maybe)
+            parent, last = a.modules["e_bias"].rsplit(".", 1)
+            if not _has(self, parent):
+                _put(self, parent, nn.Module())
+            shape = [cfg.experts if u == "experts" else 1 for u in self.features.expert_bias]
+            self.get_submodule(parent).register_buffer(last, torch.zeros(shape))
         if cfg.gated:
             self.growth_gate = nn.Parameter(torch.zeros(1))
 
@@ -244,14 +260,15 @@ class Block(nn.Module):
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def _moe(self, x, g):
-        """Mixture of experts: the router picks top_k experts per token from softmax(router(x))
-        (float32), their weights renormalised to sum 1 where the family does (``norm_topk``); each
-        picked expert's GLU output times its weight, summed; plus sigmoid(s_router(x)) x the shared
-        expert. Grown neurons of every expert (and of the shared one) sit behind the gate."""
+        """Mixture of experts: the router picks top_k experts per token (``moe.route``: softmax top-k,
+        or the family's rule); each picked expert's GLU output times its weight, summed; plus the
+        shared expert, times sigmoid(s_router(x)) where the family gates it. Grown neurons of every
+        expert (and of the shared one) sit behind the gate."""
         cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
         act, shape = ACT[cfg.activation], x.shape
         x = x.reshape(-1, shape[-1])
-        top, pick = route(cfg, s["router"](x))
+        bias = self.get_buffer(a.modules["e_bias"]) if self.features.expert_bias else None
+        top, pick = route(cfg, s["router"], x, bias)
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
         out = torch.zeros_like(x)
@@ -267,13 +284,15 @@ class Block(nn.Module):
             h = act(s["s_gate"](x)) * s["s_up"](x)
             if cfg.base_shared_ffn < cfg.shared_ffn:
                 h = h * unit_mask(cfg.shared_ffn, cfg.base_shared_ffn, g, h)
-            out = out + torch.sigmoid(s["s_router"](x)) * s["s_down"](h)
+            h = s["s_down"](h)
+            out = out + (torch.sigmoid(s["s_router"](x)) * h if "s_router" in s else h)
         return out.view(shape)
 
     def _ffn(self, x, g):
         cfg, s, f = self.cfg, self.slot, self.features
-        if f.moe:
+        if cfg.is_moe(self.layer):
             return self._moe(x, g)
+        n, base = (cfg.dense_ffn, cfg.base_dense_ffn) if f.moe else (cfg.ffn, cfg.base_ffn)
         act = s["act"] if "act" in s else ACT[cfg.activation]
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
@@ -282,8 +301,8 @@ class Block(nn.Module):
             h = act(s["gate"](x)) * s["up"](x)
         else:
             h = act(s["up"](x))
-        if cfg.base_ffn < cfg.ffn:  # grown neurons behind the gate (skipped in a plain model)
-            h = h * unit_mask(cfg.ffn, cfg.base_ffn, g, h)
+        if base < n:  # grown neurons behind the gate (skipped in a plain model)
+            h = h * unit_mask(n, base, g, h)
         return s["down"](h)
 
     def forward(self, x, rope=None, alpha=None):

@@ -1,0 +1,130 @@
+"""DeepSeek-style MoE routing (nn/moe.py ``biased``, ``grouped_choice``) and dense first blocks
+(nn/moe_layers.py) beyond the architecture table's rows (tests/arch_cases.py, run by
+test_architectures.py and test_depth.py):
+
+* each piece of the routing bites: read without the correction bias, without the group limit, without
+  the routed scaling factor, with softmax scores instead of sigmoid ones, or without the shared
+  experts, growtool's logits differ from transformers';
+* width growth keeps the correction bias bit for bit and every token's experts and weights at gate 0;
+* a model whose first block is dense (its own FFN width) grows in width and depth: the dense block's
+  neurons grow behind the gate, the copied blocks keep their kind, ``first_k_dense_replace`` is written
+  for the new layout and transformers loads the folds; a layout that spelling cannot say is refused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn import families, moe  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
+
+from arch_cases import FAMILY_X as X  # noqa: E402
+from arch_cases import hf_logits, make_source, rel  # noqa: E402
+from helpers import cli, verify_json  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+DENSE1 = {"glm4_moe": "glm4_moe-dense1-groups"}  # model_type -> a row whose block 0 is dense
+
+
+def _tensors(ck):
+    return {n: ck.get(n) for n in ck.names()}
+
+
+def _routes(model: LM, x: torch.Tensor, alpha=None) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per MoE block: (each token's experts, sorted; their weights in that order), from moe.route."""
+    out, real = [], moe.route
+
+    def spy(cfg, router, h, bias=None):
+        w, e = real(cfg, router, h, bias)
+        order = e.argsort(-1)
+        out.append((e.gather(-1, order), w.gather(-1, order)))
+        return w, e
+
+    with pytest.MonkeyPatch.context() as mp, torch.no_grad():
+        mp.setattr("growtool.nn.model.route", spy)  # model.py calls the route it imported
+        model(x, alpha=alpha)
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(DENSE1.values()))
+def test_each_piece_of_the_routing_bites(name, tmp_path, monkeypatch):
+    model = make_source(name, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, _tensors(ck), hf_logits(model)
+    assert cfg.n_group == 2 and cfg.topk_group == 1 and cfg.shared_experts == 2 and cfg.moe_layers == [0, 1]
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        bias = [n for n in t if n.endswith("e_score_correction_bias")]
+        assert bias and all(float(t[n].abs().max()) > 0 for n in bias)
+        unbiased = {**t, **{n: torch.zeros_like(t[n]) for n in bias}}
+        assert rel(LM.from_tensors(cfg, unbiased)(X), want) > 1e-3
+        assert rel(LM.from_tensors(cfg.replace(n_group=1, topk_group=1), t)(X), want) > 1e-3
+        assert rel(LM.from_tensors(cfg.replace(routed_scale=2.0), t)(X), want) > 1e-3
+        no_shared = {n: torch.zeros_like(v) if ".shared_experts.down_proj" in n else v for n, v in t.items()}
+        assert rel(LM.from_tensors(cfg, no_shared)(X), want) > 1e-3
+        a = families.ARCHS[cfg.family]
+        other = dataclasses.replace(a, features=dataclasses.replace(a.features, routing="softmax_bias"))
+        monkeypatch.setitem(families.ARCHS, cfg.family, other)
+        assert rel(LM.from_tensors(cfg, t)(X), want) > 1e-3
+
+
+@pytest.mark.parametrize("name", sorted(DENSE1.values()))
+def test_width_growth_keeps_the_bias_and_every_tokens_experts(name, tmp_path):
+    make_source(name, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    grown = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", grown).exit_code == 0
+    g = checkpoint.load(grown)
+    bias = [n for n in ck.names() if n.endswith("e_score_correction_bias")]
+    assert bias and all(torch.equal(g.get(n), ck.get(n)) for n in bias)
+    x = torch.randint(256, (4, 20), generator=torch.Generator().manual_seed(7))
+    before, after = _routes(ck.model(), x), _routes(g.model(), x, alpha=0.0)
+    assert len(before) == 1 and len({int(e) for e in before[0][0].flatten()}) > 4  # block 1 only; experts spread
+    for (e0, w0), (e1, w1) in zip(before, after, strict=True):
+        assert torch.equal(e0, e1) and float((w0 - w1).abs().max()) <= 1e-5
+
+
+@pytest.mark.parametrize("mt", sorted(DENSE1))
+@pytest.mark.parametrize("place", [("--depth-method", "interleave"), ("--insert-at", "0:0,2")])
+def test_dense_first_blocks_grow_in_width_and_depth_and_load(mt, place, tmp_path):
+    """64 -> 96 and 2 -> 4 blocks: the dense block's 96 neurons grow to 144 (behind the gate), its copy
+    stays dense (first_k_dense_replace 2); gate 0 verifies against the source, fold 0 loads in transformers
+    as the same class with the source's logits, fold 1 equals growtool's gate-1 forward."""
+    model = make_source(DENSE1[mt], tmp_path / "src")
+    grown = tmp_path / "g.safetensors"
+    args = ("--width", 96, "--layers", 4, *place, "-q", "-o", grown)
+    r = cli("expand", tmp_path / "src", *args)
+    assert r.exit_code == 0, r.stderr
+    code, rep = verify_json(tmp_path / "src", grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    ck = checkpoint.load(grown)
+    c = ck.config
+    assert (c.moe_layers, c.dense_ffn, c.base_dense_ffn, c.ffn, c.shared_ffn) == ([0, 0, 1, 1], 144, 96, 48, 96)
+    assert ck.get("model.layers.1.mlp.down_proj.weight").shape == (96, 144)  # block 0 and its copy: dense
+    auto = transformers.AutoModelForCausalLM.from_pretrained
+    assert cli("fold", grown, "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    assert json.loads((tmp_path / "f0" / "config.json").read_text())["first_k_dense_replace"] == 2
+    f0 = auto(tmp_path / "f0").eval()
+    assert type(f0) is type(model) and rel(hf_logits(f0), hf_logits(model)) <= 1e-4
+    assert cli("fold", grown, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
+    with torch.no_grad():
+        ours1 = ck.model()(X, alpha=1.0)
+    assert rel(hf_logits(auto(tmp_path / "f1").eval()), ours1) <= 1e-5 and rel(ours1, hf_logits(model)) > 1e-3
+
+
+@pytest.mark.parametrize("mt", sorted(DENSE1))
+def test_a_dense_block_after_an_moe_block_is_refused_with_one_line(mt, tmp_path):
+    make_source(DENSE1[mt], tmp_path / "src")
+    out = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "stack", "-o", out)
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "first_k_dense_replace (dense blocks first): the layout DMDM" in r.stderr
+    assert not out.exists()
