@@ -203,6 +203,7 @@ MLA = dict(  # DeepSeek's latent attention at a tiny size, all layers dense
     first_k_dense_replace=2,
     num_key_value_heads=4,
 )
+MLA_MOE = {**MLA, **DS_MOE, "first_k_dense_replace": 1}  # block 0 dense, block 1 MoE
 MLA_YARN = dict(  # YaRN with mscale_all_dim: RoPE tables x its attention factor, the scores x m^2
     rope_parameters={
         "rope_type": "yarn",
@@ -448,6 +449,22 @@ FAMILY_CASES = {
     "deepseek_v3-mla-yarn": (_family_like("DeepseekV3", **MLA, **MLA_YARN, **IDS), {}),
     "deepseek_v3-mla-halves-tied-bias": (
         _family_like("DeepseekV3", **MLA, rope_interleave=False, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
+    # MLA with DeepSeek-style MoE: V3's sigmoid routing with its correction bias, V2's softmax routing
+    "deepseek_v3-mla-moe-dense1": (_ds_moe("DeepseekV3", **MLA_MOE, n_routed_experts=8, n_shared_experts=2), {}),
+    "deepseek_v3-mla-moe-tied-bias-allmoe": (
+        _ds_moe("DeepseekV3", **{**MLA_MOE, "first_k_dense_replace": 0}, n_routed_experts=8, attention_bias=True),
+        {"tie": True},
+    ),
+    "deepseek_v2-mla-moe-groups-dense1": (
+        _ds_moe(
+            "DeepseekV2", **MLA_MOE, n_routed_experts=8, topk_method="group_limited_greedy", routed_scaling_factor=2.0
+        ),
+        {},
+    ),
+    "deepseek_v2-mla-moe-greedy-tied-allmoe": (
+        _ds_moe("DeepseekV2", **{**MLA_MOE, "first_k_dense_replace": 0, "q_lora_rank": None}, n_routed_experts=6),
         {"tie": True},
     ),
 }

@@ -17,10 +17,10 @@ def _moe(draw, arch) -> dict:
 
 
 def _mla(draw) -> dict:
-    """Latent attention's dims (DeepSeek-V2/V3), every layer dense."""
+    """Latent attention's dims (DeepSeek-V2/V3)."""
     q_lora = draw(st.sampled_from([None, 6, 12]))
     kw = dict(q_lora_rank=q_lora, kv_lora_rank=draw(st.integers(2, 12)), qk_nope_head_dim=draw(st.integers(1, 8)))
-    return dict(kw, v_head_dim=draw(st.integers(1, 8)), extra={"first_k_dense_replace": 2})
+    return dict(kw, v_head_dim=draw(st.integers(1, 8)))
 
 
 @st.composite
@@ -48,7 +48,7 @@ def growth_cases(draw):
         attn_gate=draw(st.booleans()) and not f.mla,  # gated attention is refused with latent attention
         qkv_bias=bias,
         o_bias=bias,
-        mlp_bias=draw(st.booleans()),
+        mlp_bias=draw(st.booleans()) and not f.mla,  # DeepSeek-V2's biased shared experts: refused
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
         **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
         **(_mla(draw) if f.mla else {}),

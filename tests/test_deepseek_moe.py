@@ -31,7 +31,10 @@ from helpers import cli, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DENSE1 = {"glm4_moe": "glm4_moe-dense1-groups"}  # model_type -> a row whose block 0 is dense
+DENSE1 = {  # model_type -> a row whose block 0 is dense
+    "glm4_moe": "glm4_moe-dense1-groups",
+    "deepseek_v3": "deepseek_v3-mla-moe-dense1",
+}
 
 
 def _tensors(ck):

@@ -88,8 +88,9 @@ ARCH_CASES = {
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
     # DeepSeek-style MoE: every block MoE here (any layout); dense first blocks: tests/test_deepseek_moe.py
     "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
-    "deepseek_v2": "deepseek_v2-mla-noqlora-biases-tied",
-    "deepseek_v3": "deepseek_v3-mla-yarn",
+    # MLA with every block MoE (any layout); all blocks dense: test_families_2025; dense first: test_deepseek_moe
+    "deepseek_v2": "deepseek_v2-mla-moe-greedy-tied-allmoe",
+    "deepseek_v3": "deepseek_v3-mla-moe-tied-bias-allmoe",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

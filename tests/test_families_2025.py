@@ -302,7 +302,8 @@ def test_deepseek_width_keeps_the_latents_and_adds_heads_behind_the_gate(tmp_pat
     assert g.get(a + "o_proj.weight").shape == (96, 8 * 12)
     from growtool.training.diagnostics import writer_modules  # the new heads' output share is tracked
 
-    assert [sorted(b) for b in writer_modules(g.model(), g.config)] == [["ffn", "head"]] * 4
+    heads = [b["head"][1] for b in writer_modules(g.model(), g.config)]
+    assert heads == [f"model.layers.{i}.self_attn.o_proj.weight" for i in range(4)]
     assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
     hf = json.loads((tmp_path / "f" / "config.json").read_text())
     assert (hf["num_attention_heads"], hf["num_key_value_heads"], hf["first_k_dense_replace"]) == (8, 8, 4)
@@ -310,26 +311,35 @@ def test_deepseek_width_keeps_the_latents_and_adds_heads_behind_the_gate(tmp_pat
     assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
 
 
-def _deepseek_moe(tmp_path):
-    cfg = transformers.DeepseekV3Config(
-        vocab_size=256, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=4,
-        intermediate_size=96, moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
-        topk_group=1, q_lora_rank=24, kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=12,
-        first_k_dense_replace=1, max_position_embeddings=64,
-    )  # fmt: skip
-    torch.manual_seed(0)
-    transformers.DeepseekV3ForCausalLM(cfg).save_pretrained(tmp_path / "src")
-
-
-def test_deepseek_with_moe_layers_and_kimi_k2_are_refused_with_one_line(tmp_path):
-    """A DeepSeek config with MoE layers (first_k_dense_replace below the layers) needs DeepSeek-style
-    routing, which growtool lacks: one line, exit 2, nothing written. transformers has no kimi_k2 model
-    type (Kimi K2 is DeepSeek-V3's architecture, its text config read as deepseek_v3): refused, saying so."""
-    _deepseek_moe(tmp_path)
+def test_deepseek_v2_routing_bites_and_what_it_cannot_grow_is_refused(tmp_path, monkeypatch):
+    """DeepSeek-V2 routes by softmax scores, within the best groups by their best score under
+    group_limited_greedy, never renormalised, times routed_scaling_factor: read greedily, unscaled, or
+    as a plain renormalised softmax top-k, the logits differ. Refused with one line: another topk_method,
+    mlp_bias with MoE blocks (its shared experts would carry biases); transformers has no kimi_k2 model type
+    (Kimi K2 is DeepSeek-V3's architecture, its text config read as deepseek_v3): refused, saying so."""
+    model = make_source("deepseek_v2-mla-moe-groups-dense1", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, {n: ck.get(n) for n in ck.names()}, hf_logits(model)
+    assert (cfg.moe_layers, cfg.n_group, cfg.topk_group, cfg.routed_scale, cfg.norm_topk) == ([0, 1], 2, 1, 2.0, False)
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        greedy = cfg.replace(extra={**cfg.extra, "topk_method": "greedy"})
+        for other in (greedy, cfg.replace(routed_scale=1.0)):
+            assert rel(LM.from_tensors(other, t)(X), want) > 1e-3
+        a = families.ARCHS["deepseek_v2"]
+        plain = dataclasses.replace(a, features=dataclasses.replace(a.features, routing="softmax"), fixed={})
+        monkeypatch.setitem(families.ARCHS, "deepseek_v2", plain)  # a plain softmax top-k, renormalised
+        assert rel(LM.from_tensors(cfg.replace(norm_topk=True), t)(X), want) > 1e-3
+        monkeypatch.setitem(families.ARCHS, "deepseek_v2", a)
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    for over, match in (
+        ({"topk_method": "noaux_tc"}, "deepseek_v2 routes by topk_method greedy or group_limited_greedy only"),
+        ({"mlp_bias": True}, "deepseek_v2 with mlp_bias and MoE blocks .shared experts with biases. is not supported"),
+        ({"model_type": "kimi_k2"}, "^kimi_k2 is not supported yet: .*DeepSeek-V3's architecture"),
+    ):
+        with pytest.raises(GrowError, match=match):
+            ModelConfig.from_hf({**hf, **over})
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, "topk_method": "noaux_tc"}))
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "deepseek_v3 with MoE layers (first_k_dense_replace 1 < 2 layers) is not supported yet" in r.stderr
     assert not (tmp_path / "g").exists()
-    hf = json.loads((tmp_path / "src" / "config.json").read_text())
-    with pytest.raises(GrowError, match="^kimi_k2 is not supported yet: .*DeepSeek-V3's architecture"):
-        ModelConfig.from_hf({**hf, "model_type": "kimi_k2", "first_k_dense_replace": 2})

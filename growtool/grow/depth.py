@@ -206,8 +206,6 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
         full = next((j for j, t in enumerate(types) if t != "full_attention"), len(types))
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
-    if arch_of(cfg).features.mla and extra.get("first_k_dense_replace", 0) >= L:  # all dense: the copies too
-        extra["first_k_dense_replace"] = dp.layers
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
     return cfg.replace(
         layers=dp.layers, layer_types=types, rope_layers=ropes, moe_layers=moe, new_layers=new or None, extra=extra

@@ -244,11 +244,12 @@ class ModelConfig:
             raise GrowError(f"{self.family} has an MLP of 4 x width ({4 * self.width}) neurons, not {self.ffn}")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
-        if f.moe and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
+        routed = f.moe and (self.moe_layers is None or any(self.moe_layers))  # all blocks dense: no routing
+        if routed and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
             raise GrowError(f"{self.family} needs the number of experts and of experts per token")
-        if f.moe and not 0 < self.top_k <= self.experts:
+        if routed and not 0 < self.top_k <= self.experts:
             raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
-        if f.moe:
+        if routed:
             self._check_moe()
         if f.mqa and self.kv_heads != 1:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
@@ -261,18 +262,14 @@ class ModelConfig:
             raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
 
     def _check_mla(self) -> None:
-        """Multi-head latent attention: positive dims; dense MLP layers only (DeepSeek's MoE layers are not
-        supported yet); no gated attention."""
+        """Multi-head latent attention: positive dims; no gated attention; DeepSeek-V2's mlp_bias only
+        without MoE blocks (its shared experts would have biases)."""
         for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim") + (("q_lora_rank",) if self.q_lora_rank else ()):
             v = getattr(self, name)
             if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
                 raise GrowError(f"config {name} must be a positive integer, got {v!r}")
-        dense = self.extra.get("first_k_dense_replace") or 0
-        if not isinstance(dense, int) or dense < self.layers:
-            raise GrowError(
-                f"{self.family} with MoE layers (first_k_dense_replace {dense!r} < {self.layers} layers) is not "
-                "supported yet: growtool does not implement DeepSeek-style MoE routing"
-            )
+        if self.mlp_bias and any(self.moe_layers or [1]):
+            raise GrowError(f"{self.family} with mlp_bias and MoE blocks (shared experts with biases) is not supported")
         if self.attn_gate:
             raise GrowError(f"{self.family}: gated attention is not supported with multi-head latent attention")
 

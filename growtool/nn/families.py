@@ -78,6 +78,8 @@ class Features:
     routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
     #                           "sigmoid" (DeepSeek-V3: sigmoid scores, chosen by score + correction bias within
     #                           the best groups) | "softmax_bias" (Ernie 4.5-MoE: softmax scores chosen with the bias)
+    #                           | "softmax_groups" (DeepSeek-V2: softmax top-k, within the best groups by their
+    #                           best score where topk_method is group_limited_greedy; x routed_scale)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -1154,8 +1156,8 @@ GLM4_MOE = Arch(
     refuse={"use_qk_norm": "glm4_moe with use_qk_norm (per-head q/k norms) is not supported yet"},
 )
 
-_MLA_MODULES = {
-    **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("k", "v", "g", "q_norm", "k_norm")},
+_MLA_MODULES = {  # DeepSeek-style MoE's modules, MLA for the attention
+    **{k: v for k, v in _DS_MOE_MODULES.items() if k not in ("k", "v", "g", "q_norm", "k_norm")},
     "q_a": "self_attn.q_a_proj",
     "q_a_norm": "self_attn.q_a_layernorm",
     "q_b": "self_attn.q_b_proj",
@@ -1164,7 +1166,7 @@ _MLA_MODULES = {
     "kv_b": "self_attn.kv_b_proj",
 }
 _MLA_KEYS = {
-    **_LLAMA_KEYS,  # num_key_value_heads: equal to the heads (one latent for all heads; transformers groups by it)
+    **_DS_MOE_KEYS,  # num_key_value_heads: equal to the heads (one latent for all heads; transformers groups by it)
     "head_dim": "qk_rope_head_dim",  # the RoPE key's dims (transformers' head_dim says the same)
     "qkv_bias": "attention_bias",  # q_a_proj, kv_a_proj_with_mqa
     "o_bias": "attention_bias",
@@ -1177,9 +1179,27 @@ DEEPSEEK_V2 = Arch(
     hf_class="DeepseekV2ForCausalLM",
     block="model.layers.{i}.",
     modules=_MLA_MODULES,
-    features=Features(mla=True, gqa=False, rope_interleaved=True),  # RoPE on adjacent pairs (complex form)
+    features=Features(  # RoPE on adjacent pairs (complex form); softmax routing (greedy or within the best groups)
+        mla=True,
+        gqa=False,
+        rope_interleaved=True,
+        moe=True,
+        routing="softmax_groups",
+        moe_layers=("first_k_dense_replace", 0),
+    ),  # fmt: skip
     keys={**_MLA_KEYS, "mlp_bias": "mlp_bias"},
-    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+    fixed={"norm_topk": False},  # the router never renormalises (norm_topk_prob is read by nothing)
+    defaults={
+        **{"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6, "ffn": 1407, "dense_ffn": 11008},
+        **{"experts": 64, "shared_experts": 2, "routed_scale": 1.0},
+    },
+    require={
+        "topk_method": (
+            ("greedy", "group_limited_greedy"),
+            "deepseek_v2 routes by topk_method greedy or group_limited_greedy only",
+            "greedy",
+        )
+    },
 )
 
 DEEPSEEK_V3 = Arch(
@@ -1188,10 +1208,21 @@ DEEPSEEK_V3 = Arch(
     hf_class="DeepseekV3ForCausalLM",
     block="model.layers.{i}.",
     modules=_MLA_MODULES,
-    features=Features(mla=True, gqa=False, rope_interleaved=True, rope_interleave_key="rope_interleave"),
+    features=dataclasses.replace(
+        _DS_MOE,
+        mla=True,
+        gqa=False,
+        rope_interleaved=True,
+        rope_interleave_key="rope_interleave",
+        moe_layers=("first_k_dense_replace", 3),
+    ),  # fmt: skip
     keys=_MLA_KEYS,
     fixed={"mlp_bias": False},
-    defaults={"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6},
+    defaults={
+        **{"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6, "ffn": 2048, "dense_ffn": 18432},
+        **{"experts": 256, "top_k": 8, "norm_topk": True, "shared_experts": 1, "routed_scale": 2.5},
+        **{"n_group": 8, "topk_group": 4},
+    },
 )
 
 ARCHS = {

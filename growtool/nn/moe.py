@@ -51,6 +51,21 @@ def biased(cfg: ModelConfig, logits: torch.Tensor, bias: torch.Tensor) -> tuple[
     return scores.gather(-1, pick), pick
 
 
+def group_limited(cfg: ModelConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """DeepSeek-V2's routing (DeepSeek-AI 2024, arXiv:2405.04434, sec. 2.2): softmax scores (float32); under
+    ``topk_method`` group_limited_greedy a group's score is its best expert's and each token's top_k experts
+    come from its topk_group best groups, else (greedy) from all. (weights, experts)."""
+    scores = torch.softmax(logits, dim=-1)
+    choice = scores
+    if cfg.extra.get("topk_method", "greedy") == "group_limited_greedy":
+        grouped = scores.view(*scores.shape[:-1], cfg.n_group or 1, -1)
+        best = grouped.max(dim=-1).values.topk(cfg.topk_group or 1, dim=-1)[1]
+        keep = torch.zeros(grouped.shape[:-1], dtype=torch.bool, device=scores.device).scatter(-1, best, True)
+        choice = grouped.masked_fill(~keep[..., None], 0.0).view(scores.shape)
+    top, pick = torch.topk(choice, cfg.top_k, dim=-1)
+    return top, pick
+
+
 def route(cfg: ModelConfig, router, x: torch.Tensor, bias=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, experts) of each token's top_k experts from the router on ``x``: softmax (float32)
     then top-k, or the family's own rule (``Features.routing``); weights renormalised to sum 1 where
@@ -61,6 +76,9 @@ def route(cfg: ModelConfig, router, x: torch.Tensor, bias=None) -> tuple[torch.T
         if cfg.norm_topk:  # DeepSeek adds 1e-20 to the sum, Ernie clamps it at moe_norm_min
             den = top.sum(dim=-1, keepdim=True)
             top = top / (den + 1e-20 if rule == "sigmoid" else den.clamp(min=cfg.extra.get("moe_norm_min", 1e-12)))
+        return top * (cfg.routed_scale or 1.0), pick
+    if rule == "softmax_groups":  # DeepSeek-V2: float32 logits, never renormalised
+        top, pick = group_limited(cfg, F.linear(x.float(), router.weight.float()))
         return top * (cfg.routed_scale or 1.0), pick
     logits = router(x)
     if rule == "sparsemixer":
