@@ -85,6 +85,8 @@ LEGACY = [
     "glm4_moe-dense1-groups",
     "deepseek_v2-mla",
     "deepseek_v3-mla-yarn",
+    "deepseek_v2-mla-moe-groups-dense1",
+    "deepseek_v3-mla-moe-dense1",
 ]
 
 
