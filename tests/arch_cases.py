@@ -417,6 +417,33 @@ FAMILY_CASES = {
         ),
         {"tie": True},
     ),
+    "dots1-dense1-groups": (
+        _ds_moe(
+            "Dots1",
+            num_key_value_heads=2,
+            head_dim=16,
+            n_routed_experts=8,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            **DS_MOE,
+        ),
+        {},
+    ),
+    "dots1-tied-bias-window-normtopk-allmoe": (
+        _ds_moe(
+            "Dots1",
+            num_key_value_heads=4,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            attention_bias=True,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            **WINDOWS,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
 }
 
 

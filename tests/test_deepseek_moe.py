@@ -31,7 +31,10 @@ from helpers import cli, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
-DENSE1 = {"glm4_moe": "glm4_moe-dense1-groups"}  # model_type -> a row whose block 0 is dense
+DENSE1 = {
+    "glm4_moe": "glm4_moe-dense1-groups",
+    "dots1": "dots1-dense1-groups",
+}  # model_type -> a row whose block 0 is dense
 
 
 def _tensors(ck):

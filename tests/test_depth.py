@@ -88,6 +88,7 @@ ARCH_CASES = {
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
     # DeepSeek-style MoE: every block MoE here (any layout); dense first blocks: tests/test_deepseek_moe.py
     "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
+    "dots1": "dots1-tied-bias-window-normtopk-allmoe",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
@@ -247,6 +248,7 @@ WINDOWED = {
     "mixtral": FAMILY_CASES["mixtral-tied-top1-window"],
     "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
     **{n: FAMILY_CASES[f"{n}-window"] for n in ("ministral", "olmo3", "exaone4", "cohere2", "vaultgemma")},
+    "dots1": FAMILY_CASES["dots1-tied-bias-window-normtopk-allmoe"],
 }
 
 

@@ -81,6 +81,7 @@ LEGACY = [
     "apertus-xielu",
     "phimoe-sparsemixer",
     "glm4_moe-dense1-groups",
+    "dots1-dense1-groups",
 ]
 
 

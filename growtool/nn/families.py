@@ -1143,6 +1143,33 @@ GLM4_MOE = Arch(
     refuse={"use_qk_norm": "glm4_moe with use_qk_norm (per-head q/k norms) is not supported yet"},
 )
 
+DOTS1 = dataclasses.replace(
+    GLM4_MOE,
+    name="dots1",
+    model_type="dots1",
+    hf_class="Dots1ForCausalLM",
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", moe_layers=("first_k_dense_replace", 0)),  # as Qwen3
+    keys={
+        **_DS_MOE_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-6,
+        "ffn": 1408,
+        "dense_ffn": 10944,
+        "norm_topk": False,
+        "routed_scale": 1.0,
+    },
+    refuse={},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1151,7 +1178,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GLM4_MOE,),
+        *(GLM4_MOE, DOTS1),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1170,7 +1197,6 @@ UNSUPPORTED = {
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "dots1": _DEEPSEEK_MOE,
     "minimax_m2": _DEEPSEEK_MOE,
     "ernie4_5_moe": _DEEPSEEK_MOE,
     "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
