@@ -444,6 +444,23 @@ FAMILY_CASES = {
         ),
         {"tie": True},
     ),
+    "minimax_m2-partial-rotary": (
+        _ds_moe(
+            "MiniMaxM2",
+            num_key_value_heads=2,
+            head_dim=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            **IDS,
+        ),
+        {},
+    ),
+    "minimax_m2-tied-top3": (
+        _ds_moe("MiniMaxM2", num_key_value_heads=4, head_dim=24, num_local_experts=6, num_experts_per_tok=3, **IDS),
+        {"tie": True},
+    ),
 }
 
 

@@ -131,3 +131,32 @@ def test_a_dense_block_after_an_moe_block_is_refused_with_one_line(mt, tmp_path)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "first_k_dense_replace (dense blocks first): the layout DMDM" in r.stderr
     assert not out.exists()
+
+
+def test_minimax_m2_sigmoid_routing_with_its_bias_and_the_hubs_rotary_dim(tmp_path, monkeypatch):
+    """MiniMax-M2: every block MoE, sigmoid scores chosen with the correction bias (beside the router,
+    ``block_sparse_moe.e_score_correction_bias``), renormalised; without the bias or with softmax scores
+    the logits differ. Its Hub configs give partial RoPE as ``rotary_dim`` (dims per head): read as
+    transformers reads it, carried through growth."""
+    model = make_source("minimax_m2-partial-rotary", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    del hf["rope_parameters"]["partial_rotary_factor"]
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, "rotary_dim": 8}))
+    assert rel(hf_logits(transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src")), hf_logits(model)) == 0
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, _tensors(ck), hf_logits(model)
+    assert cfg.rotary_fraction == 0.5 and "model.layers.1.block_sparse_moe.e_score_correction_bias" in t
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        unbiased = {n: torch.zeros_like(v) if n.endswith("correction_bias") else v for n, v in t.items()}
+        assert rel(LM.from_tensors(cfg, unbiased)(X), want) > 1e-3
+        a = families.ARCHS[cfg.family]
+        other = dataclasses.replace(a, features=dataclasses.replace(a.features, routing="softmax_bias"))
+        monkeypatch.setitem(families.ARCHS, cfg.family, other)
+        assert rel(LM.from_tensors(cfg, t)(X), want) > 1e-3
+    monkeypatch.setitem(families.ARCHS, cfg.family, a)
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert back.config.rope_parameters["partial_rotary_factor"] == 0.5 and back.config.hidden_size == 96
+    assert rel(hf_logits(back), want) <= 1e-4

@@ -89,6 +89,7 @@ ARCH_CASES = {
     # DeepSeek-style MoE: every block MoE here (any layout); dense first blocks: tests/test_deepseek_moe.py
     "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
     "dots1": "dots1-tied-bias-window-normtopk-allmoe",
+    "minimax_m2": "minimax_m2-partial-rotary",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

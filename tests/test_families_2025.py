@@ -82,6 +82,7 @@ LEGACY = [
     "phimoe-sparsemixer",
     "glm4_moe-dense1-groups",
     "dots1-dense1-groups",
+    "minimax_m2-partial-rotary",
 ]
 
 

@@ -1170,6 +1170,18 @@ DOTS1 = dataclasses.replace(
     refuse={},
 )
 
+MINIMAX_M2 = Arch(
+    name="minimax_m2",
+    model_type="minimax_m2",
+    hf_class="MiniMaxM2ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**MIXTRAL.modules, "e_bias": "block_sparse_moe.e_score_correction_bias"},  # stored as Mixtral
+    features=Features(moe=True, routing="sigmoid", expert_bias=("experts",), qk_norm="full"),  # q/k norms as OLMo-2
+    keys={**MIXTRAL.keys, "ffn": "intermediate_size"},  # every block MoE, no shared expert, no groups
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 196608, "norm_eps": 1e-6},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1178,7 +1190,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GLM4_MOE, DOTS1),
+        *(GLM4_MOE, DOTS1, MINIMAX_M2),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1197,7 +1209,6 @@ UNSUPPORTED = {
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "minimax_m2": _DEEPSEEK_MOE,
     "ernie4_5_moe": _DEEPSEEK_MOE,
     "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
     "exaone_moe": _DEEPSEEK_MOE,
