@@ -186,7 +186,7 @@ def _ds_moe(cls_name, model_cls=None, **kw):
             for name, mod in model.named_modules():
                 if name.endswith(".gate"):  # the routers (the dense MLPs' are gate_proj)
                     mod.weight.mul_(5.0)
-            for name, t in model.named_buffers():
+            for name, t in [*model.named_buffers(), *model.named_parameters()]:  # Ernie's is a parameter
                 if name.endswith("e_score_correction_bias"):
                     t.copy_(0.1 * torch.randn(t.shape))
         return model
@@ -459,6 +459,33 @@ FAMILY_CASES = {
     ),
     "minimax_m2-tied-top3": (
         _ds_moe("MiniMaxM2", num_key_value_heads=4, head_dim=24, num_local_experts=6, num_experts_per_tok=3, **IDS),
+        {"tie": True},
+    ),
+    "ernie4_5_moe-dense1-shared2": (
+        _ds_moe(
+            "Ernie4_5_Moe",
+            num_key_value_heads=2,
+            head_dim=16,
+            moe_num_experts=8,
+            moe_k=2,
+            moe_num_shared_experts=2,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            **IDS,
+        ),
+        {},
+    ),
+    "ernie4_5_moe-tied-biases-allmoe": (
+        _ds_moe(
+            "Ernie4_5_Moe",
+            moe_num_experts=6,
+            moe_k=3,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=0,
+            use_bias=True,
+            moe_intermediate_size=32,
+            **IDS,
+        ),
         {"tie": True},
     ),
 }

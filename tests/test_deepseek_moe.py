@@ -31,10 +31,13 @@ from helpers import cli, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
+# model_type -> (a row whose block 0 is dense, a depth placement its config cannot say, that layout)
 DENSE1 = {
-    "glm4_moe": "glm4_moe-dense1-groups",
-    "dots1": "dots1-dense1-groups",
-}  # model_type -> a row whose block 0 is dense
+    "glm4_moe": ("glm4_moe-dense1-groups", ("--depth-method", "stack"), "DMDM"),
+    "dots1": ("dots1-dense1-groups", ("--depth-method", "stack"), "DMDM"),
+    "ernie4_5_moe": ("ernie4_5_moe-dense1-shared2", ("--insert-at", "0:1,1:0"), "MDDM"),
+}
+GROUPED = ["glm4_moe-dense1-groups", "dots1-dense1-groups"]
 
 
 def _tensors(ck):
@@ -57,7 +60,7 @@ def _routes(model: LM, x: torch.Tensor, alpha=None) -> list[tuple[torch.Tensor, 
     return out
 
 
-@pytest.mark.parametrize("name", sorted(DENSE1.values()))
+@pytest.mark.parametrize("name", GROUPED)
 def test_each_piece_of_the_routing_bites(name, tmp_path, monkeypatch):
     model = make_source(name, tmp_path / "src")
     ck = checkpoint.load(tmp_path / "src")
@@ -79,7 +82,7 @@ def test_each_piece_of_the_routing_bites(name, tmp_path, monkeypatch):
         assert rel(LM.from_tensors(cfg, t)(X), want) > 1e-3
 
 
-@pytest.mark.parametrize("name", sorted(DENSE1.values()))
+@pytest.mark.parametrize("name", sorted(row for row, _, _ in DENSE1.values()))
 def test_width_growth_keeps_the_bias_and_every_tokens_experts(name, tmp_path):
     make_source(name, tmp_path / "src")
     ck = checkpoint.load(tmp_path / "src")
@@ -99,9 +102,10 @@ def test_width_growth_keeps_the_bias_and_every_tokens_experts(name, tmp_path):
 @pytest.mark.parametrize("place", [("--depth-method", "interleave"), ("--insert-at", "0:0,2")])
 def test_dense_first_blocks_grow_in_width_and_depth_and_load(mt, place, tmp_path):
     """64 -> 96 and 2 -> 4 blocks: the dense block's 96 neurons grow to 144 (behind the gate), its copy
-    stays dense (first_k_dense_replace 2); gate 0 verifies against the source, fold 0 loads in transformers
-    as the same class with the source's logits, fold 1 equals growtool's gate-1 forward."""
-    model = make_source(DENSE1[mt], tmp_path / "src")
+    stays dense (written in the family's spelling); gate 0 verifies against the source, fold 0 loads in
+    transformers as the same class, the same blocks dense, with the source's logits, fold 1 equals
+    growtool's gate-1 forward."""
+    model = make_source(DENSE1[mt][0], tmp_path / "src")
     grown = tmp_path / "g.safetensors"
     args = ("--width", 96, "--layers", 4, *place, "-q", "-o", grown)
     r = cli("expand", tmp_path / "src", *args)
@@ -114,8 +118,8 @@ def test_dense_first_blocks_grow_in_width_and_depth_and_load(mt, place, tmp_path
     assert ck.get("model.layers.1.mlp.down_proj.weight").shape == (96, 144)  # block 0 and its copy: dense
     auto = transformers.AutoModelForCausalLM.from_pretrained
     assert cli("fold", grown, "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
-    assert json.loads((tmp_path / "f0" / "config.json").read_text())["first_k_dense_replace"] == 2
     f0 = auto(tmp_path / "f0").eval()
+    assert [hasattr(b.mlp, "experts") for b in f0.model.layers] == [False, False, True, True]
     assert type(f0) is type(model) and rel(hf_logits(f0), hf_logits(model)) <= 1e-4
     assert cli("fold", grown, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
     with torch.no_grad():
@@ -124,12 +128,15 @@ def test_dense_first_blocks_grow_in_width_and_depth_and_load(mt, place, tmp_path
 
 
 @pytest.mark.parametrize("mt", sorted(DENSE1))
-def test_a_dense_block_after_an_moe_block_is_refused_with_one_line(mt, tmp_path):
-    make_source(DENSE1[mt], tmp_path / "src")
+def test_a_layout_the_config_cannot_say_is_refused_with_one_line(mt, tmp_path):
+    """first_k_dense_replace says only "the first k blocks dense", Ernie's keys a start, an end and an
+    interval of MoE blocks: a depth layout outside that is refused with one line, nothing written."""
+    row, place, layout = DENSE1[mt]
+    make_source(row, tmp_path / "src")
     out = tmp_path / "g.safetensors"
-    r = cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "stack", "-o", out)
+    r = cli("expand", tmp_path / "src", "--layers", 4, *place, "-o", out)
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "first_k_dense_replace (dense blocks first): the layout DMDM" in r.stderr
+    assert f"the layout {layout} (D dense, M MoE)" in r.stderr
     assert not out.exists()
 
 
@@ -160,3 +167,33 @@ def test_minimax_m2_sigmoid_routing_with_its_bias_and_the_hubs_rotary_dim(tmp_pa
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
     assert back.config.rope_parameters["partial_rotary_factor"] == 0.5 and back.config.hidden_size == 96
     assert rel(hf_logits(back), want) <= 1e-4
+
+
+def test_ernie_softmax_routing_with_its_bias_and_shared_experts_bite(tmp_path, monkeypatch):
+    """Ernie 4.5-MoE: softmax scores chosen with the correction bias ([1, experts], ``mlp.moe_statics``),
+    renormalised; its MoE blocks given by start / end / interval. Without the bias, with sigmoid scores,
+    or without the shared experts the logits differ; a stacked copy (D M D M) is written as interval 2."""
+    model = make_source("ernie4_5_moe-dense1-shared2", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, _tensors(ck), hf_logits(model)
+    assert cfg.moe_layers == [0, 1] and t["model.layers.1.mlp.moe_statics.e_score_correction_bias"].shape == (1, 8)
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        unbiased = {n: torch.zeros_like(v) if n.endswith("correction_bias") else v for n, v in t.items()}
+        assert rel(LM.from_tensors(cfg, unbiased)(X), want) > 1e-3
+        no_shared = {n: torch.zeros_like(v) if ".shared_experts.down_proj" in n else v for n, v in t.items()}
+        assert rel(LM.from_tensors(cfg, no_shared)(X), want) > 1e-3
+        a = families.ARCHS[cfg.family]
+        other = dataclasses.replace(a, features=dataclasses.replace(a.features, routing="sigmoid"))
+        monkeypatch.setitem(families.ARCHS, cfg.family, other)
+        assert rel(LM.from_tensors(cfg, t)(X), want) > 1e-3
+    monkeypatch.setitem(families.ARCHS, cfg.family, a)
+    g = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "stack", "-q", "-o", g).exit_code == 0
+    assert cli("fold", g, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
+    hf = json.loads((tmp_path / "f1" / "config.json").read_text())
+    assert (hf["moe_layer_start_index"], hf["moe_layer_end_index"], hf["moe_layer_interval"]) == (1, 3, 2)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
+    assert [hasattr(b.mlp, "experts") for b in back.model.layers] == [False, True, False, True]
+    with torch.no_grad():
+        assert rel(hf_logits(back), checkpoint.load(g).model()(X, alpha=1.0)) <= 1e-5

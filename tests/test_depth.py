@@ -90,6 +90,7 @@ ARCH_CASES = {
     "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
     "dots1": "dots1-tied-bias-window-normtopk-allmoe",
     "minimax_m2": "minimax_m2-partial-rotary",
+    "ernie4_5_moe": "ernie4_5_moe-tied-biases-allmoe",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -83,6 +83,7 @@ LEGACY = [
     "glm4_moe-dense1-groups",
     "dots1-dense1-groups",
     "minimax_m2-partial-rotary",
+    "ernie4_5_moe-dense1-shared2",
 ]
 
 

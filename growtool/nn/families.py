@@ -1182,6 +1182,33 @@ MINIMAX_M2 = Arch(
     defaults={"activation": "silu", "tie": False, "context": 196608, "norm_eps": 1e-6},
 )
 
+ERNIE4_5_MOE = Arch(
+    name="ernie4_5_moe",
+    model_type="ernie4_5_moe",
+    hf_class="Ernie4_5_MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_DS_MOE_MODULES, "e_bias": "mlp.moe_statics.e_score_correction_bias"},
+    features=Features(  # Ernie 4.5's attention (pair RoPE); softmax scores chosen with the bias, renormalised
+        rope_interleaved=True,
+        moe=True,
+        routing="softmax_bias",
+        expert_bias=("one", "experts"),
+        moe_layers=("moe_layer_start_index", 1),
+        head_bias_key="use_bias",
+    ),
+    keys={
+        **_DS_MOE_KEYS,
+        "experts": "moe_num_experts",
+        "top_k": "moe_k",
+        "shared_experts": "moe_num_shared_experts",
+        "qkv_bias": "use_bias",
+        "o_bias": "use_bias",
+        "mlp_bias": "use_bias",  # the dense blocks' and the shared experts' linears (the experts have none)
+    },
+    fixed={"norm_topk": True},
+    defaults={"activation": "silu", "tie": True, "context": 131072, "norm_eps": 1e-5, "experts": 64, "top_k": 6},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1190,7 +1217,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GLM4_MOE, DOTS1, MINIMAX_M2),
+        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1209,7 +1236,6 @@ UNSUPPORTED = {
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "ernie4_5_moe": _DEEPSEEK_MOE,
     "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
     "exaone_moe": _DEEPSEEK_MOE,
     "llama4": _LLAMA4,
@@ -1340,9 +1366,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
             m.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             m.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             m.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-        if cfg.shared_ffn:
-            m += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
-            m += writer("s_down", ("sffn",), "ffn", False)
+        if cfg.shared_ffn:  # biases where the MLPs have them (Ernie 4.5-MoE's use_bias)
+            sb = cfg.mlp_bias
+            m += reader("s_gate", ("sffn",), "ffn", ln2, sb) + reader("s_up", ("sffn",), "ffn", ln2, sb)
+            m += writer("s_down", ("sffn",), "ffn", sb)
             if "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert (DeepSeek's has none)
                 m.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
         s += [dataclasses.replace(sp, layers="moe") for sp in m] if f.moe_layers else m

@@ -173,7 +173,8 @@ def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
                 _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
         if cfg.shared_ffn:
             sf = cfg.shared_ffn
-            m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
+            sb = cfg.mlp_bias  # Ernie 4.5-MoE's shared experts have biases where use_bias says so
+            m.update(s_gate=lin(d, sf, sb), s_up=lin(d, sf, sb), s_down=lin(sf, d, sb))
             if "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert
                 m["s_router"] = lin(d, 1, False)
         return m
