@@ -488,6 +488,24 @@ FAMILY_CASES = {
         ),
         {"tie": True},
     ),
+    "exaone_moe-dense1-window": (
+        _ds_moe(
+            "ExaoneMoe", num_key_value_heads=2, head_dim=16, num_experts=8, num_shared_experts=2, **WINDOWS, **DS_MOE
+        ),
+        {},
+    ),
+    "exaone_moe-tied-fullfirst-allmoe": (
+        _ds_moe(
+            "ExaoneMoe",
+            num_key_value_heads=4,
+            num_experts=6,
+            sliding_window=8,
+            layer_types=["full_attention", "sliding_attention"],
+            mlp_layer_types=["sparse"] * 2,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
 }
 
 

@@ -36,8 +36,9 @@ DENSE1 = {
     "glm4_moe": ("glm4_moe-dense1-groups", ("--depth-method", "stack"), "DMDM"),
     "dots1": ("dots1-dense1-groups", ("--depth-method", "stack"), "DMDM"),
     "ernie4_5_moe": ("ernie4_5_moe-dense1-shared2", ("--insert-at", "0:1,1:0"), "MDDM"),
+    "exaone_moe": ("exaone_moe-dense1-window", None, None),  # mlp_layer_types says any layout
 }
-GROUPED = ["glm4_moe-dense1-groups", "dots1-dense1-groups"]
+GROUPED = ["glm4_moe-dense1-groups", "dots1-dense1-groups", "exaone_moe-dense1-window"]
 
 
 def _tensors(ck):
@@ -127,7 +128,7 @@ def test_dense_first_blocks_grow_in_width_and_depth_and_load(mt, place, tmp_path
     assert rel(hf_logits(auto(tmp_path / "f1").eval()), ours1) <= 1e-5 and rel(ours1, hf_logits(model)) > 1e-3
 
 
-@pytest.mark.parametrize("mt", sorted(DENSE1))
+@pytest.mark.parametrize("mt", sorted(mt for mt, (_, place, _) in DENSE1.items() if place))
 def test_a_layout_the_config_cannot_say_is_refused_with_one_line(mt, tmp_path):
     """first_k_dense_replace says only "the first k blocks dense", Ernie's keys a start, an end and an
     interval of MoE blocks: a depth layout outside that is refused with one line, nothing written."""
@@ -193,6 +194,24 @@ def test_ernie_softmax_routing_with_its_bias_and_shared_experts_bite(tmp_path, m
     assert cli("fold", g, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
     hf = json.loads((tmp_path / "f1" / "config.json").read_text())
     assert (hf["moe_layer_start_index"], hf["moe_layer_end_index"], hf["moe_layer_interval"]) == (1, 3, 2)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
+    assert [hasattr(b.mlp, "experts") for b in back.model.layers] == [False, True, False, True]
+    with torch.no_grad():
+        assert rel(hf_logits(back), checkpoint.load(g).model()(X, alpha=1.0)) <= 1e-5
+
+
+def test_exaone_moe_writes_any_layout_as_mlp_layer_types(tmp_path):
+    """EXAONE-MoE lists each block's kind (``mlp_layer_types``): a stacked copy (dense, MoE, dense, MoE)
+    is written as such (with the copied blocks' layer types), and transformers builds those blocks."""
+    make_source("exaone_moe-dense1-window", tmp_path / "src")
+    g = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "stack", "-q", "-o", g).exit_code == 0
+    assert cli("fold", g, "--alpha", 1, "-o", tmp_path / "f1").exit_code == 0
+    hf = json.loads((tmp_path / "f1" / "config.json").read_text())
+    assert (
+        hf["mlp_layer_types"] == ["dense", "sparse"] * 2
+        and hf["layer_types"] == ["sliding_attention", "full_attention"] * 2
+    )
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f1").eval()
     assert [hasattr(b.mlp, "experts") for b in back.model.layers] == [False, True, False, True]
     with torch.no_grad():

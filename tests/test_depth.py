@@ -91,6 +91,7 @@ ARCH_CASES = {
     "dots1": "dots1-tied-bias-window-normtopk-allmoe",
     "minimax_m2": "minimax_m2-partial-rotary",
     "ernie4_5_moe": "ernie4_5_moe-tied-biases-allmoe",
+    "exaone_moe": "exaone_moe-dense1-window",  # mlp_layer_types says any layout: dense and MoE blocks copied
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
@@ -251,6 +252,7 @@ WINDOWED = {
     "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
     **{n: FAMILY_CASES[f"{n}-window"] for n in ("ministral", "olmo3", "exaone4", "cohere2", "vaultgemma")},
     "dots1": FAMILY_CASES["dots1-tied-bias-window-normtopk-allmoe"],
+    "exaone_moe": FAMILY_CASES["exaone_moe-dense1-window"],
 }
 
 

@@ -84,6 +84,7 @@ LEGACY = [
     "dots1-dense1-groups",
     "minimax_m2-partial-rotary",
     "ernie4_5_moe-dense1-shared2",
+    "exaone_moe-dense1-window",
 ]
 
 

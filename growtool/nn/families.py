@@ -1209,6 +1209,38 @@ ERNIE4_5_MOE = Arch(
     defaults={"activation": "silu", "tie": True, "context": 131072, "norm_eps": 1e-5, "experts": 64, "top_k": 6},
 )
 
+EXAONE_MOE = Arch(
+    name="exaone_moe",
+    model_type="exaone_moe",
+    hf_class="ExaoneMoeForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_DS_MOE_MODULES, "e_bias": "mlp.e_score_correction_bias"},
+    features=dataclasses.replace(  # per-head q/k norms; RoPE on sliding layers only where there is a window
+        _DS_MOE, qk_norm="head", rope_where="windowed_if_any", moe_layers=("mlp_layer_types", None)
+    ),
+    keys={
+        **_DS_MOE_KEYS,
+        "experts": "num_experts",
+        "shared_experts": "num_shared_experts",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-5,
+        "ffn": 1024,
+        "experts": 64,
+        "top_k": 8,
+        "norm_topk": True,
+        "shared_experts": 1,
+        "routed_scale": 2.5,
+    },
+    window_every=4,
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1217,7 +1249,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE),
+        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE, EXAONE_MOE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1237,7 +1269,6 @@ UNSUPPORTED = {
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
-    "exaone_moe": _DEEPSEEK_MOE,
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
