@@ -506,6 +506,16 @@ FAMILY_CASES = {
         ),
         {"tie": True},
     ),
+    "hunyuan_v1_moe-top2": (
+        _family_like(
+            "HunYuanMoEV1", num_key_value_heads=2, head_dim=16, num_experts=4, moe_topk=2, intermediate_size=48, **IDS
+        ),
+        {},
+    ),
+    "hunyuan_v1_moe-tied-bias-top1": (
+        _family_like("HunYuanMoEV1", head_dim=24, num_experts=3, moe_topk=1, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
 }
 
 

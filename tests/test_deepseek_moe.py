@@ -1,6 +1,7 @@
 """DeepSeek-style MoE routing (nn/moe.py ``biased``, ``grouped_choice``) and dense first blocks
 (nn/moe_layers.py) beyond the architecture table's rows (tests/arch_cases.py, run by
-test_architectures.py and test_depth.py):
+test_architectures.py and test_depth.py), for GLM-4-MoE, dots1, MiniMax-M2, Ernie 4.5-MoE, EXAONE-MoE
+(and HunYuan-MoE's ungated shared MLP):
 
 * each piece of the routing bites: read without the correction bias, without the group limit, without
   the routed scaling factor, with softmax scores instead of sigmoid ones, or without the shared
@@ -216,3 +217,27 @@ def test_exaone_moe_writes_any_layout_as_mlp_layer_types(tmp_path):
     assert [hasattr(b.mlp, "experts") for b in back.model.layers] == [False, True, False, True]
     with torch.no_grad():
         assert rel(hf_logits(back), checkpoint.load(g).model()(X, alpha=1.0)) <= 1e-5
+
+
+def test_hunyuan_moe_shared_mlp_and_per_block_top_k(tmp_path):
+    """HunYuan-MoE: softmax top-k renormalised, plus one shared MLP of the experts' width added without a
+    gate (without it the logits differ). Its Hub configs list moe_topk per block: the same value in every
+    block reads as that value (transformers computes the same model), differing values are refused."""
+    model = make_source("hunyuan_v1_moe-top2", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, _tensors(ck), hf_logits(model)
+    assert (cfg.top_k, cfg.shared_experts, cfg.shared_ffn) == (2, 1, 48) and cfg.norm_topk
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        no_shared = {n: torch.zeros_like(v) if ".shared_mlp.down_proj" in n else v for n, v in t.items()}
+        assert rel(LM.from_tensors(cfg, no_shared)(X), want) > 1e-3
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, "moe_topk": [2, 2]}))
+    assert rel(hf_logits(transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src")), want) == 0
+    r = cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert verify_json(tmp_path / "src", tmp_path / "g")[0] == 0
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, "moe_topk": [2, 1]}))
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "h")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "moe_topk differs between blocks" in r.stderr and not (tmp_path / "h").exists()

@@ -92,6 +92,7 @@ ARCH_CASES = {
     "minimax_m2": "minimax_m2-partial-rotary",
     "ernie4_5_moe": "ernie4_5_moe-tied-biases-allmoe",
     "exaone_moe": "exaone_moe-dense1-window",  # mlp_layer_types says any layout: dense and MoE blocks copied
+    "hunyuan_v1_moe": "hunyuan_v1_moe-top2",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -85,6 +85,7 @@ LEGACY = [
     "minimax_m2-partial-rotary",
     "ernie4_5_moe-dense1-shared2",
     "exaone_moe-dense1-window",
+    "hunyuan_v1_moe-top2",
 ]
 
 

@@ -1241,6 +1241,28 @@ EXAONE_MOE = Arch(
     window_every=4,
 )
 
+HUNYUAN_MOE = Arch(
+    name="hunyuan_v1_moe",
+    model_type="hunyuan_v1_moe",
+    hf_class="HunYuanMoEV1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={  # HunYuan's attention; the router in mlp.gate.wg, one ungated shared MLP of the experts' width
+        **{k: v for k, v in HUNYUAN_DENSE.modules.items() if k not in ("gate", "up", "down")},
+        "router": "mlp.gate.wg",
+        "experts": "mlp.experts",
+        "e_gate": "gate_proj",
+        "e_up": "up_proj",
+        "e_down": "down_proj",
+        "s_gate": "mlp.shared_mlp.gate_proj",
+        "s_up": "mlp.shared_mlp.up_proj",
+        "s_down": "mlp.shared_mlp.down_proj",
+    },
+    features=dataclasses.replace(HUNYUAN_DENSE.features, moe=True),  # softmax top-k, renormalised
+    keys={**HUNYUAN_DENSE.keys, "experts": "num_experts", "top_k": "moe_topk"},
+    fixed={"mlp_bias": False, "norm_topk": True, "shared_experts": 1},
+    defaults=HUNYUAN_DENSE.defaults,
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1249,7 +1271,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE, EXAONE_MOE),
+        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE, EXAONE_MOE, HUNYUAN_MOE),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1268,7 +1290,6 @@ UNSUPPORTED = {
     "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
     "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
