@@ -400,8 +400,8 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
-    "glm4_moe-dense1-groups": (
-        _ds_moe("Glm4Moe", num_key_value_heads=2, n_routed_experts=8, n_shared_experts=2, **DS_MOE),
+    "glm4_moe-dense1-groups-qknorm": (
+        _ds_moe("Glm4Moe", num_key_value_heads=2, n_routed_experts=8, n_shared_experts=2, use_qk_norm=True, **DS_MOE),
         {},
     ),
     "glm4_moe-tied-bias-scaled-allmoe": (

@@ -34,12 +34,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 
 # model_type -> (a row whose block 0 is dense, a depth placement its config cannot say, that layout)
 DENSE1 = {
-    "glm4_moe": ("glm4_moe-dense1-groups", ("--depth-method", "stack"), "DMDM"),
+    "glm4_moe": ("glm4_moe-dense1-groups-qknorm", ("--depth-method", "stack"), "DMDM"),
     "dots1": ("dots1-dense1-groups", ("--depth-method", "stack"), "DMDM"),
     "ernie4_5_moe": ("ernie4_5_moe-dense1-shared2", ("--insert-at", "0:1,1:0"), "MDDM"),
     "exaone_moe": ("exaone_moe-dense1-window", None, None),  # mlp_layer_types says any layout
 }
-GROUPED = ["glm4_moe-dense1-groups", "dots1-dense1-groups", "exaone_moe-dense1-window"]
+GROUPED = ["glm4_moe-dense1-groups-qknorm", "dots1-dense1-groups", "exaone_moe-dense1-window"]
 
 
 def _tensors(ck):
@@ -68,6 +68,7 @@ def test_each_piece_of_the_routing_bites(name, tmp_path, monkeypatch):
     ck = checkpoint.load(tmp_path / "src")
     cfg, t, want = ck.config, _tensors(ck), hf_logits(model)
     assert cfg.n_group == 2 and cfg.topk_group == 1 and cfg.shared_experts == 2 and cfg.moe_layers == [0, 1]
+    assert "model.layers.0.self_attn.q_norm.weight" in t  # per-head q/k norms (GLM-4-MoE: use_qk_norm true)
     with torch.no_grad():
         assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
         bias = [n for n in t if n.endswith("e_score_correction_bias")]

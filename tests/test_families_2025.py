@@ -80,7 +80,7 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
-    "glm4_moe-dense1-groups",
+    "glm4_moe-dense1-groups-qknorm",
     "dots1-dense1-groups",
     "minimax_m2-partial-rotary",
     "ernie4_5_moe-dense1-shared2",

@@ -87,6 +87,7 @@ class Features:
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
     expert_bias: tuple = ()  # the router's selection-only correction bias (slot e_bias, a buffer), kept by width
     #                          growth: its shape in unit kinds, ("experts",) or ("one", "experts") (Ernie 4.5-MoE)
+    qk_norm_key: str = ""  # a config key that must be true for the qk_norm to exist (GLM-4-MoE's use_qk_norm)
     moe_layers: tuple = ()  # (config key, its default) saying which blocks are MoE, the others dense GLU MLPs of
     #                         dense_ffn neurons at slots gate/up/down (nn/moe_layers.py); () every block MoE
 
@@ -1123,7 +1124,7 @@ GLM4_MOE = Arch(
     hf_class="Glm4MoeForCausalLM",
     block="model.layers.{i}.",
     modules=_DS_MOE_MODULES,
-    features=_DS_MOE,  # RoPE on half of each head (rotate-half pairs)
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", qk_norm_key="use_qk_norm"),  # RoPE on half of each head
     keys={**_DS_MOE_KEYS, "qkv_bias": "attention_bias"},
     fixed={"o_bias": False, "mlp_bias": False},
     defaults={
@@ -1140,7 +1141,6 @@ GLM4_MOE = Arch(
         "shared_experts": 1,
         "routed_scale": 1.0,
     },
-    refuse={"use_qk_norm": "glm4_moe with use_qk_norm (per-head q/k norms) is not supported yet"},
 )
 
 DOTS1 = dataclasses.replace(
@@ -1148,7 +1148,7 @@ DOTS1 = dataclasses.replace(
     name="dots1",
     model_type="dots1",
     hf_class="Dots1ForCausalLM",
-    features=dataclasses.replace(_DS_MOE, qk_norm="head", moe_layers=("first_k_dense_replace", 0)),  # as Qwen3
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", moe_layers=("first_k_dense_replace", 0)),  # as Qwen3, always
     keys={
         **_DS_MOE_KEYS,
         "qkv_bias": "attention_bias",
@@ -1167,7 +1167,6 @@ DOTS1 = dataclasses.replace(
         "norm_topk": False,
         "routed_scale": 1.0,
     },
-    refuse={},
 )
 
 MINIMAX_M2 = Arch(
@@ -1322,6 +1321,13 @@ def arch_of(cfg) -> Arch:
     return ARCHS[cfg.family]
 
 
+def block_features(cfg) -> Features:
+    """The features of the config's blocks: the family's, without its q/k norm where the config switches
+    it off (``qk_norm_key``, GLM-4-MoE's use_qk_norm false or absent)."""
+    f = arch_of(cfg).features
+    return dataclasses.replace(f, qk_norm="") if f.qk_norm_key and not cfg.extra.get(f.qk_norm_key) else f
+
+
 def has_head_bias(cfg) -> bool:
     """The output head has a bias: always (Phi, GPT-J), or where the config's key says so (PhiMoE)."""
     f = arch_of(cfg).features
@@ -1350,7 +1356,7 @@ def _qkv_units(f: Features) -> tuple[str, ...]:
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     """The tensor table of an architecture under a config's flags, derived from slots + features."""
-    f, B = a.features, a.block
+    f, B = block_features(cfg), a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
     ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
