@@ -242,3 +242,36 @@ def test_hunyuan_moe_shared_mlp_and_per_block_top_k(tmp_path):
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "h")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "moe_topk differs between blocks" in r.stderr and not (tmp_path / "h").exists()
+
+
+@pytest.mark.parametrize(
+    "name", ["glm4_moe-dense1-groups-qknorm", "ernie4_5_moe-dense1-shared2", "hunyuan_v1_moe-top2"]
+)
+def test_bf16_folder_with_float32_routers_as_transformers_writes_it(name, tmp_path):
+    """transformers keeps these families' routers (and correction biases) in float32 in a bf16 checkpoint:
+    such a folder is read (the other tensors one dtype), grows to float32 and verifies, and grows in bf16
+    into a folder transformers loads. Any other tensor in float32 still mixes dtypes and is refused."""
+    make_source(name, tmp_path / "f32")
+    bf16 = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f32", dtype=torch.bfloat16)
+    bf16.save_pretrained(tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    dts = {n: ck.dtype(n) for n in ck.names()}
+    assert ck.main_dtype() == torch.bfloat16 and torch.float32 in dts.values()
+    ref = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "src", dtype=torch.float32).eval()
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(ref)) <= 1e-5
+    assert (
+        cli("expand", tmp_path / "src", "--width", 96, "--dtype", "float32", "-q", "-o", tmp_path / "g").exit_code == 0
+    )
+    assert verify_json(tmp_path / "src", tmp_path / "g")[0] == 0
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "h").exit_code == 0
+    assert cli("fold", tmp_path / "h", "--alpha", 0, "-o", tmp_path / "h0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "h0").eval()
+    assert back.config.hidden_size == 96 and next(back.parameters()).dtype == torch.bfloat16
+    from safetensors.torch import load_file, save_file
+
+    sd = load_file(tmp_path / "src" / "model.safetensors")
+    sd["model.norm.weight"] = sd["model.norm.weight"].float()
+    save_file(sd, tmp_path / "src" / "model.safetensors", metadata={"format": "pt"})
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "x")
+    assert r.exit_code == 2 and "tensors mix dtypes" in r.stderr and not (tmp_path / "x").exists()

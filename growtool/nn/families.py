@@ -87,6 +87,8 @@ class Features:
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
     expert_bias: tuple = ()  # the router's selection-only correction bias (slot e_bias, a buffer), kept by width
     #                          growth: its shape in unit kinds, ("experts",) or ("one", "experts") (Ernie 4.5-MoE)
+    fp32: tuple = ()  # slots transformers keeps in float32 in a checkpoint of another dtype (its
+    #                   _keep_in_fp32_modules_strict: MoE routers, correction biases): read as they are stored
     qk_norm_key: str = ""  # a config key that must be true for the qk_norm to exist (GLM-4-MoE's use_qk_norm)
     moe_layers: tuple = ()  # (config key, its default) saying which blocks are MoE, the others dense GLU MLPs of
     #                         dense_ffn neurons at slots gate/up/down (nn/moe_layers.py); () every block MoE
@@ -1116,7 +1118,13 @@ _DS_MOE_KEYS = {
     "topk_group": "topk_group",
     "routed_scale": "routed_scaling_factor",
 }
-_DS_MOE = Features(moe=True, routing="sigmoid", expert_bias=("experts",), moe_layers=("first_k_dense_replace", 1))
+_DS_MOE = Features(
+    moe=True,
+    routing="sigmoid",
+    expert_bias=("experts",),
+    moe_layers=("first_k_dense_replace", 1),
+    fp32=("router", "e_bias"),
+)
 
 GLM4_MOE = Arch(
     name="glm4_moe",
@@ -1194,6 +1202,7 @@ ERNIE4_5_MOE = Arch(
         expert_bias=("one", "experts"),
         moe_layers=("moe_layer_start_index", 1),
         head_bias_key="use_bias",
+        fp32=("router", "e_bias"),
     ),
     keys={
         **_DS_MOE_KEYS,
@@ -1256,7 +1265,7 @@ HUNYUAN_MOE = Arch(
         "s_up": "mlp.shared_mlp.up_proj",
         "s_down": "mlp.shared_mlp.down_proj",
     },
-    features=dataclasses.replace(HUNYUAN_DENSE.features, moe=True),  # softmax top-k, renormalised
+    features=dataclasses.replace(HUNYUAN_DENSE.features, moe=True, fp32=("router",)),  # softmax top-k, renormalised
     keys={**HUNYUAN_DENSE.keys, "experts": "num_experts", "top_k": "moe_topk"},
     fixed={"mlp_bias": False, "norm_topk": True, "shared_experts": 1},
     defaults=HUNYUAN_DENSE.defaults,
@@ -1482,6 +1491,13 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
+
+
+def float32_names(cfg) -> set[str]:
+    """The tensors transformers keeps in float32 whatever the checkpoint's dtype (``Features.fp32``)."""
+    a = arch_of(cfg)
+    ends = tuple("." + a.modules[s] + ("" if s == "e_bias" else ".weight") for s in a.features.fp32)
+    return {n for n in tensor_specs(cfg) if ends and n.endswith(ends)}
 
 
 def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
