@@ -24,6 +24,7 @@ transformers = pytest.importorskip("transformers")
 
 from growtool.io import checkpoint  # noqa: E402
 from growtool.nn import families, moe  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import FAMILY_X as X  # noqa: E402
@@ -275,3 +276,40 @@ def test_bf16_folder_with_float32_routers_as_transformers_writes_it(name, tmp_pa
     save_file(sd, tmp_path / "src" / "model.safetensors", metadata={"format": "pt"})
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "x")
     assert r.exit_code == 2 and "tensors mix dtypes" in r.stderr and not (tmp_path / "x").exists()
+
+
+@pytest.mark.parametrize("version", ["deepseek_v2", "deepseek_v3"])
+def test_routing_equals_deepseeks_own_routers(version, monkeypatch):
+    """The routing rules DeepSeek-V2/V3 need (their blocks' attention is another engineer's MLA): on random
+    inputs, nn/moe.route picks the experts and weights of transformers' own router modules. V3 (as GLM-4-MoE):
+    "sigmoid" with the correction bias and groups scored by their 2 best; V2 (group_limited_greedy):
+    "softmax_group", groups scored by their best expert, x routed_scaling_factor, not renormalised."""
+    from transformers.models.deepseek_v2 import modeling_deepseek_v2 as v2
+    from transformers.models.deepseek_v3 import modeling_deepseek_v3 as v3
+
+    kw = dict(hidden_size=32, n_routed_experts=16, num_experts_per_tok=3, n_group=4, topk_group=2)
+    kw.update(routed_scaling_factor=2.5, norm_topk_prob=True, topk_method="group_limited_greedy")
+    hf_cfg = transformers.AutoConfig.for_model(version, **kw)
+    torch.manual_seed(0)
+    router = (v2.DeepseekV2TopkRouter if version == "deepseek_v2" else v3.DeepseekV3TopkRouter)(hf_cfg)
+    with torch.no_grad():
+        router.weight.normal_(0, 0.5)
+        bias = getattr(router, "e_score_correction_bias", None)
+        if bias is not None:
+            bias.normal_(0, 0.1)
+    a = families.ARCHS["glm4_moe"]
+    routing = "softmax_group" if version == "deepseek_v2" else "sigmoid"
+    monkeypatch.setitem(
+        families.ARCHS, "glm4_moe", dataclasses.replace(a, features=dataclasses.replace(a.features, routing=routing))
+    )
+    cfg = ModelConfig("glm4_moe", 64, 32, 1, 4, 4, 8, 16, experts=16, top_k=3, norm_topk=True, n_group=4, topk_group=2)
+    cfg = cfg.replace(routed_scale=2.5)
+    x = torch.randn(200, 32, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        _, w_hf, e_hf = router(x)
+        w, e = moe.route(cfg, router, x, bias)
+    o_hf, o = e_hf.argsort(-1), e.argsort(-1)
+    assert torch.equal(e_hf.gather(-1, o_hf), e.gather(-1, o))
+    assert float((w_hf.gather(-1, o_hf) - w.gather(-1, o)).abs().max()) <= 1e-6
+    assert len(set(e.flatten().tolist())) == 16  # every expert chosen somewhere
+    assert max(len(set((row // 4).tolist())) for row in e) == 2  # experts from at most topk_group 2 groups

@@ -34,6 +34,7 @@ FEATURE_FALLBACK = {
     "parallel": False,
     "norm_topk": False,
     "shared_experts": None,
+    "router_jitter": None,  # PhiMoE's default (0.01) where a config built in code leaves it out
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")

@@ -71,6 +71,7 @@ class Features:
     routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
     #                           "sigmoid" (DeepSeek-V3: sigmoid scores, chosen by score + correction bias within
     #                           the best groups) | "softmax_bias" (Ernie 4.5-MoE: softmax scores chosen with the bias)
+    #                           | "softmax_group" (DeepSeek-V2: softmax top-k within the groups of the best experts)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,

@@ -30,13 +30,14 @@ def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.T
     return torch.cat([pick(scores, first), pick(rest, second)], -1), torch.cat([first, second], -1)
 
 
-def grouped_choice(choice: torch.Tensor, k: int, n_group: int, topk_group: int) -> torch.Tensor:
-    """DeepSeek-V3's group-limited choice (DeepSeek-AI 2024, arXiv:2412.19437, sec. 2.1.2): the experts
-    are n_group equal groups; a group's score is the sum of its 2 best choice scores; each token picks
-    its k experts among the topk_group best groups only. [tokens, k] expert indices."""
+def grouped_choice(choice: torch.Tensor, k: int, n_group: int, topk_group: int, best_of: int = 2) -> torch.Tensor:
+    """DeepSeek's group-limited choice (DeepSeek-V3, arXiv:2412.19437, sec. 2.1.2): the experts are n_group
+    equal groups; a group's score is the sum of its ``best_of`` best choice scores (V3: 2; V2's
+    group_limited_greedy: 1, its best); each token picks its k experts among the topk_group best groups
+    only. [tokens, k] expert indices."""
     if n_group > 1:
         grouped = choice.view(*choice.shape[:-1], n_group, -1)
-        best = grouped.topk(2, dim=-1)[0].sum(-1).topk(topk_group, dim=-1)[1]
+        best = grouped.topk(best_of, dim=-1)[0].sum(-1).topk(topk_group, dim=-1)[1]
         keep = torch.zeros(grouped.shape[:-1], dtype=torch.bool, device=choice.device).scatter(-1, best, True)
         choice = grouped.masked_fill(~keep[..., None], float("-inf")).view(choice.shape)
     return torch.topk(choice, k, dim=-1)[1]
@@ -56,6 +57,10 @@ def route(cfg: ModelConfig, router, x: torch.Tensor, bias=None) -> tuple[torch.T
     then top-k, or the family's own rule (``Features.routing``); weights renormalised to sum 1 where
     the family does (``norm_topk``), then times ``routed_scale`` where it has one."""
     rule = arch_of(cfg).features.routing
+    if rule == "softmax_group":  # DeepSeek-V2: softmax, the best groups by their best expert, never renormalised
+        scores = torch.softmax(F.linear(x.float(), router.weight.float()), -1)
+        pick = grouped_choice(scores, cfg.top_k, cfg.n_group or 1, cfg.topk_group or 1, best_of=1)
+        return scores.gather(-1, pick) * (cfg.routed_scale or 1.0), pick
     if rule in ("sigmoid", "softmax_bias"):  # router logits in float32, as these families compute them
         top, pick = biased(cfg, F.linear(x.float(), router.weight.float()), bias)
         if cfg.norm_topk:  # DeepSeek adds 1e-20 to the sum, Ernie clamps it at moe_norm_min
