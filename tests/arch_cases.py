@@ -186,7 +186,7 @@ def _ds_moe(cls_name, model_cls=None, **kw):
             for name, mod in model.named_modules():
                 if name.endswith(".gate"):  # the routers (the dense MLPs' are gate_proj)
                     mod.weight.mul_(5.0)
-            for name, t in model.named_buffers():
+            for name, t in [*model.named_buffers(), *model.named_parameters()]:  # Ernie's is a parameter
                 if name.endswith("e_score_correction_bias"):
                     t.copy_(0.1 * torch.randn(t.shape))
         return model
@@ -423,8 +423,8 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
-    "glm4_moe-dense1-groups": (
-        _ds_moe("Glm4Moe", num_key_value_heads=2, n_routed_experts=8, n_shared_experts=2, **DS_MOE),
+    "glm4_moe-dense1-groups-qknorm": (
+        _ds_moe("Glm4Moe", num_key_value_heads=2, n_routed_experts=8, n_shared_experts=2, use_qk_norm=True, **DS_MOE),
         {},
     ),
     "glm4_moe-tied-bias-scaled-allmoe": (
@@ -438,6 +438,105 @@ FAMILY_CASES = {
             first_k_dense_replace=0,
             **DS_MOE,
         ),
+        {"tie": True},
+    ),
+    "dots1-dense1-groups": (
+        _ds_moe(
+            "Dots1",
+            num_key_value_heads=2,
+            head_dim=16,
+            n_routed_experts=8,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            **DS_MOE,
+        ),
+        {},
+    ),
+    "dots1-tied-bias-window-normtopk-allmoe": (
+        _ds_moe(
+            "Dots1",
+            num_key_value_heads=4,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            attention_bias=True,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            **WINDOWS,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
+    "minimax_m2-partial-rotary": (
+        _ds_moe(
+            "MiniMaxM2",
+            num_key_value_heads=2,
+            head_dim=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            **IDS,
+        ),
+        {},
+    ),
+    "minimax_m2-tied-top3": (
+        _ds_moe("MiniMaxM2", num_key_value_heads=4, head_dim=24, num_local_experts=6, num_experts_per_tok=3, **IDS),
+        {"tie": True},
+    ),
+    "ernie4_5_moe-dense1-shared2": (
+        _ds_moe(
+            "Ernie4_5_Moe",
+            num_key_value_heads=2,
+            head_dim=16,
+            moe_num_experts=8,
+            moe_k=2,
+            moe_num_shared_experts=2,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            **IDS,
+        ),
+        {},
+    ),
+    "ernie4_5_moe-tied-biases-allmoe": (
+        _ds_moe(
+            "Ernie4_5_Moe",
+            moe_num_experts=6,
+            moe_k=3,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=0,
+            use_bias=True,
+            moe_intermediate_size=32,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    "exaone_moe-dense1-window": (
+        _ds_moe(
+            "ExaoneMoe", num_key_value_heads=2, head_dim=16, num_experts=8, num_shared_experts=2, **WINDOWS, **DS_MOE
+        ),
+        {},
+    ),
+    "exaone_moe-tied-fullfirst-allmoe": (
+        _ds_moe(
+            "ExaoneMoe",
+            num_key_value_heads=4,
+            num_experts=6,
+            sliding_window=8,
+            layer_types=["full_attention", "sliding_attention"],
+            mlp_layer_types=["sparse"] * 2,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
+    "hunyuan_v1_moe-top2": (
+        _family_like(
+            "HunYuanMoEV1", num_key_value_heads=2, head_dim=16, num_experts=4, moe_topk=2, intermediate_size=48, **IDS
+        ),
+        {},
+    ),
+    "hunyuan_v1_moe-tied-bias-top1": (
+        _family_like("HunYuanMoEV1", head_dim=24, num_experts=3, moe_topk=1, attention_bias=True, **IDS),
         {"tie": True},
     ),
     # multi-head latent attention (nn/mla.py), every layer dense (first_k_dense_replace = the layers)

@@ -88,6 +88,11 @@ ARCH_CASES = {
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
     # DeepSeek-style MoE: every block MoE here (any layout); dense first blocks: tests/test_deepseek_moe.py
     "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
+    "dots1": "dots1-tied-bias-window-normtopk-allmoe",
+    "minimax_m2": "minimax_m2-partial-rotary",
+    "ernie4_5_moe": "ernie4_5_moe-tied-biases-allmoe",
+    "exaone_moe": "exaone_moe-dense1-window",  # mlp_layer_types says any layout: dense and MoE blocks copied
+    "hunyuan_v1_moe": "hunyuan_v1_moe-top2",
     # MLA with every block MoE (any layout); all blocks dense: test_families_2025; dense first: test_deepseek_moe
     "deepseek_v2": "deepseek_v2-mla-moe-greedy-tied-allmoe",
     "deepseek_v3": "deepseek_v3-mla-moe-tied-bias-allmoe",
@@ -250,6 +255,8 @@ WINDOWED = {
     "mixtral": FAMILY_CASES["mixtral-tied-top1-window"],
     "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
     **{n: FAMILY_CASES[f"{n}-window"] for n in ("ministral", "olmo3", "exaone4", "cohere2", "vaultgemma")},
+    "dots1": FAMILY_CASES["dots1-tied-bias-window-normtopk-allmoe"],
+    "exaone_moe": FAMILY_CASES["exaone_moe-dense1-window"],
 }
 
 

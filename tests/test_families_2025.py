@@ -82,7 +82,12 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
-    "glm4_moe-dense1-groups",
+    "glm4_moe-dense1-groups-qknorm",
+    "dots1-dense1-groups",
+    "minimax_m2-partial-rotary",
+    "ernie4_5_moe-dense1-shared2",
+    "exaone_moe-dense1-window",
+    "hunyuan_v1_moe-top2",
     "deepseek_v2-mla",
     "deepseek_v3-mla-yarn",
     "deepseek_v2-mla-moe-groups-dense1",
@@ -345,3 +350,21 @@ def test_deepseek_v2_routing_bites_and_what_it_cannot_grow_is_refused(tmp_path, 
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert not (tmp_path / "g").exists()
+
+
+def test_deepseek_v3_moe_blocks_route_as_transformers_and_each_piece_bites(tmp_path):
+    """DeepSeek-V3's MoE blocks (after its dense first block) route by sigmoid scores chosen with the
+    correction bias within the best groups, x routed_scaling_factor (moe.biased, as GLM-4-MoE): read
+    without the bias, without the groups or unscaled, the logits differ from transformers'."""
+    model = make_source("deepseek_v3-mla-moe-dense1", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, {n: ck.get(n) for n in ck.names()}, hf_logits(model)
+    assert (cfg.moe_layers, cfg.n_group, cfg.topk_group, cfg.routed_scale) == ([0, 1], 2, 1, 2.5)
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    assert float(t[bias].abs().max()) > 0
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        unbiased = {**t, bias: torch.zeros_like(t[bias])}
+        assert rel(LM.from_tensors(cfg, unbiased)(X), want) > 1e-3
+        for other in (cfg.replace(n_group=1, topk_group=1), cfg.replace(routed_scale=1.0)):
+            assert rel(LM.from_tensors(other, t)(X), want) > 1e-3

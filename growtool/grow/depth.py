@@ -127,7 +127,7 @@ DEPTH_FAMILIES = frozenset([
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
     "glm4", "ministral3", "apertus", "phimoe",
-    "glm4_moe",
+    "glm4_moe", "dots1", "minimax_m2", "ernie4_5_moe", "exaone_moe", "hunyuan_v1_moe",
     "deepseek_v2", "deepseek_v3",
 ])
 # fmt: on

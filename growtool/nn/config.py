@@ -33,6 +33,8 @@ FEATURE_FALLBACK = {
     "rotary_fraction": 1.0,
     "parallel": False,
     "norm_topk": False,
+    "shared_experts": None,
+    "router_jitter": None,  # PhiMoE's default (0.01) where a config built in code leaves it out
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
@@ -62,6 +64,15 @@ POSITIVE = (
     "query_pre_attn_scalar",
     "clip_qkv",
 )
+
+
+def _per_model(val, key):
+    """A value some configs list per block (HunYuan-MoE's moe_topk): one value when every block has it."""
+    if isinstance(val, list):
+        if len(set(val)) != 1:
+            raise GrowError(f"{key} differs between blocks ({val[:4]}...): per-block values are not supported")
+        return val[0]
+    return val
 
 
 @dataclass
@@ -457,7 +468,7 @@ class ModelConfig:
                 logit_scale=get("logit_scale"),
                 rope_layers=list(rope_layers) if rope_layers is not None else None,
                 experts=get("experts"),
-                top_k=get("top_k"),
+                top_k=_per_model(get("top_k"), a.keys.get("top_k")),
                 norm_topk=get("norm_topk"),
                 shared_ffn=get("shared_ffn"),
                 router_jitter=get("router_jitter"),

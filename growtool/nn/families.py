@@ -78,8 +78,8 @@ class Features:
     routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
     #                           "sigmoid" (DeepSeek-V3: sigmoid scores, chosen by score + correction bias within
     #                           the best groups) | "softmax_bias" (Ernie 4.5-MoE: softmax scores chosen with the bias)
-    #                           | "softmax_groups" (DeepSeek-V2: softmax top-k, within the best groups by their
-    #                           best score where topk_method is group_limited_greedy; x routed_scale)
+    #                           | "softmax_group" (DeepSeek-V2: softmax top-k, within the groups of the best experts
+    #                           unless its topk_method is greedy)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -100,6 +100,9 @@ class Features:
     rope_interleave_key: str = ""  # the config key that turns interleaved-pair RoPE off when false (DeepSeek-V3)
     expert_bias: tuple = ()  # the router's selection-only correction bias (slot e_bias, a buffer), kept by width
     #                          growth: its shape in unit kinds, ("experts",) or ("one", "experts") (Ernie 4.5-MoE)
+    fp32: tuple = ()  # slots transformers keeps in float32 in a checkpoint of another dtype (its
+    #                   _keep_in_fp32_modules_strict: MoE routers, correction biases): read as they are stored
+    qk_norm_key: str = ""  # a config key that must be true for the qk_norm to exist (GLM-4-MoE's use_qk_norm)
     moe_layers: tuple = ()  # (config key, its default) saying which blocks are MoE, the others dense GLU MLPs of
     #                         dense_ffn neurons at slots gate/up/down (nn/moe_layers.py); () every block MoE
 
@@ -1128,7 +1131,13 @@ _DS_MOE_KEYS = {
     "topk_group": "topk_group",
     "routed_scale": "routed_scaling_factor",
 }
-_DS_MOE = Features(moe=True, routing="sigmoid", expert_bias=("experts",), moe_layers=("first_k_dense_replace", 1))
+_DS_MOE = Features(
+    moe=True,
+    routing="sigmoid",
+    expert_bias=("experts",),
+    moe_layers=("first_k_dense_replace", 1),
+    fp32=("router", "e_bias"),
+)
 
 GLM4_MOE = Arch(
     name="glm4_moe",
@@ -1136,7 +1145,7 @@ GLM4_MOE = Arch(
     hf_class="Glm4MoeForCausalLM",
     block="model.layers.{i}.",
     modules=_DS_MOE_MODULES,
-    features=_DS_MOE,  # RoPE on half of each head (rotate-half pairs)
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", qk_norm_key="use_qk_norm"),  # RoPE on half of each head
     keys={**_DS_MOE_KEYS, "qkv_bias": "attention_bias"},
     fixed={"o_bias": False, "mlp_bias": False},
     defaults={
@@ -1153,7 +1162,126 @@ GLM4_MOE = Arch(
         "shared_experts": 1,
         "routed_scale": 1.0,
     },
-    refuse={"use_qk_norm": "glm4_moe with use_qk_norm (per-head q/k norms) is not supported yet"},
+)
+
+DOTS1 = dataclasses.replace(
+    GLM4_MOE,
+    name="dots1",
+    model_type="dots1",
+    hf_class="Dots1ForCausalLM",
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", moe_layers=("first_k_dense_replace", 0)),  # as Qwen3, always
+    keys={
+        **_DS_MOE_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-6,
+        "ffn": 1408,
+        "dense_ffn": 10944,
+        "norm_topk": False,
+        "routed_scale": 1.0,
+    },
+)
+
+MINIMAX_M2 = Arch(
+    name="minimax_m2",
+    model_type="minimax_m2",
+    hf_class="MiniMaxM2ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**MIXTRAL.modules, "e_bias": "block_sparse_moe.e_score_correction_bias"},  # stored as Mixtral
+    features=Features(moe=True, routing="sigmoid", expert_bias=("experts",), qk_norm="full"),  # q/k norms as OLMo-2
+    keys={**MIXTRAL.keys, "ffn": "intermediate_size"},  # every block MoE, no shared expert, no groups
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 196608, "norm_eps": 1e-6},
+)
+
+ERNIE4_5_MOE = Arch(
+    name="ernie4_5_moe",
+    model_type="ernie4_5_moe",
+    hf_class="Ernie4_5_MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_DS_MOE_MODULES, "e_bias": "mlp.moe_statics.e_score_correction_bias"},
+    features=Features(  # Ernie 4.5's attention (pair RoPE); softmax scores chosen with the bias, renormalised
+        rope_interleaved=True,
+        moe=True,
+        routing="softmax_bias",
+        expert_bias=("one", "experts"),
+        moe_layers=("moe_layer_start_index", 1),
+        head_bias_key="use_bias",
+        fp32=("router", "e_bias"),
+    ),
+    keys={
+        **_DS_MOE_KEYS,
+        "experts": "moe_num_experts",
+        "top_k": "moe_k",
+        "shared_experts": "moe_num_shared_experts",
+        "qkv_bias": "use_bias",
+        "o_bias": "use_bias",
+        "mlp_bias": "use_bias",  # the dense blocks' and the shared experts' linears (the experts have none)
+    },
+    fixed={"norm_topk": True},
+    defaults={"activation": "silu", "tie": True, "context": 131072, "norm_eps": 1e-5, "experts": 64, "top_k": 6},
+)
+
+EXAONE_MOE = Arch(
+    name="exaone_moe",
+    model_type="exaone_moe",
+    hf_class="ExaoneMoeForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_DS_MOE_MODULES, "e_bias": "mlp.e_score_correction_bias"},
+    features=dataclasses.replace(  # per-head q/k norms; RoPE on sliding layers only where there is a window
+        _DS_MOE, qk_norm="head", rope_where="windowed_if_any", moe_layers=("mlp_layer_types", None)
+    ),
+    keys={
+        **_DS_MOE_KEYS,
+        "experts": "num_experts",
+        "shared_experts": "num_shared_experts",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-5,
+        "ffn": 1024,
+        "experts": 64,
+        "top_k": 8,
+        "norm_topk": True,
+        "shared_experts": 1,
+        "routed_scale": 2.5,
+    },
+    window_every=4,
+)
+
+HUNYUAN_MOE = Arch(
+    name="hunyuan_v1_moe",
+    model_type="hunyuan_v1_moe",
+    hf_class="HunYuanMoEV1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={  # HunYuan's attention; the router in mlp.gate.wg, one ungated shared MLP of the experts' width
+        **{k: v for k, v in HUNYUAN_DENSE.modules.items() if k not in ("gate", "up", "down")},
+        "router": "mlp.gate.wg",
+        "experts": "mlp.experts",
+        "e_gate": "gate_proj",
+        "e_up": "up_proj",
+        "e_down": "down_proj",
+        "s_gate": "mlp.shared_mlp.gate_proj",
+        "s_up": "mlp.shared_mlp.up_proj",
+        "s_down": "mlp.shared_mlp.down_proj",
+    },
+    features=dataclasses.replace(HUNYUAN_DENSE.features, moe=True, fp32=("router",)),  # softmax top-k, renormalised
+    keys={**HUNYUAN_DENSE.keys, "experts": "num_experts", "top_k": "moe_topk"},
+    fixed={"mlp_bias": False, "norm_topk": True, "shared_experts": 1},
+    defaults=HUNYUAN_DENSE.defaults,
 )
 
 _MLA_MODULES = {  # DeepSeek-style MoE's modules, MLA for the attention
@@ -1184,9 +1312,10 @@ DEEPSEEK_V2 = Arch(
         gqa=False,
         rope_interleaved=True,
         moe=True,
-        routing="softmax_groups",
+        routing="softmax_group",
         moe_layers=("first_k_dense_replace", 0),
-    ),  # fmt: skip
+        fp32=("router",),
+    ),
     keys={**_MLA_KEYS, "mlp_bias": "mlp_bias"},
     fixed={"norm_topk": False},  # the router never renormalises (norm_topk_prob is read by nothing)
     defaults={
@@ -1215,7 +1344,7 @@ DEEPSEEK_V3 = Arch(
         rope_interleaved=True,
         rope_interleave_key="rope_interleave",
         moe_layers=("first_k_dense_replace", 3),
-    ),  # fmt: skip
+    ),
     keys=_MLA_KEYS,
     fixed={"mlp_bias": False},
     defaults={
@@ -1233,7 +1362,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(GLM4_MOE,),
+        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE, EXAONE_MOE, HUNYUAN_MOE),
         *(DEEPSEEK_V2, DEEPSEEK_V3),
     )
 }
@@ -1252,11 +1381,6 @@ UNSUPPORTED = {
     "granitemoeshared": _FUSED_EXPERTS,
     "kimi_k2": "kimi_k2 as a model type of its own: transformers has none (Kimi K2 is DeepSeek-V3's architecture; "
     "its config.json with model_type deepseek_v3 is read as DeepSeek-V3)",
-    "dots1": _DEEPSEEK_MOE,
-    "minimax_m2": _DEEPSEEK_MOE,
-    "ernie4_5_moe": _DEEPSEEK_MOE,
-    "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
-    "exaone_moe": _DEEPSEEK_MOE,
     "llama4": _LLAMA4,
     "llama4_text": _LLAMA4,
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
@@ -1289,6 +1413,13 @@ def arch_of(cfg) -> Arch:
     return ARCHS[cfg.family]
 
 
+def block_features(cfg) -> Features:
+    """The features of the config's blocks: the family's, without its q/k norm where the config switches
+    it off (``qk_norm_key``, GLM-4-MoE's use_qk_norm false or absent)."""
+    f = arch_of(cfg).features
+    return dataclasses.replace(f, qk_norm="") if f.qk_norm_key and not cfg.extra.get(f.qk_norm_key) else f
+
+
 def has_head_bias(cfg) -> bool:
     """The output head has a bias: always (Phi, GPT-J), or where the config's key says so (PhiMoE)."""
     f = arch_of(cfg).features
@@ -1317,7 +1448,7 @@ def _qkv_units(f: Features) -> tuple[str, ...]:
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     """The tensor table of an architecture under a config's flags, derived from slots + features."""
-    f, B = a.features, a.block
+    f, B = block_features(cfg), a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
     ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
@@ -1387,9 +1518,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
             m.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             m.append(TensorSpec(e + a.modules["e_up"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
             m.append(TensorSpec(e + a.modules["e_down"] + ".weight", "writer", 1 - r_in, r_in, ("ffn",), "ffn"))
-        if cfg.shared_ffn:
-            m += reader("s_gate", ("sffn",), "ffn", ln2, False) + reader("s_up", ("sffn",), "ffn", ln2, False)
-            m += writer("s_down", ("sffn",), "ffn", False)
+        if cfg.shared_ffn:  # biases where the MLPs have them (Ernie 4.5-MoE's use_bias)
+            sb = cfg.mlp_bias
+            m += reader("s_gate", ("sffn",), "ffn", ln2, sb) + reader("s_up", ("sffn",), "ffn", ln2, sb)
+            m += writer("s_down", ("sffn",), "ffn", sb)
             if "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert (DeepSeek's has none)
                 m.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
         s += [dataclasses.replace(sp, layers="moe") for sp in m] if f.moe_layers else m
@@ -1481,6 +1613,13 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
+
+
+def float32_names(cfg) -> set[str]:
+    """The tensors transformers keeps in float32 whatever the checkpoint's dtype (``Features.fp32``)."""
+    a = arch_of(cfg)
+    ends = tuple("." + a.modules[s] + ("" if s == "e_bias" else ".weight") for s in a.features.fp32)
+    return {n for n in tensor_specs(cfg) if ends and n.endswith(ends)}
 
 
 def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:

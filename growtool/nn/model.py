@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
-from .families import arch_of, has_head_bias
+from .families import arch_of, block_features, has_head_bias
 from .mla import attention as mla_attention
 from .mla import modules as mla_modules
 from .moe import route
@@ -144,7 +144,7 @@ def _put(root: nn.Module, path: str, module: nn.Module) -> None:
 
 def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     """The block's modules by slot, sized from the config and shaped by the features."""
-    f = arch_of(cfg).features
+    f = block_features(cfg)
     d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn
     qd, kvd = cfg.heads * hd, cfg.kv_heads * hd
 
@@ -178,7 +178,8 @@ def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
                 _put(m["experts"][-1], a.modules[slot], lin(*shape, False))
         if cfg.shared_ffn:
             sf = cfg.shared_ffn
-            m.update(s_gate=lin(d, sf, False), s_up=lin(d, sf, False), s_down=lin(sf, d, False))
+            sb = cfg.mlp_bias  # Ernie 4.5-MoE's shared experts have biases where use_bias says so
+            m.update(s_gate=lin(d, sf, sb), s_up=lin(d, sf, sb), s_down=lin(sf, d, sb))
             if "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert
                 m["s_router"] = lin(d, 1, False)
         return m
@@ -200,7 +201,7 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
-        self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
+        self.cfg, self.layer, self.features = cfg, layer, block_features(cfg)
         a = arch_of(cfg)
         self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():

@@ -30,13 +30,14 @@ def sparsemixer(scores: torch.Tensor, eps: float) -> tuple[torch.Tensor, torch.T
     return torch.cat([pick(scores, first), pick(rest, second)], -1), torch.cat([first, second], -1)
 
 
-def grouped_choice(choice: torch.Tensor, k: int, n_group: int, topk_group: int) -> torch.Tensor:
-    """DeepSeek-V3's group-limited choice (DeepSeek-AI 2024, arXiv:2412.19437, sec. 2.1.2): the experts
-    are n_group equal groups; a group's score is the sum of its 2 best choice scores; each token picks
-    its k experts among the topk_group best groups only. [tokens, k] expert indices."""
+def grouped_choice(choice: torch.Tensor, k: int, n_group: int, topk_group: int, best_of: int = 2) -> torch.Tensor:
+    """DeepSeek's group-limited choice (DeepSeek-V3, arXiv:2412.19437, sec. 2.1.2): the experts are n_group
+    equal groups; a group's score is the sum of its ``best_of`` best choice scores (V3: 2; V2's
+    group_limited_greedy: 1, its best); each token picks its k experts among the topk_group best groups
+    only. [tokens, k] expert indices."""
     if n_group > 1:
         grouped = choice.view(*choice.shape[:-1], n_group, -1)
-        best = grouped.topk(2, dim=-1)[0].sum(-1).topk(topk_group, dim=-1)[1]
+        best = grouped.topk(best_of, dim=-1)[0].sum(-1).topk(topk_group, dim=-1)[1]
         keep = torch.zeros(grouped.shape[:-1], dtype=torch.bool, device=choice.device).scatter(-1, best, True)
         choice = grouped.masked_fill(~keep[..., None], float("-inf")).view(choice.shape)
     return torch.topk(choice, k, dim=-1)[1]
@@ -51,34 +52,21 @@ def biased(cfg: ModelConfig, logits: torch.Tensor, bias: torch.Tensor) -> tuple[
     return scores.gather(-1, pick), pick
 
 
-def group_limited(cfg: ModelConfig, logits: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """DeepSeek-V2's routing (DeepSeek-AI 2024, arXiv:2405.04434, sec. 2.2): softmax scores (float32); under
-    ``topk_method`` group_limited_greedy a group's score is its best expert's and each token's top_k experts
-    come from its topk_group best groups, else (greedy) from all. (weights, experts)."""
-    scores = torch.softmax(logits, dim=-1)
-    choice = scores
-    if cfg.extra.get("topk_method", "greedy") == "group_limited_greedy":
-        grouped = scores.view(*scores.shape[:-1], cfg.n_group or 1, -1)
-        best = grouped.max(dim=-1).values.topk(cfg.topk_group or 1, dim=-1)[1]
-        keep = torch.zeros(grouped.shape[:-1], dtype=torch.bool, device=scores.device).scatter(-1, best, True)
-        choice = grouped.masked_fill(~keep[..., None], 0.0).view(scores.shape)
-    top, pick = torch.topk(choice, cfg.top_k, dim=-1)
-    return top, pick
-
-
 def route(cfg: ModelConfig, router, x: torch.Tensor, bias=None) -> tuple[torch.Tensor, torch.Tensor]:
     """(weights, experts) of each token's top_k experts from the router on ``x``: softmax (float32)
     then top-k, or the family's own rule (``Features.routing``); weights renormalised to sum 1 where
     the family does (``norm_topk``), then times ``routed_scale`` where it has one."""
     rule = arch_of(cfg).features.routing
+    if rule == "softmax_group":  # DeepSeek-V2: softmax, the best groups by their best expert, never renormalised
+        scores = torch.softmax(F.linear(x.float(), router.weight.float()), -1)
+        groups = 1 if cfg.extra.get("topk_method") == "greedy" else cfg.n_group or 1  # greedy: from all experts
+        pick = grouped_choice(scores, cfg.top_k, groups, cfg.topk_group or 1, best_of=1)
+        return scores.gather(-1, pick) * (cfg.routed_scale or 1.0), pick
     if rule in ("sigmoid", "softmax_bias"):  # router logits in float32, as these families compute them
         top, pick = biased(cfg, F.linear(x.float(), router.weight.float()), bias)
         if cfg.norm_topk:  # DeepSeek adds 1e-20 to the sum, Ernie clamps it at moe_norm_min
             den = top.sum(dim=-1, keepdim=True)
             top = top / (den + 1e-20 if rule == "sigmoid" else den.clamp(min=cfg.extra.get("moe_norm_min", 1e-12)))
-        return top * (cfg.routed_scale or 1.0), pick
-    if rule == "softmax_groups":  # DeepSeek-V2: float32 logits, never renormalised
-        top, pick = group_limited(cfg, F.linear(x.float(), router.weight.float()))
         return top * (cfg.routed_scale or 1.0), pick
     logits = router(x)
     if rule == "sparsemixer":
