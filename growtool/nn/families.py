@@ -1370,7 +1370,6 @@ BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
 # Decoder families transformers has and growtool does not grow yet: model_type -> the mechanism missing
 # (refused with one line naming it, instead of "unknown family").
-_DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
 _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
@@ -1487,7 +1486,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("embed_norm")
     if f.pre_norms:
         s += norm("ln1")
-    if f.mla:  # readers of the residual into the latents (or q_proj), the latents' norms and up-projections kept
+    if f.mla:  # readers of the residual into the latents (or q_proj), their norms kept, their heads grown
         s += _mla_specs(w, reader, ln1, r_in, cfg)
     elif f.qkv == "separate":
         s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
