@@ -368,3 +368,19 @@ def test_deepseek_v3_moe_blocks_route_as_transformers_and_each_piece_bites(tmp_p
         assert rel(LM.from_tensors(cfg, unbiased)(X), want) > 1e-3
         for other in (cfg.replace(n_group=1, topk_group=1), cfg.replace(routed_scale=1.0)):
             assert rel(LM.from_tensors(other, t)(X), want) > 1e-3
+
+
+def test_deepseek_grown_gated_folder_runs_as_remote_code(tmp_path):
+    """A grown, unfolded DeepSeek-V3 (MLA and MoE blocks, gates at 0) is written as a remote-code folder
+    (nn/mla.py among the files beside it): transformers runs it with the source's logits, and at gate 1
+    with growtool's own gate-1 forward."""
+    model = make_source("deepseek_v3-mla-moe-dense1", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 4, "--depth-method", "interleave", "-q")
+    assert r.exit_code == 0, r.stderr
+    grown = r.stdout.strip()
+    assert json.loads(open(f"{grown}/config.json").read())["model_type"] == "growtool"
+    back = transformers.AutoModelForCausalLM.from_pretrained(grown, trust_remote_code=True).eval()
+    with torch.no_grad():
+        assert rel(back(X).logits, hf_logits(model)) <= 1e-4
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+        assert rel(back(X, alpha=1.0).logits, ours1) <= 1e-5 and rel(ours1, hf_logits(model)) > 1e-3
