@@ -34,12 +34,13 @@ Roles
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
 ``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
-logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
-is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
-ffn, ffn). MLA's kinds: ``mq`` (query heads of qk_nope + qk_rope dims), ``mv`` (their values in
-o_proj), ``mkv`` (kv_b_proj's per-head [k_nope v]), ``qa`` / ``kvl`` / ``kva`` (the query latent, the
-key/value latent, and that latent with the shared RoPE key). ``group`` picks the recipe section that
-fills new units ("attn" or "ffn").
+logit per query head), ``ffn`` (FFN neurons; an MoE family's: each expert's), ``sffn`` (the shared
+expert's neurons), ``dffn`` (the neurons of an MoE family's dense blocks). A fused tensor lists
+several kinds: its unit axis is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv,
+kv; Phi-3's gate_up_proj: ffn, ffn). MLA's kinds: ``mq`` (query heads of qk_nope + qk_rope dims),
+``mv`` (their values in o_proj), ``mkv`` (kv_b_proj's per-head [k_nope v]), ``qa`` / ``kvl`` / ``kva``
+(the query latent, the key/value latent, and that latent with the shared RoPE key). ``group`` picks
+the recipe section that fills new units ("attn" or "ffn").
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
