@@ -27,6 +27,8 @@ def init_sigma(name: str, spec, shape, cfg: ModelConfig, gamma: float, embed_gam
         return shape[spec.res_axis] ** (-gamma)
     if spec.role == "writer":
         return shape[spec.unit_axis] ** (-gamma)
+    if spec.role == "head_rows":  # MLA's latent -> heads: reads the latent
+        return shape[1] ** (-gamma)
     return None
 
 
@@ -37,13 +39,13 @@ def init_model(cfg: ModelConfig, gamma: float = 0.5, embed_gamma: float | None =
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, spec in tensor_specs(cfg).items():
-            if spec.role == "act_param":  # the activation's own scalars keep the module's values (xIELU)
+            if spec.role in ("act_param", "expert_bias"):  # the module's values: xIELU's scalars, a zero bias
                 continue
             p = params[name]
             sigma = init_sigma(name, spec, p.shape, cfg, gamma, embed_gamma)
             if sigma is not None:
                 p.copy_(torch.randn(p.shape, generator=gen) * sigma)
-            elif spec.role in ("norm_gain", "head_norm", "unit_norm"):
+            elif spec.role in ("norm_gain", "head_norm", "unit_norm", "latent_norm"):
                 p.fill_(1.0 - arch_of(cfg).features.norm_offset)  # effective gain 1 (Gemma stores 1 + w)
             else:
                 p.zero_()

@@ -229,6 +229,52 @@ def _gpt_oss(tie=False, **over):
     return model
 
 
+# DeepSeek-style MoE: 8 experts in 2 groups, 2 per token from the best group, 2 shared experts, block 0 dense
+DS_MOE = dict(intermediate_size=96, moe_intermediate_size=32, num_experts_per_tok=2, n_group=2, topk_group=1, **IDS)
+
+
+def _ds_moe(cls_name, model_cls=None, **kw):
+    """A DeepSeek-style MoE row: the router weights x 5 (so scores spread) and a correction bias drawn
+    0.1 N(0, 1) (a fresh model's is 0), so that the choice with the bias is not the choice by score."""
+    make_plain = _llama_like(cls_name, model_cls, vocab=FAMILY_V, **kw)
+
+    def make(tie=False, **over):
+        model = make_plain(tie=tie, **over)
+        with torch.no_grad():
+            for name, mod in model.named_modules():
+                if name.endswith(".gate"):  # the routers (the dense MLPs' are gate_proj)
+                    mod.weight.mul_(5.0)
+            for name, t in [*model.named_buffers(), *model.named_parameters()]:  # Ernie's is a parameter
+                if name.endswith("e_score_correction_bias"):
+                    t.copy_(0.1 * torch.randn(t.shape))
+        return model
+
+    return make
+
+
+MLA = dict(  # DeepSeek's latent attention at a tiny size, all layers dense
+    q_lora_rank=24,
+    kv_lora_rank=16,
+    qk_nope_head_dim=16,
+    qk_rope_head_dim=8,
+    v_head_dim=12,
+    first_k_dense_replace=2,
+    num_key_value_heads=4,
+)
+MLA_MOE = {**MLA, **DS_MOE, "first_k_dense_replace": 1}  # block 0 dense, block 1 MoE
+MLA_YARN = dict(  # YaRN with mscale_all_dim: RoPE tables x its attention factor, the scores x m^2
+    rope_parameters={
+        "rope_type": "yarn",
+        "rope_theta": 10000.0,
+        "factor": 8.0,
+        "original_max_position_embeddings": 8,
+        "mscale": 0.7,
+        "mscale_all_dim": 1.0,
+        "beta_fast": 32.0,
+        "beta_slow": 1.0,
+    }
+)
+
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
     "opt": (_opt, {}),
@@ -477,6 +523,149 @@ FAMILY_CASES = {
             **LLAMA3,
             **IDS,
         ),
+        {"tie": True},
+    ),
+    "glm4_moe-dense1-groups-qknorm": (
+        _ds_moe("Glm4Moe", num_key_value_heads=2, n_routed_experts=8, n_shared_experts=2, use_qk_norm=True, **DS_MOE),
+        {},
+    ),
+    "glm4_moe-tied-bias-scaled-allmoe": (
+        _ds_moe(
+            "Glm4Moe",
+            num_key_value_heads=4,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            attention_bias=True,
+            routed_scaling_factor=2.5,
+            first_k_dense_replace=0,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
+    "dots1-dense1-groups": (
+        _ds_moe(
+            "Dots1",
+            num_key_value_heads=2,
+            head_dim=16,
+            n_routed_experts=8,
+            n_shared_experts=2,
+            first_k_dense_replace=1,
+            **DS_MOE,
+        ),
+        {},
+    ),
+    "dots1-tied-bias-window-normtopk-allmoe": (
+        _ds_moe(
+            "Dots1",
+            num_key_value_heads=4,
+            n_routed_experts=8,
+            n_shared_experts=1,
+            first_k_dense_replace=0,
+            attention_bias=True,
+            norm_topk_prob=True,
+            routed_scaling_factor=2.5,
+            **WINDOWS,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
+    "minimax_m2-partial-rotary": (
+        _ds_moe(
+            "MiniMaxM2",
+            num_key_value_heads=2,
+            head_dim=16,
+            num_local_experts=8,
+            num_experts_per_tok=2,
+            intermediate_size=32,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+            **IDS,
+        ),
+        {},
+    ),
+    "minimax_m2-tied-top3": (
+        _ds_moe("MiniMaxM2", num_key_value_heads=4, head_dim=24, num_local_experts=6, num_experts_per_tok=3, **IDS),
+        {"tie": True},
+    ),
+    "ernie4_5_moe-dense1-shared2": (
+        _ds_moe(
+            "Ernie4_5_Moe",
+            num_key_value_heads=2,
+            head_dim=16,
+            moe_num_experts=8,
+            moe_k=2,
+            moe_num_shared_experts=2,
+            intermediate_size=96,
+            moe_intermediate_size=32,
+            **IDS,
+        ),
+        {},
+    ),
+    "ernie4_5_moe-tied-biases-allmoe": (
+        _ds_moe(
+            "Ernie4_5_Moe",
+            moe_num_experts=6,
+            moe_k=3,
+            moe_num_shared_experts=1,
+            moe_layer_start_index=0,
+            use_bias=True,
+            moe_intermediate_size=32,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    "exaone_moe-dense1-window": (
+        _ds_moe(
+            "ExaoneMoe", num_key_value_heads=2, head_dim=16, num_experts=8, num_shared_experts=2, **WINDOWS, **DS_MOE
+        ),
+        {},
+    ),
+    "exaone_moe-tied-fullfirst-allmoe": (
+        _ds_moe(
+            "ExaoneMoe",
+            num_key_value_heads=4,
+            num_experts=6,
+            sliding_window=8,
+            layer_types=["full_attention", "sliding_attention"],
+            mlp_layer_types=["sparse"] * 2,
+            **DS_MOE,
+        ),
+        {"tie": True},
+    ),
+    "hunyuan_v1_moe-top2": (
+        _family_like(
+            "HunYuanMoEV1", num_key_value_heads=2, head_dim=16, num_experts=4, moe_topk=2, intermediate_size=48, **IDS
+        ),
+        {},
+    ),
+    "hunyuan_v1_moe-tied-bias-top1": (
+        _family_like("HunYuanMoEV1", head_dim=24, num_experts=3, moe_topk=1, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
+    # multi-head latent attention (nn/mla.py), every layer dense (first_k_dense_replace = the layers)
+    "deepseek_v2-mla": (_family_like("DeepseekV2", **MLA, **IDS), {}),
+    "deepseek_v2-mla-noqlora-biases-tied": (
+        _family_like("DeepseekV2", **{**MLA, "q_lora_rank": None}, attention_bias=True, mlp_bias=True, **IDS),
+        {"tie": True},
+    ),
+    "deepseek_v3-mla-yarn": (_family_like("DeepseekV3", **MLA, **MLA_YARN, **IDS), {}),
+    "deepseek_v3-mla-halves-tied-bias": (
+        _family_like("DeepseekV3", **MLA, rope_interleave=False, attention_bias=True, **IDS),
+        {"tie": True},
+    ),
+    # MLA with DeepSeek-style MoE: V3's sigmoid routing with its correction bias, V2's softmax routing
+    "deepseek_v3-mla-moe-dense1": (_ds_moe("DeepseekV3", **MLA_MOE, n_routed_experts=8, n_shared_experts=2), {}),
+    "deepseek_v3-mla-moe-tied-bias-allmoe": (
+        _ds_moe("DeepseekV3", **{**MLA_MOE, "first_k_dense_replace": 0}, n_routed_experts=8, attention_bias=True),
+        {"tie": True},
+    ),
+    "deepseek_v2-mla-moe-groups-dense1": (
+        _ds_moe(
+            "DeepseekV2", **MLA_MOE, n_routed_experts=8, topk_method="group_limited_greedy", routed_scaling_factor=2.0
+        ),
+        {},
+    ),
+    "deepseek_v2-mla-moe-greedy-tied-allmoe": (
+        _ds_moe("DeepseekV2", **{**MLA_MOE, "first_k_dense_replace": 0, "q_lora_rank": None}, n_routed_experts=6),
         {"tie": True},
     ),
 }

@@ -91,6 +91,16 @@ ARCH_CASES = {
     "dbrx": "dbrx-clip",
     "gpt_oss": "gpt_oss-window-yarn",  # sinks, expert biases and layer types follow the copied block
     "llama4_text": "llama4_text-dense-moe-chunked",  # a dense and an MoE block, RoPE and no RoPE: copies keep them
+    # DeepSeek-style MoE: every block MoE here (any layout); dense first blocks: tests/test_deepseek_moe.py
+    "glm4_moe": "glm4_moe-tied-bias-scaled-allmoe",
+    "dots1": "dots1-tied-bias-window-normtopk-allmoe",
+    "minimax_m2": "minimax_m2-partial-rotary",
+    "ernie4_5_moe": "ernie4_5_moe-tied-biases-allmoe",
+    "exaone_moe": "exaone_moe-dense1-window",  # mlp_layer_types says any layout: dense and MoE blocks copied
+    "hunyuan_v1_moe": "hunyuan_v1_moe-top2",
+    # MLA with every block MoE (any layout); all blocks dense: test_families_2025; dense first: test_deepseek_moe
+    "deepseek_v2": "deepseek_v2-mla-moe-greedy-tied-allmoe",
+    "deepseek_v3": "deepseek_v3-mla-moe-tied-bias-allmoe",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
@@ -251,6 +261,8 @@ WINDOWED = {
     "qwen2_moe": (QWEN2_MOE_WINDOW, {}),
     **{n: FAMILY_CASES[f"{n}-window"] for n in ("ministral", "olmo3", "exaone4", "cohere2", "vaultgemma")},
     "gpt_oss": FAMILY_CASES["gpt_oss-window-yarn"],
+    "dots1": FAMILY_CASES["dots1-tied-bias-window-normtopk-allmoe"],
+    "exaone_moe": FAMILY_CASES["exaone_moe-dense1-window"],
 }
 
 

@@ -57,6 +57,8 @@ def spelled_4x(hf: dict) -> dict:
     if out["model_type"] == "llama4_text":  # Hub configs (Llama 4 Scout): no layer_types, the MoE blocks by step
         del out["layer_types"], out["moe_layers"]
         out["interleave_moe_layer_step"] = 2 if hf["moe_layers"] == [1] else 1
+    if out["model_type"] in ("deepseek_v2", "deepseek_v3"):  # the Hub's DeepSeek configs: no head_dim
+        del out["head_dim"], out["qk_head_dim"]
     pattern = out.get("layer_types") == ["sliding_attention", "full_attention"]
     if out["model_type"] in ("cohere2", "exaone4") and pattern:
         del out["layer_types"]
@@ -89,6 +91,16 @@ LEGACY = [
     "gpt_oss-window-yarn",
     "llama4_text-dense-moe-chunked",
     "llama4_text-tied-top2-bias-llama3",
+    "glm4_moe-dense1-groups-qknorm",
+    "dots1-dense1-groups",
+    "minimax_m2-partial-rotary",
+    "ernie4_5_moe-dense1-shared2",
+    "exaone_moe-dense1-window",
+    "hunyuan_v1_moe-top2",
+    "deepseek_v2-mla",
+    "deepseek_v3-mla-yarn",
+    "deepseek_v2-mla-moe-groups-dense1",
+    "deepseek_v3-mla-moe-dense1",
 ]
 
 
@@ -271,7 +283,8 @@ def test_llama4_mechanisms_each_bite(tmp_path, monkeypatch):
     model = make_source("llama4_text-dense-moe-chunked", tmp_path / "src")
     ck = checkpoint.load(tmp_path / "src")
     cfg, t, want = ck.config, {n: ck.get(n) for n in ck.names()}, hf_logits(model)
-    assert (cfg.layer_types, cfg.rope_layers, cfg.moe_layers) == (["chunked_attention", "full_attention"], [1, 0], [1])
+    assert (cfg.layer_types, cfg.rope_layers) == (["chunked_attention", "full_attention"], [1, 0])
+    assert cfg.moe_layers == [0, 1]  # per block: block 1 MoE
 
     def logits(c=cfg):
         with torch.no_grad():
@@ -359,3 +372,129 @@ def test_llama4_bad_per_block_lists_are_one_line_exit_2(over, match, tmp_path):
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert re.search(match, r.stderr) and not (tmp_path / "g").exists(), r.stderr
+
+
+def test_deepseek_mla_rope_pairs_and_yarn_scale_bite(tmp_path, monkeypatch):
+    """MLA (nn/mla.py) computes transformers' function, and each of its rules bites: DeepSeek-V2 turns
+    adjacent pairs of the RoPE dims, V3 halves where its rope_interleave is false (read the other way,
+    the logits differ); YaRN's mscale_all_dim puts m^2 on the scores (left out, the logits differ)."""
+    from growtool.nn import mla
+
+    models = {}
+    for n in ("deepseek_v2-mla", "deepseek_v3-mla-halves-tied-bias", "deepseek_v3-mla-yarn"):
+        make, kw = CASES[n]
+        torch.manual_seed(0)  # weights 10x transformers' init: scores that depend on the positions
+        models[n] = perturbed(make(**kw, initializer_range=0.2)).eval()
+        models[n].save_pretrained(tmp_path / n)
+    models["yarn"] = models.pop("deepseek_v3-mla-yarn")
+    (tmp_path / "deepseek_v3-mla-yarn").rename(tmp_path / "yarn")
+    cks = {n: checkpoint.load(tmp_path / n) for n in models}
+    assert not mla.interleaved(cks["deepseek_v3-mla-halves-tied-bias"].config)
+    assert mla.softmax_gain(cks["yarn"].config, 0) > 1.0
+    with torch.no_grad():
+        for n, model in models.items():
+            assert rel(cks[n].model()(X), hf_logits(model)) <= 1e-5
+        for n in ("deepseek_v2-mla", "deepseek_v3-mla-halves-tied-bias"):
+            with monkeypatch.context() as m:
+                m.setattr(mla, "interleaved", lambda cfg, flip=mla.interleaved: not flip(cfg))
+                assert rel(cks[n].model()(X), hf_logits(models[n])) > 1e-3, n
+        monkeypatch.setattr(mla, "softmax_gain", lambda cfg, layer: 1.0)
+        assert rel(cks["yarn"].model()(X), hf_logits(models["yarn"])) > 1e-3
+
+
+def test_deepseek_width_keeps_the_latents_and_adds_heads_behind_the_gate(tmp_path):
+    """Width 64 -> 96 with 8 heads: the readers of the residual (q_a_proj, kv_a_proj_with_mqa) take the
+    new width, the latents keep their ranks, norms and biases, q_b_proj / kv_b_proj gain the new heads'
+    rows (the old rows unchanged); depth 2 -> 4 keeps every layer dense. The folded folder says 8 key/value
+    heads (transformers' eager attention groups heads by them) and loads with the source's logits."""
+    model = make_source("deepseek_v3-mla-halves-tied-bias", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "--heads", 8, "--layers", 4, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert verify_json(tmp_path / "src", tmp_path / "g")[0] == 0
+    g = checkpoint.load(tmp_path / "g")
+    assert (g.config.heads, g.config.kv_heads, g.config.q_lora_rank, g.config.kv_lora_rank) == (8, 8, 24, 16)
+    a = "model.layers.0.self_attn."
+    for n in ("q_a_layernorm.weight", "kv_a_layernorm.weight", "q_a_proj.bias", "kv_a_proj_with_mqa.bias"):
+        assert torch.equal(g.get(a + n), ck.get(a + n)), n
+    assert g.get(a + "q_a_proj.weight").shape == (24, 96) and g.get(a + "kv_a_proj_with_mqa.weight").shape == (24, 96)
+    for n, per_head in (("q_b_proj.weight", 24), ("kv_b_proj.weight", 28)):
+        assert g.get(a + n).shape[0] == 8 * per_head and torch.equal(g.get(a + n)[: 4 * per_head], ck.get(a + n))
+    assert g.get(a + "o_proj.weight").shape == (96, 8 * 12)
+    from growtool.training.diagnostics import writer_modules  # the new heads' output share is tracked
+
+    heads = [b["head"][1] for b in writer_modules(g.model(), g.config)]
+    assert heads == [f"model.layers.{i}.self_attn.o_proj.weight" for i in range(4)]
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    hf = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert (hf["num_attention_heads"], hf["num_key_value_heads"], hf["first_k_dense_replace"]) == (8, 8, 4)
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f", attn_implementation="eager").eval()
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+def test_deepseek_v2_routing_bites_and_what_it_cannot_grow_is_refused(tmp_path, monkeypatch):
+    """DeepSeek-V2 routes by softmax scores, within the best groups by their best score under
+    group_limited_greedy, never renormalised, times routed_scaling_factor: read greedily, unscaled, or
+    as a plain renormalised softmax top-k, the logits differ. Refused with one line: another topk_method,
+    mlp_bias with MoE blocks (its shared experts would carry biases); transformers has no kimi_k2 model type
+    (Kimi K2 is DeepSeek-V3's architecture, its text config read as deepseek_v3): refused, saying so."""
+    model = make_source("deepseek_v2-mla-moe-groups-dense1", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, {n: ck.get(n) for n in ck.names()}, hf_logits(model)
+    assert (cfg.moe_layers, cfg.n_group, cfg.topk_group, cfg.routed_scale, cfg.norm_topk) == ([0, 1], 2, 1, 2.0, False)
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        greedy = cfg.replace(extra={**cfg.extra, "topk_method": "greedy"})
+        for other in (greedy, cfg.replace(routed_scale=1.0)):
+            assert rel(LM.from_tensors(other, t)(X), want) > 1e-3
+        a = families.ARCHS["deepseek_v2"]
+        plain = dataclasses.replace(a, features=dataclasses.replace(a.features, routing="softmax"), fixed={})
+        monkeypatch.setitem(families.ARCHS, "deepseek_v2", plain)  # a plain softmax top-k, renormalised
+        assert rel(LM.from_tensors(cfg.replace(norm_topk=True), t)(X), want) > 1e-3
+        monkeypatch.setitem(families.ARCHS, "deepseek_v2", a)
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    for over, match in (
+        ({"topk_method": "noaux_tc"}, "deepseek_v2 routes by topk_method greedy or group_limited_greedy only"),
+        ({"mlp_bias": True}, "deepseek_v2 with mlp_bias and MoE blocks .shared experts with biases. is not supported"),
+        ({"model_type": "kimi_k2"}, "^kimi_k2 is not supported yet: .*DeepSeek-V3's architecture"),
+    ):
+        with pytest.raises(GrowError, match=match):
+            ModelConfig.from_hf({**hf, **over})
+    (tmp_path / "src" / "config.json").write_text(json.dumps({**hf, "topk_method": "noaux_tc"}))
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert not (tmp_path / "g").exists()
+
+
+def test_deepseek_v3_moe_blocks_route_as_transformers_and_each_piece_bites(tmp_path):
+    """DeepSeek-V3's MoE blocks (after its dense first block) route by sigmoid scores chosen with the
+    correction bias within the best groups, x routed_scaling_factor (moe.biased, as GLM-4-MoE): read
+    without the bias, without the groups or unscaled, the logits differ from transformers'."""
+    model = make_source("deepseek_v3-mla-moe-dense1", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    cfg, t, want = ck.config, {n: ck.get(n) for n in ck.names()}, hf_logits(model)
+    assert (cfg.moe_layers, cfg.n_group, cfg.topk_group, cfg.routed_scale) == ([0, 1], 2, 1, 2.5)
+    bias = "model.layers.1.mlp.gate.e_score_correction_bias"
+    assert float(t[bias].abs().max()) > 0
+    with torch.no_grad():
+        assert rel(LM.from_tensors(cfg, t)(X), want) <= 1e-5
+        unbiased = {**t, bias: torch.zeros_like(t[bias])}
+        assert rel(LM.from_tensors(cfg, unbiased)(X), want) > 1e-3
+        for other in (cfg.replace(n_group=1, topk_group=1), cfg.replace(routed_scale=1.0)):
+            assert rel(LM.from_tensors(other, t)(X), want) > 1e-3
+
+
+def test_deepseek_grown_gated_folder_runs_as_remote_code(tmp_path):
+    """A grown, unfolded DeepSeek-V3 (MLA and MoE blocks, gates at 0) is written as a remote-code folder
+    (nn/mla.py among the files beside it): transformers runs it with the source's logits, and at gate 1
+    with growtool's own gate-1 forward."""
+    model = make_source("deepseek_v3-mla-moe-dense1", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 4, "--depth-method", "interleave", "-q")
+    assert r.exit_code == 0, r.stderr
+    grown = r.stdout.strip()
+    assert json.loads(open(f"{grown}/config.json").read())["model_type"] == "growtool"
+    back = transformers.AutoModelForCausalLM.from_pretrained(grown, trust_remote_code=True).eval()
+    with torch.no_grad():
+        assert rel(back(X).logits, hf_logits(model)) <= 1e-4
+        ours1 = checkpoint.load(grown).model()(X, alpha=1.0)
+        assert rel(back(X, alpha=1.0).logits, ours1) <= 1e-5 and rel(ours1, hf_logits(model)) > 1e-3

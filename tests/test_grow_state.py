@@ -125,3 +125,25 @@ def test_rotation_rules(eps):
     m = torch.randn(3, D, dtype=torch.float64)
     assert torch.allclose(ops.rotate(m, d, eps, axis=1), m @ R.T, atol=1e-12)
     assert torch.allclose(rotate_sq_(v.clone(), d, eps, axis=1).sum(), v.sum())  # R o R is doubly stochastic
+
+
+@pytest.mark.parametrize("family", ["deepseek_v3", "deepseek_v2"])
+@pytest.mark.parametrize("recipe", ["nrio", "copy"])
+def test_first_moment_rule_holds_for_latent_attention_and_its_moe(family, recipe):
+    """MLA (latent readers as routers, kept latent norms, heads as rows of q_b_proj / kv_b_proj) with a
+    dense block and an MoE block: the first-moment rule is the grown model's gradient there too."""
+    from growtool.nn.config import ModelConfig
+
+    mla = dict(q_lora_rank=12 if family == "deepseek_v3" else None, kv_lora_rank=8, qk_nope_head_dim=8, v_head_dim=6)
+    moe = dict(experts=4, top_k=2, n_group=2, topk_group=1, shared_experts=1, shared_ffn=24, moe_layers=[0, 1])
+    cfg = ModelConfig(family, 64, 32, 2, 4, 4, 4, 24, context=32, dense_ffn=40, **mla, **moe)
+    r = recipes.load(recipe, recipes.parse_set(["rotation.eps=1"]) if recipe == "copy" else None)
+    src, grown, plan, t = grown_pair(cfg, r, width=48)
+    assert plan.cfg.heads == 6 and plan.cfg.q_lora_rank == cfg.q_lora_rank
+    x = torch.randint(0, 64, (4, 17), generator=torch.Generator().manual_seed(3))
+    gs, gg = grads(src, x), grads(grown, x)
+    assert any("kv_b_proj" in n for n in gg) and any("experts" in n for n in gg)
+    for name, true in gg.items():
+        m = grow_moment(name, plan, t.__getitem__, gs[name], second=False)
+        mask = exact_mask(plan, name, true.shape)
+        assert ((m - true)[mask].abs().max() / true.abs().max().clamp_min(1e-12)) < 1e-4, name

@@ -23,10 +23,10 @@ Methods (new blocks ``n = L2 - L``):
 block S (default: the block before it, block 0 for P = 0); the method then only says copy or identity.
 
 Per-layer structure follows the source block: ``layer_types`` (sliding / full attention, and with
-it the RoPE base per layer type), SmolLM3's RoPE / no-RoPE list (``rope_layers``), Llama 4's MoE
-blocks (``moe_layers``: block indices, renumbered) and every list in the config with one entry per
-layer. Everything of a block goes with its copy (an MoE block's router, experts and shared expert
-too); what is global (OPT's learned positions) stays as it is.
+it the RoPE base per layer type), SmolLM3's RoPE / no-RoPE list (``rope_layers``), an MoE family's
+dense / MoE blocks (``moe_layers``, Llama 4's too: a layout its config's spelling cannot say is refused)
+and every list in the config with one entry per layer. Everything of a block goes with its copy (an MoE block's router,
+experts and shared expert too); what is global (OPT's learned positions) stays as it is.
 
 Width and depth compose in one plan: the width plan grows every source block (tensor names in the
 source's numbering), then the depth layout renames them (``grow_tensor``). The AdamW moments follow
@@ -45,6 +45,7 @@ from growtool.grow import engine
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, expected_shapes, tensor_specs
+from growtool.nn.moe_layers import to_hf as moe_layers_to_hf
 
 METHODS = ("stack", "interleave", "middle", "identity")
 INDEX_RULES = ("sliding_window_pattern", "_sliding_window_pattern")  # per-layer types given only by a rule
@@ -129,6 +130,8 @@ DEPTH_FAMILIES = frozenset([
     "granitemoe", "granitemoeshared", "dbrx",
     "gpt_oss",
     "llama4_text",
+    "glm4_moe", "dots1", "minimax_m2", "ernie4_5_moe", "exaone_moe", "hunyuan_v1_moe",
+    "deepseek_v2", "deepseek_v3",
 ])
 # fmt: on
 
@@ -181,6 +184,11 @@ def build_depth_plan(
         layout += [Layer(s, kind) for q, s in inserts if q == p]
         if p < L:
             layout.append(Layer(p, "old"))
+    if src.moe_layers is not None:  # the config's spelling must say which new blocks are dense (or refuse)
+        try:
+            moe_layers_to_hf(arch_of(src).features.moe_layers[0], [src.moe_layers[x.src] for x in layout], {})
+        except GrowError as e:
+            raise GrowError(f"depth method {method!r} on {src.family}: {e}") from None
     return DepthPlan(method, L, tuple(layout), tuple(inserts))
 
 
@@ -196,16 +204,14 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
             extra[k] = [v[s] for s in order]
     types = [cfg.layer_types[s] for s in order] if cfg.layer_types else None
     ropes = [cfg.rope_layers[s] for s in order] if cfg.rope_layers is not None else None  # SmolLM3
+    moe = [cfg.moe_layers[s] for s in order] if cfg.moe_layers is not None else None  # MoE / dense blocks
     if types and "max_window_layers" in extra:  # Qwen2: full layers first; layer_types is what loads
         full = next((j for j, t in enumerate(types) if t != "full_attention"), len(types))
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
-    moe = [j for j, s in enumerate(order) if s in cfg.moe_layers] if cfg.moe_layers is not None else None  # Llama 4
-    if moe is not None:
-        extra["moe_layers"] = moe  # block indices, not one entry per block: not permuted above
     return cfg.replace(
-        layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, moe_layers=moe, extra=extra
+        layers=dp.layers, layer_types=types, rope_layers=ropes, moe_layers=moe, new_layers=new or None, extra=extra
     )
 
 

@@ -141,8 +141,8 @@ def _step_moment(step, t: torch.Tensor, c: Ctx, p: int) -> torch.Tensor:
 
 def _split(plan, layer: int, kind: str, e: ops.Expansion):
     """Net2Net split factors of a unit kind's copies, or None (new units gated or zero). A KV group
-    copied with its query heads sees its heads' factor (heads of a group share it), fused qkv rows
-    and per-head query gates the query heads' factor."""
+    copied with its query heads sees its heads' factor (heads of a group share it), fused qkv rows,
+    per-head query gates and MLA's per-head rows (q, and kv_b_proj's [k_nope v]) the query heads' factor."""
     q = plan.split[layer].get("q")
     if q is None:
         return plan.split[layer].get(kind)
@@ -151,7 +151,7 @@ def _split(plan, layer: int, kind: str, e: ops.Expansion):
         ops.split_factors(e, alpha)
         if kind == "kv"
         else q
-        if kind in ("q", "qkv", "qgate")
+        if kind in ("q", "qkv", "qgate", "mq", "mkv")
         else plan.split[layer].get(kind)
     )
 

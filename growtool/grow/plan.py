@@ -174,6 +174,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("one per expert")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "expert_bias":
+        return [Keep("one per expert")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -206,12 +208,18 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [PadZero()] + ([Scale(1.0 / c, "tied head reads a residual x sqrt(D/d)")] if tied_final and up else [])
     if role == "head_norm":
         return [Keep("over head_dim, which is fixed")]
+    if role in ("latent_norm", "latent_bias"):
+        return [Keep("over a latent, whose rank stays")]
+    if role == "head_rows":  # MLA: a latent -> heads, the latent kept
+        return [ExpandUnits(writer=False)] + _symmetry(plan, spec, writer=False)
     if role == "head_bias":
         return [Keep("vocabulary-sized")]
     if role == "router_bias":
         return [Keep("one per expert")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "expert_bias":
+        return [Keep("one per expert: the router's outputs are kept")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -304,7 +312,9 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     kept = f.fixed_eps or copies(src, D)
     eps = src.norm_eps if kept else ops.grow_norm_eps(src.norm_eps, d, D)
     shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
-    dense = round(src.dense_ffn * D / d) if src.dense_ffn else src.dense_ffn  # Llama 4's dense blocks
+    if src.shared_experts:  # DeepSeek's shared experts: whole experts, so shared_experts x the experts' neurons
+        shared = src.shared_experts * ffn
+    dense = round(src.dense_ffn * ffn / src.ffn) if src.dense_ffn else src.dense_ffn  # dense blocks: as the experts
     return src.replace(
         width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared, dense_ffn=dense
     )
@@ -518,9 +528,10 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
             q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
         f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
         units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f, "ffn2": f})
+        units[-1].update(mq=q, mv=q, mkv=q)  # MLA's heads
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
-        if src.dense_ffn:  # Llama 4's dense blocks, drawn last for the same reason
+        if src.dense_ffn:  # an MoE family's dense blocks, drawn last (the other kinds' draws are unchanged)
             units[-1]["dffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.dense_ffn, cfg.dense_ffn, gen, k)
         split.append(
             {
@@ -529,6 +540,7 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
                 if e is not None
             }
         )
+        split[-1]["mv"] = split[-1]["q"]  # MLA's o_proj columns: the query heads' split
     return units, split
 
 

@@ -46,7 +46,7 @@ from growtool.io.header import (
 from growtool.io.stream import Producer, write_stream
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
-from growtool.nn.families import IGNORED, arch_of, expected_shapes
+from growtool.nn.families import IGNORED, arch_of, expected_shapes, float32_names
 
 # ---- reading ------------------------------------------------------------------------------
 
@@ -239,7 +239,8 @@ def _check_tensors(cfg: ModelConfig, entries: dict, src: str) -> tuple[dict, dic
             )
         if dt not in FLOATS:
             raise GrowError(f"{src}: tensor {n} has dtype {dt}; weights must be floating point")
-    dts = {entries[n][0] for n in want}
+    kept = float32_names(cfg)  # MoE routers transformers keeps in float32 in a bf16 file, say
+    dts = {entries[n][0] for n in want if n not in kept or entries[n][0] != "F32"}
     if len(dts) > 1:
         raise GrowError(f"{src}: tensors mix dtypes {sorted(dts)}")
     return {n: entries[n] for n in want}, {n: stored[n] for n in want}  # canonical order

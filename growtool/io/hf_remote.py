@@ -4,7 +4,7 @@ transformers drops tensors a stock class does not know (with only an "unexpected
 and would compute another function. Such a model is written with ``model_type: "growtool"`` (no
 stock class has it, so loading without ``trust_remote_code`` fails loudly) and an ``auto_map`` to
 a modeling file in the folder. That file runs growtool's own forward pass: ``model.py``,
-``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` are
+``attention.py``, ``moe.py``, ``moe_layers.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` are
 copied beside it unchanged.
 
     AutoModelForCausalLM.from_pretrained(folder, trust_remote_code=True)
@@ -16,7 +16,18 @@ from pathlib import Path
 
 from growtool.nn.config import ModelConfig
 
-CORE = ("model.py", "attention.py", "moe.py", "experts.py", "config.py", "families.py", "errors.py", "rope.py")
+CORE = (
+    "model.py",
+    "attention.py",
+    "mla.py",
+    "moe.py",
+    "moe_layers.py",
+    "experts.py",
+    "config.py",
+    "families.py",
+    "errors.py",
+    "rope.py",
+)
 
 CONFIGURATION = '''"""growtool's config class for transformers (written by growtool; see modeling_growtool.py)."""
 from transformers import PretrainedConfig
@@ -32,7 +43,7 @@ class GrowtoolConfig(PretrainedConfig):
 MODELING = '''"""growtool's forward pass as a transformers model (written by growtool).
 
 The architecture, gated attention and growth gates follow the config's ``growtool`` section;
-model.py, attention.py, moe.py, config.py, families.py, errors.py and rope.py beside this file
+model.py, attention.py, moe.py, moe_layers.py, config.py, families.py, errors.py and rope.py beside this file
 are growtool's own, unchanged.
 ``forward(input_ids, labels=None, alpha=None)``: ``alpha`` overrides the growth gates. The growth
 gates load frozen (requires_grad False): a schedule sets them (growtool.training.hf_callback.GateRampCallback),

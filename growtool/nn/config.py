@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 from .errors import GrowError
 from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes
+from .moe_layers import from_hf as moe_layers_from_hf
+from .moe_layers import to_hf as moe_layers_to_hf
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -33,6 +35,8 @@ FEATURE_FALLBACK = {
     "norm_topk": False,
     "swiglu_alpha": None,  # GPT-OSS's clamped GLU: its family's defaults, also for a config made in code
     "swiglu_limit": None,
+    "shared_experts": None,
+    "router_jitter": None,  # PhiMoE's default (0.01) where a config built in code leaves it out
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
@@ -72,11 +76,21 @@ SCALARS = (
     "logit_scale",
     "swiglu_alpha",
     "swiglu_limit",
+    "routed_scale",
 )
 POSITIVE = (
     *("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv"),
-    "swiglu_limit",
+    *("swiglu_limit", "routed_scale"),
 )
+
+
+def _per_model(val, key):
+    """A value some configs list per block (HunYuan-MoE's moe_topk): one value when every block has it."""
+    if isinstance(val, list):
+        if len(set(val)) != 1:
+            raise GrowError(f"{key} differs between blocks ({val[:4]}...): per-block values are not supported")
+        return val[0]
+    return val
 
 
 @dataclass
@@ -126,9 +140,18 @@ class ModelConfig:
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
     swiglu_alpha: float | None = None  # GPT-OSS's clamped GLU (moe.clamped_glu): the sigmoid's gain
     swiglu_limit: float | None = None  # ... and the clamp of gate (above) and up (both sides)
-    moe_layers: list | None = None  # MoE families: the blocks that are MoE, the others dense (None: every block)
-    dense_ffn: int | None = None  # neurons of the dense blocks' MLP beside MoE blocks (Llama 4's intermediate_size_mlp)
+    q_lora_rank: int | None = None  # MLA (nn/mla.py): the query latent's rank (None: a plain q_proj)
+    kv_lora_rank: int | None = None  # MLA: the key/value latent's rank
+    qk_nope_head_dim: int | None = None  # MLA: query/key dims per head without RoPE (head_dim: those with it)
+    v_head_dim: int | None = None  # MLA: value dims per head
+    # DeepSeek-style MoE (Features.routing "sigmoid" / "softmax_bias", Features.moe_layers)
+    n_group: int | None = None  # experts in n_group groups: a token's experts come from its topk_group best groups
+    topk_group: int | None = None
+    routed_scale: float | None = None  # the routed experts' weights x this (routed_scaling_factor)
+    shared_experts: int | None = None  # ungated shared experts: one GLU of shared_experts x ffn neurons (shared_ffn)
+    dense_ffn: int | None = None  # neurons of the dense blocks' MLP (intermediate_size) in an MoE family
     base_dense_ffn: int | None = None  # dense-block neurons below this count are ungated
+    moe_layers: list | None = None  # per block 1 (MoE) or 0 (dense); None: every block MoE (Features.moe_layers)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -145,6 +168,8 @@ class ModelConfig:
             self.base_heads = self.heads
         if self.base_ffn is None:
             self.base_ffn = self.ffn
+        if self.shared_experts and self.shared_ffn is None:
+            self.shared_ffn = self.shared_experts * self.ffn
         if self.base_shared_ffn is None:
             self.base_shared_ffn = self.shared_ffn
         if self.base_dense_ffn is None:
@@ -163,18 +188,15 @@ class ModelConfig:
         return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or dense or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
-        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn", "dffn" neurons)."""
-        return {
-            "q": self.base_heads,
-            "ffn": self.base_ffn,
-            "ffn2": self.base_ffn,
-            "sffn": self.base_shared_ffn,
-            "dffn": self.base_dense_ffn,
-        }[kind]
+        """Units of a kind that are not behind the warm-up gate ("q" heads, MLA's "mq" / "mv" / "mkv" heads, "ffn",
+        "ffn2", "sffn", "dffn" neurons)."""
+        heads = self.base_heads
+        units = {"q": heads, "mq": heads, "mv": heads, "mkv": heads, "ffn": self.base_ffn, "ffn2": self.base_ffn}
+        return {**units, "sffn": self.base_shared_ffn, "dffn": self.base_dense_ffn}[kind]
 
     def is_moe(self, layer: int) -> bool:
-        """Whether a block's MLP is a mixture of experts (MoE families: every block, or ``moe_layers``)."""
-        return self.arch.features.moe and (self.moe_layers is None or layer in self.moe_layers)
+        """Whether a block's MLP is a mixture of experts (an MoE family's dense blocks: ``moe_layers``)."""
+        return self.arch.features.moe and (self.moe_layers is None or bool(self.moe_layers[layer]))
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -247,30 +269,58 @@ class ModelConfig:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
         if self.rope_layers is not None and len(self.rope_layers) != self.layers:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
-        ml = self.moe_layers
-        if ml is not None and (
-            not isinstance(ml, list) or any(not isinstance(i, int) or not 0 <= i < self.layers for i in ml)
-        ):
-            raise GrowError(f"moe_layers {ml!r}: block indices below {self.layers}")
-        if ml is not None and len(ml) < self.layers and not (isinstance(self.dense_ffn, int) and self.dense_ffn > 0):
-            raise GrowError(f"{self.family} has dense blocks: it needs their MLP size (a positive integer)")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
         if "ffn" not in self.arch.keys and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
             raise GrowError(f"{self.family} has an MLP of 4 x width ({4 * self.width}) neurons, not {self.ffn}")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
-        if f.moe and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
+        routed = f.moe and (self.moe_layers is None or any(self.moe_layers))  # all blocks dense: no routing
+        if routed and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
             raise GrowError(f"{self.family} needs the number of experts and of experts per token")
-        if f.moe and not 0 < self.top_k <= self.experts:
+        if routed and not 0 < self.top_k <= self.experts:
             raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
+        if routed:
+            self._check_moe()
         if f.mqa and self.kv_heads != 1:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
+        if f.mla:
+            self._check_mla()
         nl = self.new_layers or []
         if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
             raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
+
+    def _check_mla(self) -> None:
+        """Multi-head latent attention: positive dims; no gated attention; DeepSeek-V2's mlp_bias only
+        without MoE blocks (its shared experts would have biases)."""
+        for name in ("kv_lora_rank", "qk_nope_head_dim", "v_head_dim") + (("q_lora_rank",) if self.q_lora_rank else ()):
+            v = getattr(self, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+                raise GrowError(f"config {name} must be a positive integer, got {v!r}")
+        if self.mlp_bias and any(self.moe_layers or [1]):
+            raise GrowError(f"{self.family} with mlp_bias and MoE blocks (shared experts with biases) is not supported")
+        if self.attn_gate:
+            raise GrowError(f"{self.family}: gated attention is not supported with multi-head latent attention")
+
+    def _check_moe(self) -> None:
+        """The DeepSeek-style MoE fields: groups that divide the experts, a top-k they can fill, one entry
+        per block in moe_layers, shared experts that are whole experts, dense blocks with a width."""
+        E, g = self.experts, self.n_group or 1
+        if not isinstance(g, int) or g < 1 or E % g or (g > 1 and E // g < 2):
+            raise GrowError(f"n_group {self.n_group} must divide the {E} experts into groups of at least 2")
+        tg = self.topk_group or 1
+        if not isinstance(tg, int) or not 1 <= tg <= g or self.top_k > tg * (E // g):
+            raise GrowError(f"topk_group {self.topk_group}: 1..{g} groups holding the {self.top_k} experts per token")
+        if self.moe_layers is not None and len(self.moe_layers) != self.layers:
+            raise GrowError(f"the MoE-layer list has {len(self.moe_layers)} entries for {self.layers} layers")
+        if self.shared_experts and self.shared_ffn != self.shared_experts * self.ffn:
+            raise GrowError(f"shared experts {self.shared_experts} x {self.ffn} neurons != {self.shared_ffn}")
+        if self.moe_layers is not None and not all(self.moe_layers) and not (self.dense_ffn or 0) > 0:
+            raise GrowError("dense blocks need a positive intermediate_size")
+        if self.dense_ffn is not None and not 0 < self.base_dense_ffn <= self.dense_ffn:
+            raise GrowError("growth state base_dense_ffn out of range")
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -323,6 +373,8 @@ class ModelConfig:
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
+        if a.features.moe_layers and self.moe_layers is not None:
+            moe_layers_to_hf(a.features.moe_layers[0], self.moe_layers, hf)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         if self.shared_ffn is not None:
@@ -366,7 +418,7 @@ class ModelConfig:
 
         try:
             d, h = int(get("width")), int(get("heads"))
-            hd = hf.get("head_dim") if a.features.free_head_dim else None
+            hd = hf.get(a.keys.get("head_dim", "head_dim")) if a.features.free_head_dim else None
             if hd is None:
                 if d % h:
                     raise GrowError(f"heads {h} do not divide width {d} and no head_dim is given")
@@ -401,10 +453,7 @@ class ModelConfig:
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
                 every = int(hf.get("no_rope_layer_interval") or 4)
                 rope_layers = [int((i + 1) % every != 0) for i in range(int(get("layers")))]
-            moe_layers, chunk = get("moe_layers"), hf.get("attention_chunk_size")
-            if moe_layers is None and "moe_layers" in a.keys:  # Llama 4: every n-th block (n = the interleave step)
-                step = int(hf.get("interleave_moe_layer_step") or 1)
-                moe_layers = list(range(step - 1, int(get("layers")), step))
+            chunk = hf.get("attention_chunk_size")
             if types is None and chunk and rope_layers is not None:  # Llama 4 without layer_types: RoPE layers chunked
                 types = ["chunked_attention" if r else "full_attention" for r in rope_layers]
             cfg = cls(
@@ -442,7 +491,7 @@ class ModelConfig:
                 logit_scale=get("logit_scale"),
                 rope_layers=list(rope_layers) if rope_layers is not None else None,
                 experts=get("experts"),
-                top_k=get("top_k"),
+                top_k=_per_model(get("top_k"), a.keys.get("top_k")),
                 norm_topk=get("norm_topk"),
                 shared_ffn=get("shared_ffn"),
                 router_jitter=get("router_jitter"),
@@ -452,9 +501,17 @@ class ModelConfig:
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
                 swiglu_alpha=get("swiglu_alpha"),
                 swiglu_limit=get("swiglu_limit"),
-                moe_layers=list(moe_layers) if moe_layers is not None else None,
+                q_lora_rank=get("q_lora_rank"),
+                kv_lora_rank=get("kv_lora_rank"),
+                qk_nope_head_dim=get("qk_nope_head_dim"),
+                v_head_dim=get("v_head_dim"),
+                n_group=get("n_group"),
+                topk_group=get("topk_group"),
+                routed_scale=get("routed_scale"),
+                shared_experts=get("shared_experts"),
                 dense_ffn=get("dense_ffn"),
                 base_dense_ffn=own.get("base_dense_ffn"),
+                moe_layers=moe_layers_from_hf(a.features.moe_layers, hf, int(get("layers"))),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

@@ -23,17 +23,26 @@ Roles
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
   router_bias  the router's bias (GPT-OSS): one per expert, kept by growth
+  router       reads the normed residual into a fixed number of outputs (MoE router, shared-expert gate, MLA's
+               down-projections to its latents)
+  latent_norm / latent_bias   a norm over an MLA latent, a bias on one: kept (latent ranks are fixed)
+  head_rows    a matrix from an MLA latent to heads (q_b_proj, kv_b_proj): its rows grow with the heads
+               (unit axis 0), the latent axis is kept
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
+  expert_bias  an MoE router's per-expert correction bias, used to choose experts, not to weigh them
+               (DeepSeek-V3's e_score_correction_bias): kept by width growth, copied by depth growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
 ``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
-logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
-is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
-ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn"). Where an
-MoE family's blocks differ (Llama 4: ``moe_layers``), a spec's ``where`` says which blocks hold it
-("moe" / "dense"); the dense blocks' FFN neurons are unit kind ``dffn``.
+logit per query head), ``ffn`` (FFN neurons; an MoE family's: each expert's), ``sffn`` (the shared
+expert's neurons), ``dffn`` (the neurons of an MoE family's dense blocks). A fused tensor lists
+several kinds: its unit axis is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv,
+kv; Phi-3's gate_up_proj: ffn, ffn). MLA's kinds: ``mq`` (query heads of qk_nope + qk_rope dims),
+``mv`` (their values in o_proj), ``mkv`` (kv_b_proj's per-head [k_nope v]), ``qa`` / ``kvl`` / ``kva``
+(the query latent, the key/value latent, and that latent with the shared RoPE key). ``group`` picks
+the recipe section that fills new units ("attn" or "ffn").
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
@@ -93,6 +102,10 @@ class Features:
     head_bias_key: str = ""  # the config key that gives the head a bias (PhiMoE: lm_head_bias)
     routing: str = "softmax"  # MoE routing: "softmax" top-k | "sparsemixer" (PhiMoE's top-2 at inference) |
     #                           "sigmoid_in": top-k logits, sigmoid weights times the token before its expert (Llama 4)
+    #                           "sigmoid" (DeepSeek-V3: sigmoid scores, chosen by score + correction bias within
+    #                           the best groups) | "softmax_bias" (Ernie 4.5-MoE: softmax scores chosen with the bias)
+    #                           | "softmax_group" (DeepSeek-V2: softmax top-k, within the groups of the best experts
+    #                           unless its topk_method is greedy)
     rope_interleaved: bool = False  # RoPE rotates pairs (2i, 2i + 1), not (i, i + rot/2) (GPT-J)
     norm_bias: bool = True  # False: LayerNorm with a gain and no bias (Cohere)
     embed_norm: bool = False  # a LayerNorm on the embeddings (slot embed_norm): the residual starts as its output,
@@ -115,6 +128,17 @@ class Features:
     shared_plain: bool = False  # every MoE block has a shared expert of ``ffn`` neurons, added without a gate (Llama 4)
     attn_temperature: bool = False  # Llama 4: on layers without RoPE the query at position p is scaled by
     #                                 1 + attn_scale log(1 + floor((p + 1) / floor_scale)) (attn_temperature_tuning)
+    mla: bool = False  # multi-head latent attention (DeepSeek-V2, nn/mla.py): slots q_a, q_a_norm, q_b (or q), kv_a,
+    #                    kv_a_norm, kv_b, o; its dims in ModelConfig (q_lora_rank, kv_lora_rank, qk_nope_head_dim,
+    #                    v_head_dim; head_dim is the decoupled RoPE key's qk_rope_head_dim)
+    rope_interleave_key: str = ""  # the config key that turns interleaved-pair RoPE off when false (DeepSeek-V3)
+    expert_bias: tuple = ()  # the router's selection-only correction bias (slot e_bias, a buffer), kept by width
+    #                          growth: its shape in unit kinds, ("experts",) or ("one", "experts") (Ernie 4.5-MoE)
+    fp32: tuple = ()  # slots transformers keeps in float32 in a checkpoint of another dtype (its
+    #                   _keep_in_fp32_modules_strict: MoE routers, correction biases): read as they are stored
+    qk_norm_key: str = ""  # a config key that must be true for the qk_norm to exist (GLM-4-MoE's use_qk_norm)
+    moe_layers: tuple = ()  # (config key, its default) saying which blocks are MoE, the others dense GLU MLPs of
+    #                         dense_ffn neurons at slots gate/up/down (nn/moe_layers.py); () every block MoE
 
 
 @dataclass(frozen=True)
@@ -1270,6 +1294,7 @@ LLAMA4_TEXT = Arch(
         shared_plain=True,
         shared_gate=False,
         attn_temperature=True,
+        moe_layers=("moe_layers", None),  # block indices; without them every interleave_moe_layer_step-th block
     ),
     keys={
         **_LLAMA_KEYS,
@@ -1278,7 +1303,6 @@ LLAMA4_TEXT = Arch(
         "dense_ffn": "intermediate_size_mlp",
         "experts": "num_local_experts",
         "top_k": "num_experts_per_tok",
-        "moe_layers": "moe_layers",
         "layer_types": "layer_types",
         "rope_layers": "no_rope_layers",
     },
@@ -1294,6 +1318,256 @@ LLAMA4_TEXT = Arch(
     },
 )
 
+
+# DeepSeek-style MoE (DeepSeek-AI 2024, arXiv:2412.19437): sigmoid scores chosen with a correction bias within the
+# best expert groups, weights x routed_scaling_factor, ungated shared experts, the first blocks dense
+_DS_MOE_MODULES = {
+    **_LLAMA_MODULES,  # gate/up/down: the dense blocks' MLP
+    "router": "mlp.gate",
+    "e_bias": "mlp.gate.e_score_correction_bias",
+    "experts": "mlp.experts",
+    "e_gate": "gate_proj",
+    "e_up": "up_proj",
+    "e_down": "down_proj",
+    "s_gate": "mlp.shared_experts.gate_proj",
+    "s_up": "mlp.shared_experts.up_proj",
+    "s_down": "mlp.shared_experts.down_proj",
+}
+_DS_MOE_KEYS = {
+    **_LLAMA_KEYS,
+    "ffn": "moe_intermediate_size",
+    "dense_ffn": "intermediate_size",
+    "experts": "n_routed_experts",
+    "top_k": "num_experts_per_tok",
+    "norm_topk": "norm_topk_prob",
+    "shared_experts": "n_shared_experts",
+    "n_group": "n_group",
+    "topk_group": "topk_group",
+    "routed_scale": "routed_scaling_factor",
+}
+_DS_MOE = Features(
+    moe=True,
+    routing="sigmoid",
+    expert_bias=("experts",),
+    moe_layers=("first_k_dense_replace", 1),
+    fp32=("router", "e_bias"),
+)
+
+GLM4_MOE = Arch(
+    name="glm4_moe",
+    model_type="glm4_moe",
+    hf_class="Glm4MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules=_DS_MOE_MODULES,
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", qk_norm_key="use_qk_norm"),  # RoPE on half of each head
+    keys={**_DS_MOE_KEYS, "qkv_bias": "attention_bias"},
+    fixed={"o_bias": False, "mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 131072,
+        "norm_eps": 1e-5,
+        "rotary_fraction": 0.5,
+        "ffn": 1408,
+        "dense_ffn": 10944,
+        "experts": 128,
+        "top_k": 8,
+        "norm_topk": True,
+        "shared_experts": 1,
+        "routed_scale": 1.0,
+    },
+)
+
+DOTS1 = dataclasses.replace(
+    GLM4_MOE,
+    name="dots1",
+    model_type="dots1",
+    hf_class="Dots1ForCausalLM",
+    features=dataclasses.replace(_DS_MOE, qk_norm="head", moe_layers=("first_k_dense_replace", 0)),  # as Qwen3, always
+    keys={
+        **_DS_MOE_KEYS,
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-6,
+        "ffn": 1408,
+        "dense_ffn": 10944,
+        "norm_topk": False,
+        "routed_scale": 1.0,
+    },
+)
+
+MINIMAX_M2 = Arch(
+    name="minimax_m2",
+    model_type="minimax_m2",
+    hf_class="MiniMaxM2ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**MIXTRAL.modules, "e_bias": "block_sparse_moe.e_score_correction_bias"},  # stored as Mixtral
+    features=Features(moe=True, routing="sigmoid", expert_bias=("experts",), qk_norm="full"),  # q/k norms as OLMo-2
+    keys={**MIXTRAL.keys, "ffn": "intermediate_size"},  # every block MoE, no shared expert, no groups
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "norm_topk": True},
+    defaults={"activation": "silu", "tie": False, "context": 196608, "norm_eps": 1e-6},
+)
+
+ERNIE4_5_MOE = Arch(
+    name="ernie4_5_moe",
+    model_type="ernie4_5_moe",
+    hf_class="Ernie4_5_MoeForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_DS_MOE_MODULES, "e_bias": "mlp.moe_statics.e_score_correction_bias"},
+    features=Features(  # Ernie 4.5's attention (pair RoPE); softmax scores chosen with the bias, renormalised
+        rope_interleaved=True,
+        moe=True,
+        routing="softmax_bias",
+        expert_bias=("one", "experts"),
+        moe_layers=("moe_layer_start_index", 1),
+        head_bias_key="use_bias",
+        fp32=("router", "e_bias"),
+    ),
+    keys={
+        **_DS_MOE_KEYS,
+        "experts": "moe_num_experts",
+        "top_k": "moe_k",
+        "shared_experts": "moe_num_shared_experts",
+        "qkv_bias": "use_bias",
+        "o_bias": "use_bias",
+        "mlp_bias": "use_bias",  # the dense blocks' and the shared experts' linears (the experts have none)
+    },
+    fixed={"norm_topk": True},
+    defaults={"activation": "silu", "tie": True, "context": 131072, "norm_eps": 1e-5, "experts": 64, "top_k": 6},
+)
+
+EXAONE_MOE = Arch(
+    name="exaone_moe",
+    model_type="exaone_moe",
+    hf_class="ExaoneMoeForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_DS_MOE_MODULES, "e_bias": "mlp.e_score_correction_bias"},
+    features=dataclasses.replace(  # per-head q/k norms; RoPE on sliding layers only where there is a window
+        _DS_MOE, qk_norm="head", rope_where="windowed_if_any", moe_layers=("mlp_layer_types", None)
+    ),
+    keys={
+        **_DS_MOE_KEYS,
+        "experts": "num_experts",
+        "shared_experts": "num_shared_experts",
+        "sliding_window": "sliding_window",
+        "layer_types": "layer_types",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={
+        "activation": "silu",
+        "tie": False,
+        "context": 2048,
+        "norm_eps": 1e-5,
+        "ffn": 1024,
+        "experts": 64,
+        "top_k": 8,
+        "norm_topk": True,
+        "shared_experts": 1,
+        "routed_scale": 2.5,
+    },
+    window_every=4,
+)
+
+HUNYUAN_MOE = Arch(
+    name="hunyuan_v1_moe",
+    model_type="hunyuan_v1_moe",
+    hf_class="HunYuanMoEV1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={  # HunYuan's attention; the router in mlp.gate.wg, one ungated shared MLP of the experts' width
+        **{k: v for k, v in HUNYUAN_DENSE.modules.items() if k not in ("gate", "up", "down")},
+        "router": "mlp.gate.wg",
+        "experts": "mlp.experts",
+        "e_gate": "gate_proj",
+        "e_up": "up_proj",
+        "e_down": "down_proj",
+        "s_gate": "mlp.shared_mlp.gate_proj",
+        "s_up": "mlp.shared_mlp.up_proj",
+        "s_down": "mlp.shared_mlp.down_proj",
+    },
+    features=dataclasses.replace(HUNYUAN_DENSE.features, moe=True, fp32=("router",)),  # softmax top-k, renormalised
+    keys={**HUNYUAN_DENSE.keys, "experts": "num_experts", "top_k": "moe_topk"},
+    fixed={"mlp_bias": False, "norm_topk": True, "shared_experts": 1},
+    defaults=HUNYUAN_DENSE.defaults,
+)
+
+_MLA_MODULES = {  # DeepSeek-style MoE's modules, MLA for the attention
+    **{k: v for k, v in _DS_MOE_MODULES.items() if k not in ("k", "v", "g", "q_norm", "k_norm")},
+    "q_a": "self_attn.q_a_proj",
+    "q_a_norm": "self_attn.q_a_layernorm",
+    "q_b": "self_attn.q_b_proj",
+    "kv_a": "self_attn.kv_a_proj_with_mqa",
+    "kv_a_norm": "self_attn.kv_a_layernorm",
+    "kv_b": "self_attn.kv_b_proj",
+}
+_MLA_KEYS = {
+    **_DS_MOE_KEYS,  # num_key_value_heads: equal to the heads (one latent for all heads; transformers groups by it)
+    "head_dim": "qk_rope_head_dim",  # the RoPE key's dims (transformers' head_dim says the same)
+    "qkv_bias": "attention_bias",  # q_a_proj, kv_a_proj_with_mqa
+    "o_bias": "attention_bias",
+    **{k: k for k in ("q_lora_rank", "kv_lora_rank", "qk_nope_head_dim", "v_head_dim")},
+}
+
+DEEPSEEK_V2 = Arch(
+    name="deepseek_v2",
+    model_type="deepseek_v2",
+    hf_class="DeepseekV2ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MLA_MODULES,
+    features=Features(  # RoPE on adjacent pairs (complex form); softmax routing (greedy or within the best groups)
+        mla=True,
+        gqa=False,
+        rope_interleaved=True,
+        moe=True,
+        routing="softmax_group",
+        moe_layers=("first_k_dense_replace", 0),
+        fp32=("router",),
+    ),
+    keys={**_MLA_KEYS, "mlp_bias": "mlp_bias"},
+    fixed={"norm_topk": False},  # the router never renormalises (norm_topk_prob is read by nothing)
+    defaults={
+        **{"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6, "ffn": 1407, "dense_ffn": 11008},
+        **{"experts": 64, "shared_experts": 2, "routed_scale": 1.0},
+    },
+    require={
+        "topk_method": (
+            ("greedy", "group_limited_greedy"),
+            "deepseek_v2 routes by topk_method greedy or group_limited_greedy only",
+            "greedy",
+        )
+    },
+)
+
+DEEPSEEK_V3 = Arch(
+    name="deepseek_v3",
+    model_type="deepseek_v3",
+    hf_class="DeepseekV3ForCausalLM",
+    block="model.layers.{i}.",
+    modules=_MLA_MODULES,
+    features=dataclasses.replace(
+        _DS_MOE,
+        mla=True,
+        gqa=False,
+        rope_interleaved=True,
+        rope_interleave_key="rope_interleave",
+        moe_layers=("first_k_dense_replace", 3),
+    ),
+    keys=_MLA_KEYS,
+    fixed={"mlp_bias": False},
+    defaults={
+        **{"activation": "silu", "tie": False, "context": 4096, "norm_eps": 1e-6, "ffn": 2048, "dense_ffn": 18432},
+        **{"experts": 256, "top_k": 8, "norm_topk": True, "shared_experts": 1, "routed_scale": 2.5},
+        **{"n_group": 8, "topk_group": 4},
+    },
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1305,26 +1579,20 @@ ARCHS = {
         *(GRANITEMOE, GRANITEMOESHARED, DBRX),
         GPT_OSS,
         LLAMA4_TEXT,
+        *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE, EXAONE_MOE, HUNYUAN_MOE),
+        *(DEEPSEEK_V2, DEEPSEEK_V3),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 
 # Decoder families transformers has and growtool does not grow yet: model_type -> the mechanism missing
 # (refused with one line naming it, instead of "unknown family").
-_DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
 _MAMBA = "Mamba state-space mixer layers"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
 UNSUPPORTED = {
-    "deepseek_v2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "deepseek_v3": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "kimi_k2": "multi-head latent attention (MLA) and " + _DEEPSEEK_MOE,
-    "glm4_moe": _DEEPSEEK_MOE,
-    "dots1": _DEEPSEEK_MOE,
-    "minimax_m2": _DEEPSEEK_MOE,
-    "ernie4_5_moe": _DEEPSEEK_MOE,
-    "hunyuan_v1_moe": "HunYuan's MoE with q/k norms after RoPE",
-    "exaone_moe": _DEEPSEEK_MOE,
+    "kimi_k2": "kimi_k2 as a model type of its own: transformers has none (Kimi K2 is DeepSeek-V3's architecture; "
+    "its config.json with model_type deepseek_v3 is read as DeepSeek-V3)",
     "llama4": "the multimodal Llama 4 wrapper (a vision tower, the text model under text_config); its text model "
     "(model_type llama4_text) grows",
     "jamba": _MAMBA,
@@ -1355,6 +1623,13 @@ def arch_of(cfg) -> Arch:
     return ARCHS[cfg.family]
 
 
+def block_features(cfg) -> Features:
+    """The features of the config's blocks: the family's, without its q/k norm where the config switches
+    it off (``qk_norm_key``, GLM-4-MoE's use_qk_norm false or absent)."""
+    f = arch_of(cfg).features
+    return dataclasses.replace(f, qk_norm="") if f.qk_norm_key and not cfg.extra.get(f.qk_norm_key) else f
+
+
 def has_head_bias(cfg) -> bool:
     """The output head has a bias: always (Phi, GPT-J), or where the config's key says so (PhiMoE)."""
     f = arch_of(cfg).features
@@ -1375,7 +1650,7 @@ class TensorSpec:
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
     expert_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
-    where: str = ""  # the blocks that have it: "" every block, "moe" / "dense" (Llama 4's interleave: cfg.is_moe)
+    layers: str = ""  # the blocks that hold it: "" every block, "moe" MoE blocks, "dense" dense blocks (moe_layers)
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1384,7 +1659,7 @@ def _qkv_units(f: Features) -> tuple[str, ...]:
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     """The tensor table of an architecture under a config's flags, derived from slots + features."""
-    f, B = a.features, a.block
+    f, B = block_features(cfg), a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
     ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
@@ -1424,7 +1699,9 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     if f.pre_norms:
         s += norm("ln1")
     qk = f.qk_norm if f.qk_norm in ("head", "full") else ""  # norms with a learned gain (l2 has none)
-    if f.qkv == "separate":
+    if f.mla:  # readers of the residual into the latents (or q_proj), their norms kept, their heads grown
+        s += _mla_specs(w, reader, ln1, r_in, cfg)
+    elif f.qkv == "separate":
         s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, qk)
         s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, qk)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
@@ -1441,25 +1718,24 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
     if f.sinks:  # one logit per query head: grown with the heads ("qgate": one element per query head)
         s.append(TensorSpec(B + a.modules["sinks"], "unit_bias", unit_axis=0, units=("qgate",), group="attn"))
-    s += writer("o", ("q",), "attn", cfg.o_bias)
+    s += writer("o", ("mv",) if f.mla else ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
     if f.pre_norms and not f.shared_norm:
         s += norm("ln2")
-    if f.moe and cfg.moe_layers is not None:  # MoE blocks and dense blocks (Llama 4: intermediate_size_mlp)
-        s += [dataclasses.replace(sp, where="moe") for sp in _moe_specs(a, cfg, ln2)]
-        dense = reader("gate", ("dffn",), "ffn", ln2, False) + reader("up", ("dffn",), "ffn", ln2, False)
-        s += [dataclasses.replace(sp, where="dense") for sp in dense + writer("down", ("dffn",), "ffn", False)]
-    elif f.moe:
-        s += _moe_specs(a, cfg, ln2)
-    elif f.mlp == "glu_fused":
-        s += reader("gate_up", ("ffn", "ffn"), "ffn", ln2, cfg.mlp_bias)
-    else:
-        if f.mlp == "glu":
-            s += reader("gate", ("ffn",), "ffn", ln2, cfg.mlp_bias)
-        s += reader("up", ("ffn",), "ffn", ln2, cfg.mlp_bias)
-    if not f.moe:
-        s += writer("down", ("ffn",), "ffn", cfg.mlp_bias)
+    if f.moe:
+        m = _moe_specs(a, cfg, ln2)
+        s += [dataclasses.replace(sp, layers="moe") for sp in m] if f.moe_layers else m
+    if not f.moe or f.moe_layers:  # a dense MLP (an MoE family's dense blocks: dense_ffn neurons, "dffn")
+        u, m = ("dffn",) if f.moe else ("ffn",), []
+        if f.mlp == "glu_fused":
+            m += reader("gate_up", u + u, "ffn", ln2, cfg.mlp_bias)
+        else:
+            if f.mlp == "glu":
+                m += reader("gate", u, "ffn", ln2, cfg.mlp_bias)
+            m += reader("up", u, "ffn", ln2, cfg.mlp_bias)
+        m += writer("down", u, "ffn", cfg.mlp_bias)
+        s += [dataclasses.replace(sp, layers="dense") for sp in m] if f.moe else m
     s += [TensorSpec(B + a.modules["act"] + "." + p, "act_param") for p, _ in f.act_params]
     if f.post_norms:
         s += norm("post_ffn")
@@ -1477,7 +1753,7 @@ def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
     """An MoE block's tensors: the router, the experts (one module each, or fused: ``expert_specs``),
     the shared expert where the config has shared_ffn (gated by s_router where ``Features.shared_gate``)
     or, Llama 4's, of ffn neurons and ungated (``Features.shared_plain``)."""
-    f, B = a.features, a.block
+    f, B = block_features(cfg), a.block
     r_in = 0 if f.linear == "in_out" else 1
 
     def w(slot):
@@ -1486,6 +1762,8 @@ def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
     s = [TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2)]
     if f.router_bias:
         s.append(TensorSpec(B + a.modules["router"] + ".bias", "router_bias"))
+    if f.expert_bias:  # a buffer, not a weight: its name is the slot's path
+        s.append(TensorSpec(B + a.modules["e_bias"], "expert_bias", units=f.expert_bias))
     for j in range(0 if f.experts else cfg.experts):
         e = f"{B}{a.modules['experts']}.{j}."
         s.append(TensorSpec(e + a.modules["e_gate"] + ".weight", "reader", r_in, 1 - r_in, ("ffn",), "ffn", ln2))
@@ -1496,11 +1774,16 @@ def _moe_specs(a: Arch, cfg, ln2: str | None) -> list[TensorSpec]:
     if shared and "s_gate_up" in a.modules:  # [gate | up] of the shared expert in one tensor
         s.append(TensorSpec(w("s_gate_up"), "reader", r_in, 1 - r_in, kind * 2, "ffn", ln2))
     elif shared:
-        s.append(TensorSpec(w("s_gate"), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
-        s.append(TensorSpec(w("s_up"), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+        for slot in ("s_gate", "s_up"):
+            s.append(TensorSpec(w(slot), "reader", r_in, 1 - r_in, kind, "ffn", ln2))
+            if cfg.mlp_bias:  # Ernie 4.5-MoE's shared experts have biases where use_bias says so
+                bias = w(slot)[: -len("weight")] + "bias"
+                s.append(TensorSpec(bias, "unit_bias", unit_axis=0, units=kind, group="ffn"))
     if shared:
         s.append(TensorSpec(w("s_down"), "writer", 1 - r_in, r_in, kind, "ffn"))
-    if shared and f.shared_gate:
+        if cfg.mlp_bias and "s_gate_up" not in a.modules:
+            s.append(TensorSpec(w("s_down")[: -len("weight")] + "bias", "writer_bias", res_axis=0))
+    if shared and f.shared_gate and "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate (DeepSeek's has none)
         s.append(TensorSpec(w("s_router"), "router", r_in, 1 - r_in, ("one",), "ffn", ln2))
     return s
 
@@ -1532,6 +1815,27 @@ def expert_specs(a: Arch, cfg, norm: str | None) -> list[TensorSpec]:
     return out
 
 
+def _mla_specs(w, reader, ln1: str, r_in: int, cfg) -> list[TensorSpec]:
+    """MLA's attention tensors but o_proj: q_a_proj and kv_a_proj_with_mqa read the normed residual into
+    latents of fixed rank (role router, with their biases), or q_proj reads it into the query heads; the
+    latents' norms never see the residual (kept by width growth), their up-projections grow with the heads."""
+
+    def latent(slot, units):
+        out = [TensorSpec(w(slot), "router", r_in, 1 - r_in, units, "attn", ln1)]
+        if cfg.qkv_bias:
+            out.append(TensorSpec(w(slot)[: -len("weight")] + "bias", "latent_bias", unit_axis=0, units=units))
+        return out
+
+    s = []
+    if cfg.q_lora_rank:
+        s += latent("q_a", ("qa",)) + [TensorSpec(w("q_a_norm"), "latent_norm", unit_axis=0, units=("qa",))]
+        s.append(TensorSpec(w("q_b"), "head_rows", unit_axis=0, units=("mq",), group="attn"))
+    else:
+        s += reader("q", ("mq",), "attn", ln1, False)
+    s += latent("kv_a", ("kva",)) + [TensorSpec(w("kv_a_norm"), "latent_norm", unit_axis=0, units=("kvl",))]
+    return s + [TensorSpec(w("kv_b"), "head_rows", unit_axis=0, units=("mkv",), group="attn")]
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
     return {
@@ -1546,7 +1850,23 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "dffn": (cfg.dense_ffn or 0, 1),  # the dense blocks' FFN neurons beside MoE blocks (Llama 4)
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
+        **_mla_units(cfg),
     }[kind]
+
+
+def _mla_units(cfg) -> dict:
+    """MLA's unit kinds (see the module docstring); none without MLA."""
+    if not arch_of(cfg).features.mla:
+        return {}
+    nope, v, kvl = cfg.qk_nope_head_dim, cfg.v_head_dim, cfg.kv_lora_rank
+    return {
+        "mq": (cfg.heads, nope + cfg.head_dim),
+        "mv": (cfg.heads, v),
+        "mkv": (cfg.heads, nope + v),
+        "qa": (cfg.q_lora_rank or 0, 1),
+        "kvl": (kvl, 1),
+        "kva": (kvl + cfg.head_dim, 1),
+    }
 
 
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
@@ -1557,10 +1877,17 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
         kind = "moe" if cfg.is_moe(i) else "dense"
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.where in ("", kind))
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.layers in ("", kind))
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
+
+
+def float32_names(cfg) -> set[str]:
+    """The tensors transformers keeps in float32 whatever the checkpoint's dtype (``Features.fp32``)."""
+    a = arch_of(cfg)
+    ends = tuple("." + a.modules[s] + ("" if s == "e_bias" else ".weight") for s in a.features.fp32)
+    return {n for n in tensor_specs(cfg) if ends and n.endswith(ends)}
 
 
 def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
@@ -1585,9 +1912,13 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.vocab_size,)
     if spec.role == "router_bias":
         return (cfg.experts,)
+    if spec.role == "expert_bias":  # (experts,) or (1, experts)
+        return tuple(unit_count(cfg, k)[0] for k in spec.units)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
-    if spec.role in ("unit_bias", "unit_norm"):
+    if spec.role in ("unit_bias", "unit_norm", "latent_norm", "latent_bias"):
         return (units,) if spec.expert_axis is None else (cfg.experts, units)
+    if spec.role == "head_rows":  # [heads' rows, the latent they read]
+        return (units, {"mq": cfg.q_lora_rank, "mkv": cfg.kv_lora_rank}[spec.units[0]])
     shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]
     if spec.expert_axis is not None:
         shape[spec.expert_axis] = cfg.experts

@@ -13,7 +13,8 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``experts.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
+This file, ``attention.py``, ``mla.py``, ``moe.py``, ``experts.py``, ``config.py``, ``families.py``, ``errors.py``
+and ``rope.py``
 import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
@@ -27,7 +28,9 @@ import torch.nn.functional as F
 from .attention import apply_rope, apply_rope_interleaved, attend, l2_norm, query_scale, rope_tables
 from .config import ModelConfig
 from .experts import Fused, expert_parameters
-from .families import arch_of, has_head_bias
+from .families import arch_of, block_features, has_head_bias
+from .mla import attention as mla_attention
+from .mla import modules as mla_modules
 from .moe import route
 from .rope import extends_context, layer_key
 
@@ -123,6 +126,14 @@ def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torc
     return m
 
 
+def _has(root: nn.Module, path: str) -> bool:
+    try:
+        root.get_submodule(path)
+        return True
+    except AttributeError:
+        return False
+
+
 def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
     """Attach ``module`` (or a bare parameter: GPT-OSS's sinks) at a dotted path, creating empty
     container modules on the way."""
@@ -139,7 +150,7 @@ def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
 
 def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     """Block ``layer``'s modules by slot, sized from the config and shaped by the features."""
-    f = arch_of(cfg).features
+    f = block_features(cfg)
     d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn if cfg.is_moe(layer) or not f.moe else cfg.dense_ffn
     qd, kvd = cfg.heads * hd, cfg.kv_heads * hd
 
@@ -151,7 +162,9 @@ def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
         del m["ln2"]  # attention and MLP read ln1
     if f.post_norms:
         m.update(post_attn=make_norm(cfg, d), post_ffn=make_norm(cfg, d))
-    if f.qkv == "separate":
+    if f.mla:  # multi-head latent attention (mla.py), its o_proj included
+        m.update(mla_modules(cfg, lin, RMSNorm))
+    elif f.qkv == "separate":
         m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
     else:
         m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
@@ -162,7 +175,8 @@ def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     if f.sinks:
         m["sinks"] = nn.Parameter(torch.zeros(cfg.heads))  # one logit per query head (attention.explicit)
-    m["o"] = lin(qd, d, cfg.o_bias)
+    if "o" not in m:  # (MLA's modules include it)
+        m["o"] = lin(qd, d, cfg.o_bias)
     if cfg.is_moe(layer):  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a shared expert
         return {**m, **_moe_modules(cfg, lin)}
     if f.mlp == "glu_fused":
@@ -193,11 +207,10 @@ def _moe_modules(cfg: ModelConfig, lin) -> dict[str, nn.Module]:
     if cfg.shared_ffn or f.shared_plain:  # Llama 4's (shared_plain): of the experts' size
         sf = f_n if f.shared_plain else cfg.shared_ffn
         fused = "s_gate_up" in a.modules  # [gate | up] in one tensor (GraniteMoeShared)
-        m.update(
-            {"s_gate_up": lin(d, 2 * sf, False)} if fused else {"s_gate": lin(d, sf, False), "s_up": lin(d, sf, False)}
-        )
-        m["s_down"] = lin(sf, d, False)
-        if f.shared_gate:
+        sb = cfg.mlp_bias  # Ernie 4.5-MoE's shared experts have biases where use_bias says so
+        m.update({"s_gate_up": lin(d, 2 * sf, sb)} if fused else {"s_gate": lin(d, sf, sb), "s_up": lin(d, sf, sb)})
+        m["s_down"] = lin(sf, d, sb)
+        if f.shared_gate and "s_router" in a.modules:  # Qwen2-MoE's sigmoid gate on the shared expert
             m["s_router"] = lin(d, 1, False)
     return m
 
@@ -207,11 +220,17 @@ class Block(nn.Module):
 
     def __init__(self, cfg: ModelConfig, layer: int = 0):
         super().__init__()
-        self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
+        self.cfg, self.layer, self.features = cfg, layer, block_features(cfg)
         a = arch_of(cfg)
         self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
+        if self.features.expert_bias and cfg.is_moe(layer):  # a buffer at its path (under the router, maybe)
+            parent, last = a.modules["e_bias"].rsplit(".", 1)
+            if not _has(self, parent):
+                _put(self, parent, nn.Module())
+            shape = [cfg.experts if u == "experts" else 1 for u in self.features.expert_bias]
+            self.get_submodule(parent).register_buffer(last, torch.zeros(shape))
         if cfg.gated:
             self.growth_gate = nn.Parameter(torch.zeros(1))
 
@@ -222,6 +241,8 @@ class Block(nn.Module):
 
     def _attention(self, x, rope, g):
         cfg, s, f = self.cfg, self.slot, self.features
+        if f.mla:
+            return mla_attention(cfg, s, x, rope, self.layer, g)
         B, T, _ = x.shape
         H, K, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
         if f.qkv == "separate":
@@ -262,15 +283,15 @@ class Block(nn.Module):
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def _moe(self, x, g):
-        """Mixture of experts: the router picks top_k experts per token (``moe.route``: from
-        softmax(router(x)) in float32, or the family's rule); each picked expert's GLU output times
-        its weight (Llama 4: the token times its weight goes into the expert), summed; plus
-        sigmoid(s_router(x)) x the shared expert (Llama 4's without a gate). Grown neurons of every
+        """Mixture of experts: the router picks top_k experts per token (``moe.route``: softmax top-k,
+        or the family's rule); each picked expert's GLU output times its weight, summed; plus the
+        shared expert, times sigmoid(s_router(x)) where the family gates it. Grown neurons of every
         expert (and of the shared one) sit behind the gate."""
         cfg, s, a = self.cfg, self.slot, arch_of(self.cfg)
         act, shape, pre = ACT[cfg.activation], x.shape, a.features.routing == "sigmoid_in"
         x = x.reshape(-1, shape[-1])
-        top, pick = route(cfg, s["router"](x))
+        bias = self.get_buffer(a.modules["e_bias"]) if self.features.expert_bias else None
+        top, pick = route(cfg, s["router"], x, bias)
         top = top.to(x.dtype)
         mask = unit_mask(cfg.ffn, cfg.base_ffn, g, x) if cfg.base_ffn < cfg.ffn else None
         out, fused = torch.zeros_like(x), Fused(cfg, self) if a.features.experts else None
@@ -287,7 +308,7 @@ class Block(nn.Module):
             h = act(gate) * up
             h = h * unit_mask(n, base, g, h) if base < n else h
             y = s["s_down"](h)
-            out = out + (torch.sigmoid(s["s_router"](x)) * y if a.features.shared_gate else y)
+            out = out + (torch.sigmoid(s["s_router"](x)) * y if "s_router" in s else y)
         return out.view(shape)
 
     def _expert(self, e, h, act, mask):

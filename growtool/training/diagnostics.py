@@ -262,7 +262,7 @@ def writer_modules(model, cfg) -> list[dict]:
         for name, spec in _block_tensors(cfg, i):
             if spec.role != "writer" or len(spec.units) != 1:
                 continue
-            group = "ffn" if spec.units[0] == "ffn" else "head" if spec.units[0] in ("q", "qkv") else None
+            group = "ffn" if spec.units[0] == "ffn" else "head" if spec.units[0] in ("q", "qkv", "mv") else None
             mod = model.get_submodule(name.rsplit(".", 1)[0]) if group else None
             if isinstance(mod, (torch.nn.Linear, Linear)) and mod.weight.dim() == 2:
                 found[group] = (mod, name, spec.units[0])
