@@ -63,8 +63,7 @@ def test_grown_width_trains_as_new_units_with_the_defaults(tmp_path, family):
     for g in ("ffn", "head"):
         ratio = last[f"{g}_update_ratio"]
         assert ratio is not None and 0.5 <= ratio <= 2.0, (g, last)
-        assert ratio > 1.1, (g, last)  # the default treatment: the new parameters take larger steps
-        assert last[f"{g}_new_share"] >= 0.1, (g, last)  # the new units write a real share of the output
+        assert last[f"{g}_new_share"] >= 0.03, (g, last)  # the new units write a share of the output
 
 
 def test_the_defaults_that_make_it_so():
@@ -72,7 +71,8 @@ def test_the_defaults_that_make_it_so():
     from growtool.training.settings import Settings
 
     s = Settings()
-    assert (s.new_lr_mult, s.new_rewarm_steps, s.grow_recipe) == (2.0, None, "srio")  # re-warm: the gate ramp
-    assert Settings(steps=240).resolve(10_000, 64, True, "byte", {})["new_rewarm_steps"] == 24  # 10% of the run
+    # one LR for all (the papers'): 3 of 3 seeds below x 2 at 10 tokens / parameter (bench/results/budget_d64)
+    assert (s.new_lr_mult, s.new_rewarm_steps, s.grow_recipe) == (1.0, 0, "srio")
+    assert Settings(steps=240, new_rewarm_steps=None).resolve(10_000, 64, True, "byte", {})["new_rewarm_steps"] == 24
     r = recipes.load("srio")
     assert (r["noise"], r["pair_noise"], r["split_alpha"]) == (0.0, 0.0, 0.5)  # growth writes what it did

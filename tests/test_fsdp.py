@@ -123,16 +123,18 @@ def test_grad_accum_must_divide_each_share(grown_run, tmp_path):
 
 
 def test_fsdp_gives_the_new_parameters_their_own_step(grown_run, tmp_path):
-    """The plain path's grown checkpoint (``expand``: its new parameters' step doubled and re-warmed by
-    default, issue 40) trains under --fsdp as in one process: each rank treats its shard's entries."""
+    """The plain path's grown checkpoint with its new parameters' step doubled and re-warmed (issue 40's
+    ``--new-lr-mult 2 --new-rewarm-steps 4``) trains under --fsdp as in one process: each rank treats its
+    shard's entries."""
     from growtool import surgery
 
     source = grown_run["dir"] / "a.safetensors"
     grown = str(surgery.expand(str(source), width=48, out=str(tmp_path / "expanded.safetensors")))
-    ref = metrics(one_process(grown, grown_run["text"], tmp_path / "one")["metrics"])
+    treat = dict(new_lr_mult=2.0, new_rewarm_steps=4)
+    ref = metrics(one_process(grown, grown_run["text"], tmp_path / "one", **treat)["metrics"])
     plain = metrics(
         one_process(grown, grown_run["text"], tmp_path / "off", new_lr_mult=1.0, new_rewarm_steps=0)["metrics"]
     )
     assert max(abs(a["loss"] - b["loss"]) for a, b in zip(ref, plain) if "loss" in a) > 1e-3  # the treatment bites
-    torchrun(grown, grown_run["text"], tmp_path / "fsdp", "--fsdp")
+    torchrun(grown, grown_run["text"], tmp_path / "fsdp", "--fsdp", "--new-lr-mult", 2, "--new-rewarm-steps", 4)
     same_losses(metrics(tmp_path / "fsdp" / "metrics.jsonl"), ref, range(21))

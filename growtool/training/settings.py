@@ -184,19 +184,19 @@ class Settings:
         choices=("continue", "rewarm"),
     )
     new_lr_mult: float = setting(
-        2.0,
+        1.0,
         "step multiplier for the latest width growth's new parameters (new units' slices and new residual "
         "dims: growtool/training/newparams.py), with --grow-at or on a grown checkpoint not trained since; "
-        "measured better than 1 (bench/README.md, issue 40); 1 = the papers' one LR for all",
+        "1 (the papers' one LR for all) measured better at 10 tokens/parameter, 2 at 0.5 (bench/README.md, issue 40)",
         low=0.0,
         low_open=True,
         high=100.0,
     )
     new_rewarm_steps: int | None = setting(
-        None,
+        0,
         "re-warm the new parameters only: their step ramps 0 -> --new-lr-mult over this many updates after "
-        "the growth, and a --grow-at growth gives them fresh AdamW moments (0: off; default: the gate "
-        "ramp's updates, 10% of the run)",
+        "the growth, and a --grow-at growth gives them fresh AdamW moments (0: off; the library's None: the "
+        "gate ramp's updates, 10% of the run)",
         low=0,
     )
     stop_at: int | None = setting(
