@@ -378,6 +378,25 @@ FAMILY_CASES = {
         {"tie": True},
     ),
     "stablelm-qkv-bias": (_family_like("StableLm", num_key_value_heads=2, use_qkv_bias=True, **IDS), {}),
+    # hybrids of issue 44: LFM2's short-convolution layers beside attention layers (MLP 2/3 x 160 rounded up to 16)
+    "lfm2-conv-attn": (
+        _family_like(
+            "Lfm2", num_key_value_heads=2, layer_types=["conv", "full_attention"], block_multiple_of=16, **IDS
+        ),
+        {},
+    ),
+    "lfm2-tied-bias-kernel4": (
+        _family_like(
+            "Lfm2",
+            num_key_value_heads=4,
+            layer_types=["full_attention", "conv"],
+            conv_bias=True,
+            conv_L_cache=4,
+            block_auto_adjust_ff_dim=False,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
 }
 
 

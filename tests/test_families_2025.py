@@ -57,6 +57,10 @@ def spelled_4x(hf: dict) -> dict:
     if out["model_type"] in ("cohere2", "exaone4") and pattern:
         del out["layer_types"]
         out["sliding_window_pattern"] = 2  # every 2nd layer full
+    if out["model_type"] == "lfm2":  # LFM2's Hub spelling: attention layers by index, its own key names
+        types = out.pop("layer_types")
+        out["full_attn_idxs"] = [i for i, t in enumerate(types) if t == "full_attention"]
+        out["block_ff_dim"], out["tie_embedding"] = out.pop("intermediate_size"), out.pop("tie_word_embeddings")
     return out
 
 
@@ -80,6 +84,7 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "lfm2-conv-attn",
 ]
 
 
@@ -138,13 +143,13 @@ def test_known_but_unsupported_families_name_what_is_missing(mt):
 
 def test_an_unsupported_family_is_one_line_exit_2_nothing_written(tmp_path):
     cfg = transformers.AutoConfig.for_model(
-        "lfm2", vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
+        "minimax", vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
     )
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "src")
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "lfm2 is not supported yet: growtool does not implement LFM2's short-convolution mixer layers" in r.stderr
+    assert "minimax is not supported yet: growtool does not implement MiniMax's lightning-attention layers" in r.stderr
     assert not (tmp_path / "g").exists()
 
 

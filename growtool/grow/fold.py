@@ -20,7 +20,9 @@ if TYPE_CHECKING:
 
 
 def fold_config(cfg: ModelConfig) -> ModelConfig:
-    return cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, new_layers=None)
+    return cfg.replace(
+        base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, base_conv=None, new_layers=None
+    )
 
 
 def _head_order(cfg: ModelConfig, spec) -> tuple | None:

@@ -466,8 +466,11 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
     """``cfg`` with its growth-gate state (the unit counts before any gate: the source's under a
     gated recipe, the new counts else); appends to ``lossy`` why ungated new units lose the function."""
     if recipe["gate"]:
-        return cfg.replace(base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn)
-    cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn)
+        conv = src.base_units("conv") if arch_of(src).features.mixer == "shortconv" else None  # LFM2's channels
+        return cfg.replace(
+            base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn, base_conv=conv
+        )
+    cfg = cfg.replace(base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, base_conv=None)
     if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
         lossy.append(
             "new heads written without a warm-up gate must start with zero q/k rows (the q/k norm is "
@@ -502,10 +505,12 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
+        if arch_of(src).features.mixer == "shortconv":  # LFM2's conv channels, one per residual dim: as neurons
+            units[-1]["conv"] = ops.make_expansion(recipe["ffn"]["new_units"], src.width, cfg.width, gen, k)
         split.append(
             {
                 kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")))
+                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")), ("conv", units[-1].get("conv")))
                 if e is not None
             }
         )

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes
+from .families import ARCHS, BY_MODEL_TYPE, MIXER_LAYER_TYPE, UNSUPPORTED, arch_of, expected_shapes
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -98,6 +98,7 @@ class ModelConfig:
     base_shared_ffn: int | None = None  # shared-expert neurons below this count are ungated
     router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
+    base_conv: int | None = None  # LFM2: short-convolution channels (one per residual dim) below this are ungated
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -126,11 +127,19 @@ class ModelConfig:
     def gated(self) -> bool:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
         shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
-        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or bool(self.new_layers)
+        conv = self.base_conv is not None and self.base_conv < self.width
+        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or conv or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
-        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons)."""
-        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}[kind]
+        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons, "conv"
+        channels)."""
+        conv = self.width if self.base_conv is None else self.base_conv
+        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn, "conv": conv}[kind]
+
+    def mixer_layer(self, layer: int) -> bool:
+        """True for a layer whose token mixer is the family's mixer (``Features.mixer``), not attention."""
+        mixer = self.arch.features.mixer
+        return bool(mixer) and self.layer_types[layer] == MIXER_LAYER_TYPE[mixer]
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -201,6 +210,9 @@ class ModelConfig:
             raise GrowError(f"sliding_window must be a positive integer, got {self.sliding_window!r}")
         if self.layer_types is not None and len(self.layer_types) != self.layers:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
+        if f.mixer and not set(self.layer_types or [None]) <= {MIXER_LAYER_TYPE[f.mixer], "full_attention"}:
+            want = f"{MIXER_LAYER_TYPE[f.mixer]!r} or 'full_attention'"
+            raise GrowError(f"{self.family} layer_types must each be {want}, got {self.layer_types!r}")
         if self.rope_layers is not None and len(self.rope_layers) != self.layers:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
@@ -278,6 +290,10 @@ class ModelConfig:
             hf["growtool"]["base_shared_ffn"] = self.base_shared_ffn
         if self.new_layers:
             hf["growtool"]["new_layers"] = list(self.new_layers)
+        if self.base_conv is not None:
+            hf["growtool"]["base_conv"] = self.base_conv
+        if a.features.mixer:
+            _mixer_to_hf(self, hf)
         return hf
 
     @classmethod
@@ -292,6 +308,8 @@ class ModelConfig:
         if mt not in BY_MODEL_TYPE:
             raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
         a = BY_MODEL_TYPE[mt]
+        if a.features.ffn_auto_adjust:  # LFM2: transformers reads block_ff_dim / tie_embedding over the new keys
+            hf = {**hf, **{k: hf[alt] for k, alt in a.alt_keys.items() if alt in hf}}
         for key, reason in a.refuse.items():
             if hf.get(key):
                 raise GrowError(reason)
@@ -344,6 +362,10 @@ class ModelConfig:
                 types = [
                     "sliding_attention" if (i + 1) % every else "full_attention" for i in range(int(get("layers")))
                 ]
+            if a.features.mixer and types is None:  # LFM2: attention where full_attn_idxs says (default: all)
+                full = hf.get("full_attn_idxs") or range(int(get("layers")))
+                mixer = MIXER_LAYER_TYPE[a.features.mixer]
+                types = ["full_attention" if i in full else mixer for i in range(int(get("layers")))]
             rope_layers = get("rope_layers")
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
                 every = int(hf.get("no_rope_layer_interval") or 4)
@@ -356,7 +378,7 @@ class ModelConfig:
                 heads=h,
                 kv_heads=int(get("kv_heads") or h),
                 head_dim=int(hd),
-                ffn=int(get("ffn") or 4 * d),
+                ffn=_auto_ffn(hf, int(get("ffn"))) if a.features.ffn_auto_adjust else int(get("ffn") or 4 * d),
                 context=int(get("context")),
                 norm_eps=float(get("norm_eps")),
                 tie=bool(get("tie")),
@@ -391,6 +413,7 @@ class ModelConfig:
                 base_heads=own.get("base_heads"),
                 base_ffn=own.get("base_ffn"),
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
+                base_conv=own.get("base_conv"),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:
@@ -403,3 +426,22 @@ class ModelConfig:
         except ValueError as e:
             raise GrowError(f"config has a bad value: {e}") from None
         return cfg
+
+
+def _auto_ffn(hf: dict, size: int) -> int:
+    """LFM2's MLP neurons: with ``block_auto_adjust_ff_dim`` (the default) 2/3 of intermediate_size, times
+    ``block_ffn_dim_multiplier``, rounded up to a multiple of ``block_multiple_of``; else intermediate_size."""
+    if not hf.get("block_auto_adjust_ff_dim", True):
+        return size
+    size = int(hf.get("block_ffn_dim_multiplier", 1.0) * int(2 * size / 3))
+    of = int(hf.get("block_multiple_of", 256))
+    return of * ((size + of - 1) // of)
+
+
+def _mixer_to_hf(cfg: ModelConfig, hf: dict) -> None:
+    """A hybrid family's config keys besides ``layer_types``: the MLP size written as it is (LFM2's auto
+    adjustment off) and ``full_attn_idxs`` following the layer types."""
+    if cfg.arch.features.ffn_auto_adjust:
+        hf["block_auto_adjust_ff_dim"] = False
+    if "full_attn_idxs" in hf:
+        hf["full_attn_idxs"] = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]

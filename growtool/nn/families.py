@@ -81,6 +81,10 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    mixer: str = ""  # the token mixer of the layers whose layer type is MIXER_LAYER_TYPE[mixer], instead of attention:
+    #                  "shortconv" (LFM2's gated short convolution, nn/shortconv.py: slots m_in, m_conv, m_out)
+    ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
+    #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
 
 
 @dataclass(frozen=True)
@@ -1081,6 +1085,41 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
+# Hybrid mixers: some layers mix tokens with a mixer instead of attention (which layers: ``layer_types``).
+
+MIXER_LAYER_TYPE = {"shortconv": "conv"}  # the mixer -> the layer type of its layers in the config's layer_types
+
+LFM2 = Arch(
+    name="lfm2",
+    model_type="lfm2",
+    hf_class="Lfm2ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "final_norm": "model.embedding_norm",  # after the blocks, despite its name
+        "ln1": "operator_norm",
+        "ln2": "ffn_norm",
+        "o": "self_attn.out_proj",
+        "q_norm": "self_attn.q_layernorm",
+        "k_norm": "self_attn.k_layernorm",
+        "gate": "feed_forward.w1",
+        "up": "feed_forward.w3",
+        "down": "feed_forward.w2",
+        "m_in": "conv.in_proj",
+        "m_conv": "conv.conv",
+        "m_out": "conv.out_proj",
+    },
+    features=Features(qk_norm="head", free_head_dim=False, mixer="shortconv", ffn_auto_adjust=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("head_dim", "activation")},
+        "norm_eps": "norm_eps",
+        "layer_types": "layer_types",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "activation": "silu"},
+    defaults={"tie": True, "context": 128000, "norm_eps": 1e-5},
+    alt_keys={"intermediate_size": "block_ff_dim", "tie_word_embeddings": "tie_embedding"},  # LFM2's Hub spelling
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1089,6 +1128,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        *(LFM2,),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1129,7 +1169,6 @@ UNSUPPORTED = {
     "qwen3_5_text": _GDN,
     "qwen3_5_moe": _GDN,
     "kimi_linear": "Kimi delta attention (KDA) mixer layers and MLA",
-    "lfm2": "LFM2's short-convolution mixer layers",
     "minimax": "MiniMax's lightning-attention layers",
     "gemma3n": _PLE,
     "gemma3n_text": _PLE,
@@ -1164,6 +1203,8 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
+    layers: str = ""  # the blocks holding it in a hybrid family: "" all, "attn" attention layers, "mixer" mixer layers
+    tail: tuple = ()  # a per-unit tensor's shape after its unit axis (LFM2's depthwise conv weight: (1, kernel))
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1211,6 +1252,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("embed_norm")
     if f.pre_norms:
         s += norm("ln1")
+    n_before = len(s)
     if f.qkv == "separate":
         s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
@@ -1227,6 +1269,9 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
     s += writer("o", ("q",), "attn", cfg.o_bias)
+    if f.mixer:  # a hybrid: attention tensors in attention layers only, the mixer's in the others
+        s[n_before:] = [dataclasses.replace(sp, layers="attn") for sp in s[n_before:]]
+        s += [dataclasses.replace(sp, layers="mixer") for sp in mixer_specs(a, cfg, reader, writer, w)]
     if f.post_norms:
         s += norm("post_attn")
     if f.pre_norms and not f.shared_norm:
@@ -1263,6 +1308,19 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     return s
 
 
+def mixer_specs(a: Arch, cfg, reader, writer, w) -> list[TensorSpec]:
+    """The tensors of a mixer layer (``Features.mixer``). LFM2's short convolution: one channel per
+    residual dim (unit kind "conv", grown with the width like FFN neurons): in_proj reads the normed
+    residual into [B | C | x] per channel, the depthwise conv holds a kernel per channel, out_proj writes."""
+    ln1, bias = a.block + a.modules["ln1"], bool(cfg.extra.get("conv_bias"))
+    s = reader("m_in", ("conv", "conv", "conv"), "attn", ln1, bias)
+    kernel = (1, int(cfg.extra.get("conv_L_cache", 3)))
+    s.append(TensorSpec(w("m_conv"), "unit_bias", unit_axis=0, units=("conv",), group="attn", tail=kernel))
+    if bias:
+        s.append(TensorSpec(w("m_conv")[: -len("weight")] + "bias", "unit_bias", unit_axis=0, units=("conv",)))
+    return s + writer("m_out", ("conv",), "attn", bias)
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
     return {
@@ -1275,6 +1333,7 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "sffn": (cfg.shared_ffn or 0, 1),
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
+        "conv": (cfg.width, 1),  # LFM2's short-convolution channels, one per residual dim
     }[kind]
 
 
@@ -1285,7 +1344,8 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     flat = [sp for sp in specs if "{i}" not in sp.pattern]
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern)
+        kind = ("mixer" if cfg.mixer_layer(i) else "attn") if arch_of(cfg).features.mixer else ""
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.layers in ("", kind))
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
@@ -1311,7 +1371,7 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.vocab_size,)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm"):
-        return (units,)
+        return (units, *spec.tail)
     shape = [0, 0]
     shape[spec.res_axis] = cfg.width
     shape[spec.unit_axis] = units

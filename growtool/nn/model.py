@@ -29,6 +29,10 @@ from .config import ModelConfig
 from .families import arch_of, has_head_bias
 from .moe import route
 from .rope import extends_context, layer_key
+from .shortconv import shortconv_forward, shortconv_modules
+
+# Features.mixer -> (its modules by slot (cfg, lin), its forward (slots, normed x, channel mask or None))
+MIXERS = {"shortconv": (shortconv_modules, shortconv_forward)}
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
@@ -132,7 +136,7 @@ def _put(root: nn.Module, path: str, module: nn.Module) -> None:
     root.add_module(last, module)
 
 
-def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
+def _slot_modules(cfg: ModelConfig, layer: int = 0) -> dict[str, nn.Module]:
     """The block's modules by slot, sized from the config and shaped by the features."""
     f = arch_of(cfg).features
     d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn
@@ -156,6 +160,9 @@ def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     m["o"] = lin(qd, d, cfg.o_bias)
+    if f.mixer and cfg.mixer_layer(layer):  # a hybrid's mixer layer: the mixer's modules instead of attention
+        m = {k: v for k, v in m.items() if k in ("ln1", "ln2", "post_attn", "post_ffn")}
+        m.update(MIXERS[f.mixer][0](cfg, lin))
     if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
         a = arch_of(cfg)
         m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
@@ -187,7 +194,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
         a = arch_of(cfg)
-        self.slot = _slot_modules(cfg)  # a plain dict: the same module objects, found by slot
+        self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
         if cfg.gated:
@@ -235,6 +242,14 @@ class Block(nn.Module):
         if mult is not None:
             y = y * mult
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
+
+    def _mix(self, x, rope, g):
+        """The token mixer: attention, or in a hybrid's mixer layer the family's mixer (grown channels gated)."""
+        cfg, mixer = self.cfg, self.features.mixer
+        if not (mixer and cfg.mixer_layer(self.layer)):
+            return self._attention(x, rope, g)
+        base = cfg.base_units("conv")
+        return MIXERS[mixer][1](self.slot, x, unit_mask(cfg.width, base, g, x) if base < cfg.width else None)
 
     def _moe(self, x, g):
         """Mixture of experts: the router picks top_k experts per token from softmax(router(x))
@@ -290,8 +305,8 @@ class Block(nn.Module):
         r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
         if self.cfg.parallel:
             h = s["ln1"](x)
-            return x + w(self._attention(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
-        a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
+            return x + w(self._mix(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
+        a = self._mix(s["ln1"](x) if f.pre_norms else x, rope, g)
         a = s["post_attn"](a) if f.post_norms else a
         x = x + w(a if r is None else a * r)
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)

@@ -1,0 +1,131 @@
+"""Hybrid families of issue 44, what is particular to their mixer layers (their rows of the architecture
+table go through test_architectures' forward, round trip and test_depth's cases like every row):
+
+* LFM2: gated short-convolution layers beside attention layers (``layer_types``); the conv channels are
+  one per residual dim, so width growth adds channels behind the growth gate; depth growth keeps each
+  copied block's kind; its MLP size rule and its Hub spelling.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.config import ModelConfig  # noqa: E402
+from growtool.nn.errors import GrowError  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
+
+from arch_cases import FAMILY_X as X  # noqa: E402
+from arch_cases import hf_logits, make_source, rel  # noqa: E402
+from helpers import cli, verify_json  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+CONV = "model.layers.0.conv."  # lfm2-conv-attn: block 0 is a conv layer, block 1 attention
+
+
+def test_lfm2_causal_short_convolution_bites(tmp_path):
+    """The conv layer is read as transformers runs it: with its kernel reversed in time (another
+    causal filter) or its gating projection C cleared, the logits differ."""
+    model = make_source("lfm2-conv-attn", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    t = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) <= 1e-5
+        flipped = {**t, CONV + "conv.weight": t[CONV + "conv.weight"].flip(-1)}
+        assert rel(LM.from_tensors(ck.config, flipped)(X), hf_logits(model)) > 1e-3
+        w = t[CONV + "in_proj.weight"].clone()
+        w[64:128] = 0  # C: the output gate of every channel
+        assert rel(LM.from_tensors(ck.config, {**t, CONV + "in_proj.weight": w})(X), hf_logits(model)) > 1e-3
+
+
+def test_lfm2_width_adds_conv_channels_behind_the_gate(tmp_path):
+    """64 -> 96: in_proj [B|C|x] 192x64 -> 288x96, the depthwise kernel 64 -> 96 channels, out_proj 96x96;
+    the 32 new channels write through the growth gate (base_conv 64): grown as mixtures of old channels,
+    without the gate the logits differ."""
+    model = make_source("lfm2-conv-attn", tmp_path / "src")
+    g = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", g).exit_code == 0
+    ck = checkpoint.load(g)
+    assert ck.get(CONV + "in_proj.weight").shape == (288, 96) and ck.get(CONV + "conv.weight").shape == (96, 1, 3)
+    assert ck.get(CONV + "out_proj.weight").shape == (96, 96) and ck.config.base_conv == 64
+    assert "model.layers.0.self_attn.q_proj.weight" not in ck.names()  # a conv layer has no attention
+    code, rep = verify_json(tmp_path / "src", g)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    g = tmp_path / "convex.safetensors"  # new channels mixing old ones (srio tiles them into the new dims)
+    assert cli("expand", tmp_path / "src", "--width", 96, "--set", "ffn.new_units=convex", "-q", "-o", g).exit_code == 0
+    ck = checkpoint.load(g)
+    t = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X, alpha=0.0), hf_logits(model)) <= 1e-4
+        ungated = ck.config.replace(base_conv=None)  # the conv channels open, everything else gated
+        assert rel(LM.from_tensors(ungated, t)(X, alpha=0.0), hf_logits(model)) > 1e-3
+
+
+def test_lfm2_depth_keeps_each_blocks_kind_in_the_hub_spelling(tmp_path):
+    """A config as the Hub spells it (``full_attn_idxs``, ``block_ff_dim``, ``tie_embedding``) grows to 4
+    blocks: layer_types and full_attn_idxs follow the copied blocks, each copy holds its source's tensors
+    (conv or attention), and the folded folder loads in transformers with the source's logits."""
+    model = make_source("lfm2-conv-attn", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    del hf["layer_types"]
+    hf.update(full_attn_idxs=[1], block_ff_dim=hf.pop("intermediate_size"), tie_embedding=False)
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
+    g = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "interleave", "-q", "-o", g)
+    assert r.exit_code == 0, r.stderr
+    ck = checkpoint.load(g)
+    assert ck.config.layer_types == ["conv", "conv", "full_attention", "full_attention"]
+    assert ck.get("model.layers.1.conv.conv.weight").equal(ck.get("model.layers.0.conv.conv.weight"))
+    assert "model.layers.3.self_attn.q_layernorm.weight" in ck.names()
+    assert cli("fold", g, "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    out = json.loads((tmp_path / "f" / "config.json").read_text())
+    assert out["full_attn_idxs"] == [2, 3] and out["block_ff_dim"] == out["intermediate_size"] == 112
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
+    assert back.config.layer_types == ck.config.layer_types and back.model.layers[1].conv.conv.weight.shape[0] == 64
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+@pytest.mark.parametrize(
+    "over",
+    [
+        {},
+        {"block_multiple_of": 16},
+        {"block_multiple_of": 16, "block_ffn_dim_multiplier": 1.5},
+        {"block_auto_adjust_ff_dim": False},
+    ],
+)
+def test_lfm2_mlp_size_is_transformers_rule_and_written_as_is(over):
+    """LFM2's MLP has 2/3 of intermediate_size neurons, times a multiplier, rounded up to a multiple
+    (where block_auto_adjust_ff_dim): read as transformers builds it; written as the size itself."""
+    kw = dict(vocab_size=128, hidden_size=64, num_hidden_layers=1, num_attention_heads=4, num_key_value_heads=2)
+    hf = {**transformers.Lfm2Config(**kw, intermediate_size=160).to_dict(), **over}
+    cfg = ModelConfig.from_hf(hf)
+    built = transformers.Lfm2ForCausalLM(transformers.Lfm2Config(**hf))
+    assert cfg.ffn == built.model.layers[0].feed_forward.w1.out_features
+    out = cfg.to_hf()
+    assert out["intermediate_size"] == cfg.ffn and out["block_auto_adjust_ff_dim"] is False
+    assert ModelConfig.from_hf(out).ffn == cfg.ffn
+
+
+def test_lfm2_unknown_layer_type_is_refused_with_one_line():
+    hf = transformers.Lfm2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2).to_dict()
+    hf.update(num_hidden_layers=2, layer_types=["conv", "sliding_attention"])
+    with pytest.raises(GrowError, match=r"^lfm2 layer_types must each be 'conv' or 'full_attention'"):
+        ModelConfig.from_hf(hf)
+
+
+def test_lfm2_gated_folder_runs_through_the_remote_code_with_the_source_function(tmp_path):
+    """A grown, unfolded LFM2 folder (gated conv channels and a new block) loads through the modeling
+    file growtool writes beside it, the mixer's module included, with the source's logits at gate 0."""
+    model = make_source("lfm2-tied-bias-kernel4", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 3, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    assert (tmp_path / "g" / "shortconv.py").exists()
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "g", trust_remote_code=True).eval()
+    with torch.no_grad():
+        assert rel(back(X).logits, hf_logits(model)) <= 1e-4
