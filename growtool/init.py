@@ -37,7 +37,7 @@ def init_model(cfg: ModelConfig, gamma: float = 0.5, embed_gamma: float | None =
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, spec in tensor_specs(cfg).items():
-            if spec.role == "act_param":  # the activation's own scalars keep the module's values (xIELU)
+            if spec.role in ("act_param", "inner"):  # the module's own values (xIELU's scalars, a mixer's A_log, ...)
                 continue
             p = params[name]
             sigma = init_sigma(name, spec, p.shape, cfg, gamma, embed_gamma)

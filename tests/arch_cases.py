@@ -171,6 +171,8 @@ LLAMA3 = dict(  # Apertus' default RoPE, at a scale these tiny models reach
 )
 MOE = dict(num_experts=4, num_experts_per_tok=2, moe_intermediate_size=48, intermediate_size=48)
 QWEN2_MOE = dict(MOE, shared_expert_intermediate_size=80)
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8)
+GDN_ATTN = ["linear_attention", "full_attention"]
 
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
@@ -394,6 +396,23 @@ FAMILY_CASES = {
             conv_L_cache=4,
             block_auto_adjust_ff_dim=False,
             **IDS,
+        ),
+        {"tie": True},
+    ),
+    # Qwen3-Next: Gated DeltaNet layers beside gated attention (partial RoPE, 1 + w norms), MoE with a shared expert
+    "qwen3_next-gdn-moe": (
+        _family_like("Qwen3Next", num_key_value_heads=2, head_dim=16, layer_types=GDN_ATTN, **GDN, **QWEN2_MOE),
+        {},
+    ),
+    "qwen3_next-tied-bias-interval2": (
+        _family_like(
+            "Qwen3Next",
+            head_dim=24,
+            attention_bias=True,
+            norm_topk_prob=False,
+            full_attention_interval=2,
+            **{**GDN, "linear_num_value_heads": 2, "linear_conv_kernel_dim": 3},
+            **QWEN2_MOE,
         ),
         {"tie": True},
     ),

@@ -88,6 +88,7 @@ ARCH_CASES = {
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
     # hybrids: each copied block keeps its layer type (LFM2: conv or attention)
     "lfm2": "lfm2-conv-attn",
+    "qwen3_next": "qwen3_next-gdn-moe",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

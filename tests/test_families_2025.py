@@ -85,6 +85,7 @@ LEGACY = [
     "apertus-xielu",
     "phimoe-sparsemixer",
     "lfm2-conv-attn",
+    "qwen3_next-gdn-moe",
 ]
 
 

@@ -4,10 +4,15 @@ table go through test_architectures' forward, round trip and test_depth's cases 
 * LFM2: gated short-convolution layers beside attention layers (``layer_types``); the conv channels are
   one per residual dim, so width growth adds channels behind the growth gate; depth growth keeps each
   copied block's kind; its MLP size rule and its Hub spelling.
+* Qwen3-Next: Gated DeltaNet layers beside attention layers whose output passes a per-element sigmoid gate
+  (q_proj holds [q | gate] per head); the delta rule, the zero-centred norms and the output gate each bite;
+  width growth keeps the mixer's inner tensors and sizes (only the residual side of its projections grows);
+  its layer types by ``full_attention_interval``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -16,6 +21,7 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from growtool.io import checkpoint  # noqa: E402
+from growtool.nn import deltanet, families  # noqa: E402
 from growtool.nn.config import ModelConfig  # noqa: E402
 from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
@@ -119,13 +125,91 @@ def test_lfm2_unknown_layer_type_is_refused_with_one_line():
         ModelConfig.from_hf(hf)
 
 
-def test_lfm2_gated_folder_runs_through_the_remote_code_with_the_source_function(tmp_path):
-    """A grown, unfolded LFM2 folder (gated conv channels and a new block) loads through the modeling
-    file growtool writes beside it, the mixer's module included, with the source's logits at gate 0."""
-    model = make_source("lfm2-tied-bias-kernel4", tmp_path / "src")
+@pytest.mark.parametrize("name, module", [("lfm2-tied-bias-kernel4", "shortconv"), ("qwen3_next-gdn-moe", "deltanet")])
+def test_a_gated_hybrid_folder_runs_through_the_remote_code_with_the_source_function(name, module, tmp_path):
+    """A grown, unfolded hybrid folder (gated units and a new block) loads through the modeling file
+    growtool writes beside it, the mixer's module included, with the source's logits at gate 0."""
+    model = make_source(name, tmp_path / "src")
     r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 3, "-q", "-o", tmp_path / "g")
     assert r.exit_code == 0, r.stderr
-    assert (tmp_path / "g" / "shortconv.py").exists()
+    assert (tmp_path / "g" / f"{module}.py").exists()
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "g", trust_remote_code=True).eval()
     with torch.no_grad():
         assert rel(back(X).logits, hf_logits(model)) <= 1e-4
+
+
+GDN = "model.layers.0.linear_attn."  # qwen3_next-gdn-moe: block 0 is a Gated DeltaNet layer, block 1 attention
+
+
+def _plain_linear_attention(q, k, v, g, beta):
+    """The gated delta rule without its delta correction: S <- exp(g) S + beta k v^T."""
+    S = torch.zeros(*k.shape[:1], k.shape[2], k.shape[3], v.shape[-1], dtype=v.dtype)
+    out = []
+    for t in range(k.shape[1]):
+        S = S * g[:, t].exp()[..., None, None] + beta[:, t, :, None, None] * k[:, t, ..., None] * v[:, t, :, None]
+        out.append(torch.einsum("bhkv,bhk->bhv", S, q[:, t]))
+    return torch.stack(out, 1)
+
+
+def test_qwen3_next_mechanisms_bite(tmp_path, monkeypatch):
+    """Our forward equals transformers' (its chunked delta rule, ours token by token); read without the
+    delta correction, with the norms' gains as w instead of 1 + w, or with the attention's output gate
+    open (its bias at +1e4: sigmoid 1), the logits differ."""
+    model = make_source("qwen3_next-tied-bias-interval2", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    t = {n: ck.get(n) for n in ck.names()}
+    want = hf_logits(model)
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X), want) <= 1e-5
+        b = t["model.layers.1.self_attn.q_proj.bias"].clone().view(ck.config.heads, 2, -1)
+        b[:, 1] = 1e4
+        opened = {**t, "model.layers.1.self_attn.q_proj.bias": b.reshape(-1)}
+        assert rel(LM.from_tensors(ck.config, opened)(X), want) > 1e-3
+        a = families.ARCHS["qwen3_next"]
+        plain = dataclasses.replace(a, features=dataclasses.replace(a.features, norm_offset=0.0))
+        monkeypatch.setitem(families.ARCHS, "qwen3_next", plain)
+        assert rel(LM.from_tensors(ck.config, t)(X), want) > 1e-3
+        monkeypatch.setitem(families.ARCHS, "qwen3_next", a)
+        monkeypatch.setattr(deltanet, "delta_rule", _plain_linear_attention)
+        assert rel(LM.from_tensors(ck.config, t)(X), want) > 1e-3
+
+
+def test_qwen3_next_width_keeps_the_mixers_inner_tensors(tmp_path):
+    """64 -> 96: the Gated DeltaNet's conv kernel, A_log, dt_bias and inner norm are kept bit for bit, its
+    projections keep their inner sizes (in_proj_qkvz 128 x 64 -> 128 x 96, out_proj 64 x 32 -> 96 x 32);
+    rms_norm_eps is kept (the residual is scaled by sqrt(D/d) instead) and verify passes."""
+    make_source("qwen3_next-gdn-moe", tmp_path / "src")
+    src = checkpoint.load(tmp_path / "src")
+    g = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", g).exit_code == 0
+    ck = checkpoint.load(g)
+    for n in ("conv1d.weight", "A_log", "dt_bias", "norm.weight"):
+        assert torch.equal(ck.get(GDN + n), src.get(GDN + n)), n
+    assert src.get(GDN + "in_proj_qkvz.weight").shape == (128, 64)
+    assert ck.get(GDN + "in_proj_qkvz.weight").shape == (128, 96)
+    assert ck.get(GDN + "in_proj_ba.weight").shape == (8, 96) and ck.get(GDN + "out_proj.weight").shape == (96, 32)
+    assert ck.config.norm_eps == src.config.norm_eps == 1e-6
+    assert ck.get("model.layers.1.self_attn.q_proj.weight").shape == (192, 96)  # 6 heads x [q | gate] x 16
+    code, rep = verify_json(tmp_path / "src", g)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+
+
+def test_qwen3_next_layer_types_by_interval_and_depth_keeps_each_kind(tmp_path):
+    """Without layer_types, every full_attention_interval-th layer is attention (as transformers reads it);
+    depth growth writes the list out with each copied block's kind, and the folded folder loads."""
+    model = make_source("qwen3_next-gdn-moe", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    del hf["layer_types"]
+    hf["full_attention_interval"] = 2
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
+    assert checkpoint.load(tmp_path / "src").config.layer_types == ["linear_attention", "full_attention"]
+    g = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "stack", "-q", "-o", g)
+    assert r.exit_code == 0, r.stderr
+    ck = checkpoint.load(g)
+    assert ck.config.layer_types == ["linear_attention", "full_attention"] * 2
+    assert torch.equal(ck.get("model.layers.2.linear_attn.A_log"), ck.get(GDN + "A_log"))
+    assert cli("fold", g, "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
+    assert back.config.layer_types == ck.config.layer_types
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4

@@ -118,7 +118,7 @@ def qk_scale(plan: Plan, spec: TensorSpec) -> float:
     its input by s turns eps' = eps d/D into eps d/D / s^2. A norm over n -> n' elements whose new
     ones are zero (OLMo-2's q/k norms over all heads) sees a mean square n/n' times the old one,
     so it needs eps n/n' there: s^2 = (d/D) (n'/n). Per head (Qwen3, Gemma 3) n' = n: s^2 = d/D."""
-    s2 = plan.src.width / plan.cfg.width
+    s2 = 1.0 if arch_of(plan.src).features.fixed_eps else plan.src.width / plan.cfg.width  # fixed: the eps is kept
     if spec.qk_norm == "full":
         n_old, n_new = (unit_count(plan.src, spec.units[0])[0], unit_count(plan.cfg, spec.units[0])[0])
         s2 *= n_new / n_old
@@ -208,6 +208,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("vocabulary-sized")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "inner":
+        return [Keep("over the mixer's inner dims, which are kept")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -216,8 +218,9 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         scale = [Scale(f, "embedding scale sqrt(d)/sqrt(D)")] if (name == a.embed and f != 1.0) else []
         return up + [ExpandResidual("zero")] + scale + rot
     qk = []  # q/k feeding a q/k norm: see qk_scale; new units must not move a norm shared by all units
-    if spec.qk_norm:
-        qk = [Scale(qk_scale(plan, spec), "q/k norm eps")] + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
+    if spec.qk_norm:  # (no scale under a fixed eps: Qwen3-Next's q_proj also holds its output gate, never scaled)
+        s = qk_scale(plan, spec)
+        qk = ([Scale(s, "q/k norm eps")] if s != 1.0 else []) + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
     if role == "unit_bias":
         return [ExpandUnits(writer=False)] + qk
     fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
@@ -507,6 +510,10 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         if arch_of(src).features.mixer == "shortconv":  # LFM2's conv channels, one per residual dim: as neurons
             units[-1]["conv"] = ops.make_expansion(recipe["ffn"]["new_units"], src.width, cfg.width, gen, k)
+        if arch_of(src).features.mixer == "gdn":  # Gated DeltaNet's inner outputs: kept (one unit, nothing added)
+            units[-1].update({kind: ops.make_expansion("zero", 1, 1, gen) for kind in ("gdn_qkvz", "gdn_ba", "gdn_v")})
+        if arch_of(src).features.attn_output_gate:  # Qwen3-Next: a query head and its output gate grow together
+            units[-1]["qg"] = q
         split.append(
             {
                 kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None

@@ -16,7 +16,17 @@ from pathlib import Path
 
 from growtool.nn.config import ModelConfig
 
-CORE = ("model.py", "attention.py", "moe.py", "config.py", "families.py", "errors.py", "rope.py", "shortconv.py")
+CORE = (
+    "model.py",
+    "attention.py",
+    "moe.py",
+    "config.py",
+    "families.py",
+    "errors.py",
+    "rope.py",
+    "shortconv.py",
+    "deltanet.py",
+)
 
 CONFIGURATION = '''"""growtool's config class for transformers (written by growtool; see modeling_growtool.py)."""
 from transformers import PretrainedConfig

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, MIXER_LAYER_TYPE, UNSUPPORTED, arch_of, expected_shapes
+from .families import ARCHS, BY_MODEL_TYPE, MIXER_LAYER_TYPE, UNSUPPORTED, arch_of, expected_shapes, unit_count
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -134,7 +134,8 @@ class ModelConfig:
         """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons, "conv"
         channels)."""
         conv = self.width if self.base_conv is None else self.base_conv
-        return {"q": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn, "conv": conv}[kind]
+        base = {"q": self.base_heads, "qg": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}
+        return {**base, "conv": conv}.get(kind) or unit_count(self, kind)[0]  # gdn_*: never gated
 
     def mixer_layer(self, layer: int) -> bool:
         """True for a layer whose token mixer is the family's mixer (``Features.mixer``), not attention."""
@@ -362,10 +363,8 @@ class ModelConfig:
                 types = [
                     "sliding_attention" if (i + 1) % every else "full_attention" for i in range(int(get("layers")))
                 ]
-            if a.features.mixer and types is None:  # LFM2: attention where full_attn_idxs says (default: all)
-                full = hf.get("full_attn_idxs") or range(int(get("layers")))
-                mixer = MIXER_LAYER_TYPE[a.features.mixer]
-                types = ["full_attention" if i in full else mixer for i in range(int(get("layers")))]
+            if a.features.mixer and types is None:
+                types = _mixer_types(a, hf, int(get("layers")))
             rope_layers = get("rope_layers")
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
                 every = int(hf.get("no_rope_layer_interval") or 4)
@@ -445,3 +444,14 @@ def _mixer_to_hf(cfg: ModelConfig, hf: dict) -> None:
         hf["block_auto_adjust_ff_dim"] = False
     if "full_attn_idxs" in hf:
         hf["full_attn_idxs"] = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
+
+
+def _mixer_types(a, hf: dict, layers: int) -> list[str]:
+    """A hybrid's layer types when the config has no ``layer_types``, as transformers makes them: LFM2's
+    attention layers at ``full_attn_idxs`` (default: all); Qwen3-Next's every ``full_attention_interval``-th."""
+    mixer = MIXER_LAYER_TYPE[a.features.mixer]
+    if a.features.mixer == "gdn":
+        every = int(hf.get("full_attention_interval") or 4)
+        return [mixer if (i + 1) % every else "full_attention" for i in range(layers)]
+    full = hf.get("full_attn_idxs") or range(layers)
+    return ["full_attention" if i in full else mixer for i in range(layers)]

@@ -24,11 +24,15 @@ Roles
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
+  inner        a tensor of a mixer over its inner dims only (Gated DeltaNet's conv kernel, A_log, dt_bias,
+               inner norm; shape ``tail``): width growth keeps it, depth growth copies it with its block
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
 ``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
-logit per query head), ``ffn`` (FFN neurons). A fused tensor lists several kinds: its unit axis
+logit per query head), ``ffn`` (FFN neurons), ``qg`` (Qwen3-Next: a query head and its output
+gate, block 2 x head_dim), ``conv`` (LFM2's conv channels, one per residual dim), ``gdn_*`` (Gated DeltaNet's
+inner outputs: one unit, never grown). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
 ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
 
@@ -83,6 +87,9 @@ class Features:
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
     mixer: str = ""  # the token mixer of the layers whose layer type is MIXER_LAYER_TYPE[mixer], instead of attention:
     #                  "shortconv" (LFM2's gated short convolution, nn/shortconv.py: slots m_in, m_conv, m_out)
+    #                  "gdn" (Gated DeltaNet, nn/deltanet.py: one module at slot "mixer")
+    attn_output_gate: bool = False  # q_proj holds per head [q | gate]: the attention output x sigmoid(gate), per
+    #                                 element, before o_proj (Qwen3-Next; unit kind "qg", 2 x head_dim per head)
     ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
     #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
 
@@ -1087,7 +1094,10 @@ GLM4 = dataclasses.replace(
 
 # Hybrid mixers: some layers mix tokens with a mixer instead of attention (which layers: ``layer_types``).
 
-MIXER_LAYER_TYPE = {"shortconv": "conv"}  # the mixer -> the layer type of its layers in the config's layer_types
+MIXER_LAYER_TYPE = {
+    "shortconv": "conv",
+    "gdn": "linear_attention",
+}  # the mixer -> the layer type of its layers in the config's layer_types
 
 LFM2 = Arch(
     name="lfm2",
@@ -1120,6 +1130,33 @@ LFM2 = Arch(
     alt_keys={"intermediate_size": "block_ff_dim", "tie_word_embeddings": "tie_embedding"},  # LFM2's Hub spelling
 )
 
+QWEN3_NEXT = Arch(
+    name="qwen3_next",
+    model_type="qwen3_next",
+    hf_class="Qwen3NextForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_MOE_MODULES, "mixer": "linear_attn"},
+    features=Features(
+        moe=True,
+        qk_norm="head",
+        norm_offset=1.0,  # zero-centred RMSNorm: gain 1 + w (not the Gated DeltaNet's inner norm: gain w)
+        mixer="gdn",
+        attn_output_gate=True,
+        fixed_eps=True,  # rms_norm_eps is also the eps of norms over inner dims (q/k, the mixer's): kept by growth,
+        #                 which scales the residual by sqrt(D/d) instead
+    ),
+    keys={
+        **_MOE_KEYS,
+        "shared_ffn": "shared_expert_intermediate_size",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "layer_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "rotary_fraction": 0.25},
+    require=_SPARSE_EVERY_LAYER,
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1128,7 +1165,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(LFM2,),
+        *(LFM2, QWEN3_NEXT),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1164,7 +1201,6 @@ UNSUPPORTED = {
     "zamba2": _MAMBA,
     "mamba": _MAMBA,
     "mamba2": _MAMBA,
-    "qwen3_next": _GDN,
     "qwen3_5": _GDN,
     "qwen3_5_text": _GDN,
     "qwen3_5_moe": _GDN,
@@ -1254,7 +1290,7 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s += norm("ln1")
     n_before = len(s)
     if f.qkv == "separate":
-        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
+        s += reader("q", ("qg",) if f.attn_output_gate else ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
     else:
@@ -1313,12 +1349,35 @@ def mixer_specs(a: Arch, cfg, reader, writer, w) -> list[TensorSpec]:
     residual dim (unit kind "conv", grown with the width like FFN neurons): in_proj reads the normed
     residual into [B | C | x] per channel, the depthwise conv holds a kernel per channel, out_proj writes."""
     ln1, bias = a.block + a.modules["ln1"], bool(cfg.extra.get("conv_bias"))
+    if a.features.mixer == "gdn":
+        return _gdn_specs(a, cfg, reader, writer)
     s = reader("m_in", ("conv", "conv", "conv"), "attn", ln1, bias)
     kernel = (1, int(cfg.extra.get("conv_L_cache", 3)))
     s.append(TensorSpec(w("m_conv"), "unit_bias", unit_axis=0, units=("conv",), group="attn", tail=kernel))
     if bias:
         s.append(TensorSpec(w("m_conv")[: -len("weight")] + "bias", "unit_bias", unit_axis=0, units=("conv",)))
     return s + writer("m_out", ("conv",), "attn", bias)
+
+
+def gdn_dims(cfg) -> tuple[int, int, int, int, int]:
+    """Gated DeltaNet's inner sizes from the config: key heads, value heads, key and value head dims, conv taps."""
+    e = cfg.extra
+    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+    return (*(int(e[k]) for k in keys), int(e.get("linear_conv_kernel_dim", 4)))
+
+
+def _gdn_specs(a: Arch, cfg, reader, writer) -> list[TensorSpec]:
+    """Gated DeltaNet (Qwen3-Next): in_proj_qkvz and in_proj_ba read the normed residual into inner units, out_proj
+    writes from them; the inner sizes never grow (unit kinds gdn_*: one unit each), so the conv kernel, A_log,
+    dt_bias and the inner norm are ``inner`` tensors width growth keeps (``tail``: their shape)."""
+    nk, nv, dk, dv, taps = gdn_dims(cfg)
+    ln1, m = a.block + a.modules["ln1"], a.block + a.modules["mixer"] + "."
+    s = [TensorSpec(m + "in_proj_qkvz.weight", "reader", 1, 0, ("gdn_qkvz",), "attn", ln1)]
+    s.append(TensorSpec(m + "in_proj_ba.weight", "reader", 1, 0, ("gdn_ba",), "attn", ln1))
+    s.append(TensorSpec(m + "conv1d.weight", "inner", tail=(2 * nk * dk + nv * dv, 1, taps)))
+    s += [TensorSpec(m + n, "inner", tail=(nv,)) for n in ("dt_bias", "A_log")]
+    s.append(TensorSpec(m + "norm.weight", "inner", tail=(dv,)))
+    return s + [TensorSpec(m + "out_proj.weight", "writer", 0, 1, ("gdn_v",), "attn")]
 
 
 def unit_count(cfg, kind: str) -> tuple[int, int]:
@@ -1334,7 +1393,15 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
         "conv": (cfg.width, 1),  # LFM2's short-convolution channels, one per residual dim
+        "qg": (cfg.heads, 2 * cfg.head_dim),  # Qwen3-Next's q_proj: per head [q | output gate]
+        **({k: (1, n) for k, n in _gdn_units(cfg).items()} if kind.startswith("gdn_") else {}),
     }[kind]
+
+
+def _gdn_units(cfg) -> dict[str, int]:
+    """Gated DeltaNet's inner outputs, never grown (one unit each): in_proj_qkvz's, in_proj_ba's, out_proj's inputs."""
+    nk, nv, dk, dv, _ = gdn_dims(cfg)
+    return {"gdn_qkvz": 2 * nk * dk + 2 * nv * dv, "gdn_ba": 2 * nv, "gdn_v": nv * dv}
 
 
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
@@ -1361,6 +1428,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (cfg.head_dim,)
     if spec.role == "act_param":
         return dict(arch_of(cfg).features.act_params)[name.rsplit(".", 1)[1]]
+    if spec.role == "inner":
+        return spec.tail
     if spec.role == "embedding":
         a = arch_of(cfg)
         rows = cfg.vocab_size if name == a.embed else cfg.context + a.features.pos_offset

@@ -13,8 +13,8 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
-import nothing else from growtool:
+This file, ``attention.py``, ``moe.py``, the mixers (``shortconv.py``, ``deltanet.py``), ``config.py``,
+``families.py``, ``errors.py`` and ``rope.py`` import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
 
@@ -26,13 +26,14 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
+from .deltanet import gdn_forward, gdn_modules
 from .families import arch_of, has_head_bias
 from .moe import route
 from .rope import extends_context, layer_key
 from .shortconv import shortconv_forward, shortconv_modules
 
 # Features.mixer -> (its modules by slot (cfg, lin), its forward (slots, normed x, channel mask or None))
-MIXERS = {"shortconv": (shortconv_modules, shortconv_forward)}
+MIXERS = {"shortconv": (shortconv_modules, shortconv_forward), "gdn": (gdn_modules, gdn_forward)}
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
@@ -151,7 +152,8 @@ def _slot_modules(cfg: ModelConfig, layer: int = 0) -> dict[str, nn.Module]:
     if f.post_norms:
         m.update(post_attn=make_norm(cfg, d), post_ffn=make_norm(cfg, d))
     if f.qkv == "separate":
-        m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
+        q = lin(d, 2 * qd if f.attn_output_gate else qd, cfg.qkv_bias)  # Qwen3-Next: per head [q | gate]
+        m.update(q=q, k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
     else:
         m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
     if f.qk_norm:
@@ -209,8 +211,12 @@ class Block(nn.Module):
         cfg, s, f = self.cfg, self.slot, self.features
         B, T, _ = x.shape
         H, K, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+        gate = None
         if f.qkv == "separate":
             q, k, v = s["q"](x), s["k"](x), s["v"](x)
+            if f.attn_output_gate:  # per head [q | gate]; the output's gate as [B, H, T, hd]
+                q, gate = q.view(B, T, H, 2 * hd).chunk(2, dim=-1)
+                gate = torch.sigmoid(gate.transpose(1, 2))
         elif f.qkv == "concat":
             q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
         elif f.qkv == "grouped":  # per KV group [q_1 .. q_r k v] (Falcon)
@@ -241,6 +247,8 @@ class Block(nn.Module):
             mult = sg if mult is None else mult * sg
         if mult is not None:
             y = y * mult
+        if gate is not None:
+            y = y * gate
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def _mix(self, x, rope, g):
