@@ -40,6 +40,8 @@ from growtool.nn.errors import GrowError
 from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
 from growtool.nn.rope import describe as describe_rope
 
+MIXER = ("m_in", "m_inner")  # a Mamba mixer's unit kinds (in_proj outputs, inner channels): kept by width growth
+
 # ---- the plan -------------------------------------------------------------------------------
 
 
@@ -172,6 +174,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("vocabulary-sized")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "inner":
+        return [Keep("a mixer's inner channels")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -208,6 +212,8 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("vocabulary-sized")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "inner":
+        return [Keep("a mixer's inner channels")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -502,6 +508,10 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
+        if src.ssm:  # a Mamba mixer's inner units are kept (residual-width growth): nothing drawn
+            for kind in MIXER:
+                n = unit_count(src, kind)[0]
+                units[-1][kind] = ops.make_expansion("zero", n, n, gen)
         split.append(
             {
                 kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from growtool.nn.config import ModelConfig
 
-CORE = ("model.py", "attention.py", "moe.py", "config.py", "families.py", "errors.py", "rope.py")
+CORE = ("model.py", "attention.py", "moe.py", "mamba.py", "config.py", "families.py", "errors.py", "rope.py")
 
 CONFIGURATION = '''"""growtool's config class for transformers (written by growtool; see modeling_growtool.py)."""
 from transformers import PretrainedConfig

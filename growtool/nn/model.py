@@ -26,7 +26,8 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
-from .families import arch_of, has_head_bias
+from .families import arch_of, block_sublayers, has_head_bias
+from .mamba import Mamba2Mixer
 from .moe import route
 from .rope import extends_context, layer_key
 
@@ -132,6 +133,26 @@ def _put(root: nn.Module, path: str, module: nn.Module) -> None:
     root.add_module(last, module)
 
 
+_SUB_SLOTS = {  # hybrids: the slots each sublayer owns (a block holds those of its kind's sublayers)
+    "attention": {"ln1", "post_attn", "q", "k", "v", "qkv", "q_norm", "k_norm", "g", "o"},
+    "mamba": {"ln1", "mamba"},
+    "mlp": {"ln2", "post_ffn", "router", "experts", "s_gate", "s_up", "s_down", "s_router", "gate_up", "gate", "up"}
+    | {"down", "act"},
+}
+
+
+def _block_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
+    """Block ``layer``'s modules by slot: all of them, or in a hybrid those of its kind's sublayers."""
+    if not arch_of(cfg).kinds:
+        return _slot_modules(cfg)
+    subs = block_sublayers(cfg, layer)
+    keep = set().union(*(_SUB_SLOTS[sub] for sub in subs))
+    m = {k: v for k, v in _slot_modules(cfg).items() if k in keep}
+    if "mamba" in subs:
+        m["mamba"] = Mamba2Mixer(cfg)
+    return m
+
+
 def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     """The block's modules by slot, sized from the config and shaped by the features."""
     f = arch_of(cfg).features
@@ -187,7 +208,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
         a = arch_of(cfg)
-        self.slot = _slot_modules(cfg)  # a plain dict: the same module objects, found by slot
+        self.slot = _block_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
         if cfg.gated:
@@ -288,6 +309,8 @@ class Block(nn.Module):
     def _forward(self, x, rope, g, w):
         s, f = self.slot, self.features
         r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
+        if arch_of(self.cfg).kinds:
+            return self._hybrid(x, rope, g, w)
         if self.cfg.parallel:
             h = s["ln1"](x)
             return x + w(self._attention(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
@@ -297,6 +320,20 @@ class Block(nn.Module):
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
         m = s["post_ffn"](m) if f.post_norms else m
         return x + w(m if r is None else m * r)
+
+    def _hybrid(self, x, rope, g, w):
+        """A hybrid's block (``Arch.kinds``): each sublayer of its kind reads its pre-norm of the residual
+        (ln1: attention or the Mamba mixer, ln2: the MLP) and adds its output (x r, Granite) to it."""
+        s, r = self.slot, self.cfg.residual_multiplier
+        for sub in block_sublayers(self.cfg, self.layer):
+            if sub == "mlp":
+                y = self._ffn(s["ln2"](x), g)
+            elif sub == "mamba":
+                y = s["mamba"](s["ln1"](x))
+            else:
+                y = self._attention(s["ln1"](x), rope, g)
+            x = x + w(y if r is None else y * r)
+        return x
 
 
 class LM(nn.Module):
