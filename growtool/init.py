@@ -37,8 +37,8 @@ def init_model(cfg: ModelConfig, gamma: float = 0.5, embed_gamma: float | None =
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, spec in tensor_specs(cfg).items():
-            if spec.role in ("act_param", "inner"):  # the module's own values (xIELU's scalars, a mixer's A_log, ...)
-                continue
+            if spec.role in ("act_param", "inner"):  # the module's own values: xIELU's scalars, a Mamba
+                continue  # mixer's conv1d (PyTorch's init), A = -(1..heads), D = 1, dt_bias 0, gated-norm gain 1
             p = params[name]
             sigma = init_sigma(name, spec, p.shape, cfg, gamma, embed_gamma)
             if sigma is not None:

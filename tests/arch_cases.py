@@ -419,11 +419,39 @@ FAMILY_CASES = {
 }
 
 
+NEMOTRON_H = dict(  # Nemotron-H: each block one norm and one mixer (Mamba-2, attention, ReLU^2 MLP)
+    vocab_size=FAMILY_V,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    mamba_num_heads=4,
+    mamba_head_dim=16,
+    ssm_state_size=8,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=8,  # transformers' chunked scan over several chunks of the 20 tokens
+    max_position_embeddings=64,
+)
+
+
+def _nemotron_h(tie=False, blocks=("linear_attention", "full_attention", "mlp", "linear_attention"), **over):
+    kw = {**NEMOTRON_H, **over, "layers_block_type": list(blocks)}
+    return transformers.NemotronHForCausalLM(transformers.NemotronHConfig(**kw, tie_word_embeddings=tie))
+
+
 def _bloom(tie=True, **over):
     kw = dict(vocab_size=FAMILY_V, hidden_size=64, n_layer=2, n_head=4, bos_token_id=0, eos_token_id=0)
     return transformers.BloomForCausalLM(transformers.BloomConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+FAMILY_CASES["nemotron_h"] = (_nemotron_h, {})  # issue 44's hybrids (Mamba-2 mixers: nn/mamba.py)
+FAMILY_CASES["nemotron_h-tied-biases-2"] = (
+    _nemotron_h,
+    {"tie": True, "blocks": ("full_attention", "linear_attention"), "n_groups": 1, "use_bias": True}
+    | {"use_conv_bias": False, "mlp_bias": True},
+)
 CASES = {**ARCH_CASES, **FAMILY_CASES}
 assert len(CASES) == len(ARCH_CASES) + len(FAMILY_CASES), "a name in both tables"
 

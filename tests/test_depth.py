@@ -86,7 +86,8 @@ ARCH_CASES = {
     "ministral3": "ministral3-yarn-query-scale",
     "apertus": "apertus-xielu-tied-bias",
     "phimoe": "phimoe-sparsemixer-tied-biases-jitter",
-    # hybrids: each copied block keeps its layer type (LFM2: conv or attention)
+    # hybrids: each copied block keeps its kind (layers_block_type, layer_types)
+    "nemotron_h": "nemotron_h-tied-biases-2",
     "lfm2": "lfm2-conv-attn",
     "qwen3_next": "qwen3_next-gdn-moe",
 }

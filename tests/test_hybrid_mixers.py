@@ -85,14 +85,14 @@ def test_lfm2_depth_keeps_each_blocks_kind_in_the_hub_spelling(tmp_path):
     r = cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "interleave", "-q", "-o", g)
     assert r.exit_code == 0, r.stderr
     ck = checkpoint.load(g)
-    assert ck.config.layer_types == ["conv", "conv", "full_attention", "full_attention"]
+    assert ck.config.block_types == ["conv", "conv", "full_attention", "full_attention"]
     assert ck.get("model.layers.1.conv.conv.weight").equal(ck.get("model.layers.0.conv.conv.weight"))
     assert "model.layers.3.self_attn.q_layernorm.weight" in ck.names()
     assert cli("fold", g, "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
     out = json.loads((tmp_path / "f" / "config.json").read_text())
     assert out["full_attn_idxs"] == [2, 3] and out["block_ff_dim"] == out["intermediate_size"] == 112
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
-    assert back.config.layer_types == ck.config.layer_types and back.model.layers[1].conv.conv.weight.shape[0] == 64
+    assert back.config.layer_types == ck.config.block_types and back.model.layers[1].conv.conv.weight.shape[0] == 64
     assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
 
 
@@ -121,7 +121,7 @@ def test_lfm2_mlp_size_is_transformers_rule_and_written_as_is(over):
 def test_lfm2_unknown_layer_type_is_refused_with_one_line():
     hf = transformers.Lfm2Config(hidden_size=64, num_attention_heads=4, num_key_value_heads=2).to_dict()
     hf.update(num_hidden_layers=2, layer_types=["conv", "sliding_attention"])
-    with pytest.raises(GrowError, match=r"^lfm2 layer_types must each be 'conv' or 'full_attention'"):
+    with pytest.raises(GrowError, match=r"^lfm2 block type .sliding_attention. is not supported \(supported: conv,"):
         ModelConfig.from_hf(hf)
 
 
@@ -202,14 +202,14 @@ def test_qwen3_next_layer_types_by_interval_and_depth_keeps_each_kind(tmp_path):
     del hf["layer_types"]
     hf["full_attention_interval"] = 2
     (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
-    assert checkpoint.load(tmp_path / "src").config.layer_types == ["linear_attention", "full_attention"]
+    assert checkpoint.load(tmp_path / "src").config.block_types == ["linear_attention", "full_attention"]
     g = tmp_path / "g.safetensors"
     r = cli("expand", tmp_path / "src", "--layers", 4, "--depth-method", "stack", "-q", "-o", g)
     assert r.exit_code == 0, r.stderr
     ck = checkpoint.load(g)
-    assert ck.config.layer_types == ["linear_attention", "full_attention"] * 2
+    assert ck.config.block_types == ["linear_attention", "full_attention"] * 2
     assert torch.equal(ck.get("model.layers.2.linear_attn.A_log"), ck.get(GDN + "A_log"))
     assert cli("fold", g, "--alpha", 0, "-o", tmp_path / "f").exit_code == 0
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
-    assert back.config.layer_types == ck.config.layer_types
+    assert back.config.layer_types == ck.config.block_types
     assert rel(hf_logits(back), hf_logits(model)) <= 1e-4

@@ -125,7 +125,7 @@ DEPTH_FAMILIES = frozenset([
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
     "glm4", "ministral3", "apertus", "phimoe",
-    "lfm2", "qwen3_next",
+    "lfm2", "qwen3_next", "nemotron_h",
 ])
 # fmt: on
 
@@ -193,12 +193,15 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
             extra[k] = [v[s] for s in order]
     types = [cfg.layer_types[s] for s in order] if cfg.layer_types else None
     ropes = [cfg.rope_layers[s] for s in order] if cfg.rope_layers is not None else None  # SmolLM3
+    kinds = [cfg.block_types[s] for s in order] if cfg.block_types is not None else None  # hybrids' block kinds
     if types and "max_window_layers" in extra:  # Qwen2: full layers first; layer_types is what loads
         full = next((j for j, t in enumerate(types) if t != "full_attention"), len(types))
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
-    return cfg.replace(layers=dp.layers, layer_types=types, rope_layers=ropes, new_layers=new or None, extra=extra)
+    return cfg.replace(
+        layers=dp.layers, layer_types=types, rope_layers=ropes, block_types=kinds, new_layers=new or None, extra=extra
+    )
 
 
 # ---- tensors ------------------------------------------------------------------------------------

@@ -37,8 +37,10 @@ from growtool.grow.steps import (
 from growtool.nn.attention import alibi_order
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
-from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+from growtool.nn.families import TensorSpec, arch_of, expected_shapes, has_sublayer, tensor_specs, unit_count
 from growtool.nn.rope import describe as describe_rope
+
+MIXER = ("m_in", "m_inner")  # a Mamba mixer's unit kinds (in_proj outputs, inner channels): kept by width growth
 
 # ---- the plan -------------------------------------------------------------------------------
 
@@ -172,6 +174,8 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Keep("vocabulary-sized")]
     if role == "act_param":
         return [Keep("a scalar of the activation")]
+    if role == "inner":
+        return [Keep("a mixer's inner channels")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -209,7 +213,7 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     if role == "act_param":
         return [Keep("a scalar of the activation")]
     if role == "inner":
-        return [Keep("over the mixer's inner dims, which are kept")]
+        return [Keep("a mixer's inner channels")]
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -469,7 +473,7 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
     """``cfg`` with its growth-gate state (the unit counts before any gate: the source's under a
     gated recipe, the new counts else); appends to ``lossy`` why ungated new units lose the function."""
     if recipe["gate"]:
-        conv = src.base_units("conv") if arch_of(src).features.mixer == "shortconv" else None  # LFM2's channels
+        conv = src.base_units("conv") if has_sublayer(arch_of(src), "shortconv") else None  # LFM2's channels
         return cfg.replace(
             base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn, base_conv=conv
         )
@@ -508,9 +512,13 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f})
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
-        if arch_of(src).features.mixer == "shortconv":  # LFM2's conv channels, one per residual dim: as neurons
+        if src.ssm:  # a Mamba mixer's inner units are kept (residual-width growth): nothing drawn
+            for kind in MIXER:
+                n = unit_count(src, kind)[0]
+                units[-1][kind] = ops.make_expansion("zero", n, n, gen)
+        if has_sublayer(arch_of(src), "shortconv"):  # LFM2's conv channels, one per residual dim: as neurons
             units[-1]["conv"] = ops.make_expansion(recipe["ffn"]["new_units"], src.width, cfg.width, gen, k)
-        if arch_of(src).features.mixer == "gdn":  # Gated DeltaNet's inner outputs: kept (one unit, nothing added)
+        if has_sublayer(arch_of(src), "gdn"):  # Gated DeltaNet's inner outputs: kept (one unit, nothing added)
             units[-1].update({kind: ops.make_expansion("zero", 1, 1, gen) for kind in ("gdn_qkvz", "gdn_ba", "gdn_v")})
         if arch_of(src).features.attn_output_gate:  # Qwen3-Next: a query head and its output gate grow together
             units[-1]["qg"] = q

@@ -20,6 +20,7 @@ CORE = (
     "model.py",
     "attention.py",
     "moe.py",
+    "mamba.py",
     "config.py",
     "families.py",
     "errors.py",

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, MIXER_LAYER_TYPE, UNSUPPORTED, arch_of, expected_shapes, unit_count
+from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes, has_sublayer, unit_count
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -99,6 +99,9 @@ class ModelConfig:
     router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
     base_conv: int | None = None  # LFM2: short-convolution channels (one per residual dim) below this are ungated
+    block_types: list | None = None  # hybrids: each block's kind (a key of Arch.kinds), as the config lists it
+    ssm: dict | None = None  # a Mamba-2 mixer's sizes (heads, head_dim, state, groups, conv, conv_bias, bias,
+    #                          dt_limit): inner dimensions that width growth keeps (nn/mamba.py)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -131,16 +134,14 @@ class ModelConfig:
         return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or conv or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
-        """Units of a kind that are not behind the warm-up gate ("q" heads, "ffn", "sffn" neurons, "conv"
-        channels)."""
+        """Units of a kind that are not behind the warm-up gate ("q" heads and "qg" heads with their output
+        gates, "ffn", "sffn" neurons, LFM2's "conv" channels; every one of a mixer's inner units, which growth
+        keeps)."""
+        if kind in ("m_in", "m_inner") or kind.startswith("gdn_"):
+            return unit_count(self, kind)[0]
         conv = self.width if self.base_conv is None else self.base_conv
         base = {"q": self.base_heads, "qg": self.base_heads, "ffn": self.base_ffn, "sffn": self.base_shared_ffn}
-        return {**base, "conv": conv}.get(kind) or unit_count(self, kind)[0]  # gdn_*: never gated
-
-    def mixer_layer(self, layer: int) -> bool:
-        """True for a layer whose token mixer is the family's mixer (``Features.mixer``), not attention."""
-        mixer = self.arch.features.mixer
-        return bool(mixer) and self.layer_types[layer] == MIXER_LAYER_TYPE[mixer]
+        return {**base, "conv": conv}[kind]
 
     def new_block(self, layer: int) -> bool:
         """True for a block added by depth growth (grow/depth.py), not yet folded: with its gate at 0
@@ -211,9 +212,6 @@ class ModelConfig:
             raise GrowError(f"sliding_window must be a positive integer, got {self.sliding_window!r}")
         if self.layer_types is not None and len(self.layer_types) != self.layers:
             raise GrowError(f"layer_types has {len(self.layer_types)} entries for {self.layers} layers")
-        if f.mixer and not set(self.layer_types or [None]) <= {MIXER_LAYER_TYPE[f.mixer], "full_attention"}:
-            want = f"{MIXER_LAYER_TYPE[f.mixer]!r} or 'full_attention'"
-            raise GrowError(f"{self.family} layer_types must each be {want}, got {self.layer_types!r}")
         if self.rope_layers is not None and len(self.rope_layers) != self.layers:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
@@ -230,9 +228,28 @@ class ModelConfig:
             raise GrowError(f"{self.family} has one key/value head (multi-query attention), got {self.kv_heads}")
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
+        self._check_kinds()
         nl = self.new_layers or []
         if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
             raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
+
+    def _check_kinds(self) -> None:
+        """A hybrid's block kinds: one known kind per layer; a Mamba mixer's sizes whole and consistent."""
+        a = self.arch
+        if self.block_types is not None:
+            if len(self.block_types) != self.layers:
+                raise GrowError(f"the block types list {len(self.block_types)} entries for {self.layers} layers")
+            bad = sorted({str(t) for t in self.block_types if t not in a.kinds})
+            if bad:
+                known = ", ".join(a.kinds)
+                raise GrowError(f"{self.family} block type {bad[0]!r} is not supported (supported: {known})")
+        if any("mamba" in subs for subs in a.kinds.values()):
+            m = self.ssm or {}
+            for k in ("heads", "head_dim", "state", "groups", "conv"):
+                if not isinstance(m.get(k), int) or isinstance(m.get(k), bool) or m[k] <= 0:
+                    raise GrowError(f"{self.family} Mamba mixer {k} must be a positive integer, got {m.get(k)!r}")
+            if m["heads"] % m["groups"]:
+                raise GrowError(f"Mamba mixer groups {m['groups']} do not divide its heads {m['heads']}")
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -285,6 +302,8 @@ class ModelConfig:
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
+        if self.block_types is not None and "hybrid_override_pattern" in hf:  # the legacy (4.x) spelling
+            hf["hybrid_override_pattern"] = "".join(a.kind_codes[t] for t in self.block_types)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         if self.shared_ffn is not None:
@@ -293,7 +312,7 @@ class ModelConfig:
             hf["growtool"]["new_layers"] = list(self.new_layers)
         if self.base_conv is not None:
             hf["growtool"]["base_conv"] = self.base_conv
-        if a.features.mixer:
+        if a.kinds:
             _mixer_to_hf(self, hf)
         return hf
 
@@ -328,6 +347,8 @@ class ModelConfig:
             val = hf.get(key) if key else None
             if val is None and key in a.alt_keys:
                 val = hf.get(a.alt_keys[key])
+            if val is None and name == "layers" and isinstance(hf.get(a.keys.get("block_types")), list):
+                val = len(hf[a.keys["block_types"]])  # Nemotron-H: as many layers as its block types
             return val if val is not None else a.defaults.get(name, default)
 
         try:
@@ -363,8 +384,6 @@ class ModelConfig:
                 types = [
                     "sliding_attention" if (i + 1) % every else "full_attention" for i in range(int(get("layers")))
                 ]
-            if a.features.mixer and types is None:
-                types = _mixer_types(a, hf, int(get("layers")))
             rope_layers = get("rope_layers")
             if rope_layers is None and "rope_layers" in a.keys:  # SmolLM3's default: none every 4th layer
                 every = int(hf.get("no_rope_layer_interval") or 4)
@@ -413,6 +432,8 @@ class ModelConfig:
                 base_ffn=own.get("base_ffn"),
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
                 base_conv=own.get("base_conv"),
+                block_types=_block_types(a, hf, get("block_types")),
+                ssm=_ssm(a, hf),
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:
@@ -443,15 +464,38 @@ def _mixer_to_hf(cfg: ModelConfig, hf: dict) -> None:
     if cfg.arch.features.ffn_auto_adjust:
         hf["block_auto_adjust_ff_dim"] = False
     if "full_attn_idxs" in hf:
-        hf["full_attn_idxs"] = [i for i, t in enumerate(cfg.layer_types) if t == "full_attention"]
+        hf["full_attn_idxs"] = [i for i, t in enumerate(cfg.block_types) if t == "full_attention"]
 
 
-def _mixer_types(a, hf: dict, layers: int) -> list[str]:
-    """A hybrid's layer types when the config has no ``layer_types``, as transformers makes them: LFM2's
-    attention layers at ``full_attn_idxs`` (default: all); Qwen3-Next's every ``full_attention_interval``-th."""
-    mixer = MIXER_LAYER_TYPE[a.features.mixer]
-    if a.features.mixer == "gdn":
-        every = int(hf.get("full_attention_interval") or 4)
-        return [mixer if (i + 1) % every else "full_attention" for i in range(layers)]
-    full = hf.get("full_attn_idxs") or range(layers)
-    return ["full_attention" if i in full else mixer for i in range(layers)]
+def _block_types(a, hf: dict, listed) -> list | None:
+    """A hybrid's block kinds: the config's list, or its legacy pattern string (Nemotron-H's
+    ``hybrid_override_pattern``, one character per block: ``Arch.kind_codes``)."""
+    if not a.kinds:
+        return None
+    if listed is None and isinstance(hf.get("hybrid_override_pattern"), str) and a.kind_codes:
+        by_code = {c: k for k, c in a.kind_codes.items()}
+        pattern = hf["hybrid_override_pattern"]
+        if any(c not in by_code for c in pattern):
+            raise GrowError(f"{a.name} hybrid_override_pattern {pattern!r}: a block code not in {''.join(by_code)}")
+        return [by_code[c] for c in pattern]
+    if listed is None and has_sublayer(a, "gdn"):  # Qwen3-Next: every full_attention_interval-th layer attention
+        every, n = int(hf.get("full_attention_interval") or 4), int(hf[a.keys["layers"]])
+        return ["linear_attention" if (i + 1) % every else "full_attention" for i in range(n)]
+    if listed is None and has_sublayer(a, "shortconv"):  # LFM2: attention at full_attn_idxs (default: every layer)
+        n = int(hf[a.keys["layers"]])
+        full = hf.get("full_attn_idxs") or range(n)
+        return ["full_attention" if i in full else "conv" for i in range(n)]
+    return list(listed) if listed is not None else None
+
+
+def _ssm(a, hf: dict) -> dict | None:
+    """A Mamba-2 mixer's sizes from the config (``Arch.ssm_keys``); dt is clamped to time_step_limit, or at
+    time_step_min where the family does (``Features.fixed_dt_min``)."""
+    if not a.ssm_keys:
+        return None
+    m = {k: hf[key] if key in hf else hf.get(a.alt_keys.get(key)) for k, key in a.ssm_keys.items()}
+    if a.features.fixed_dt_min:
+        m["dt_limit"] = [m.pop("dt_min", None) or 0.0, float("inf")]
+    m["dt_limit"] = [float(v) for v in (m.get("dt_limit") or (0.0, float("inf")))]
+    m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
+    return m

@@ -23,9 +23,10 @@ Roles
   head_bias    the output head's bias (vocabulary-sized: kept by growth)
   router       reads the normed residual into a fixed number of logits (MoE router, shared-expert gate)
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
+  inner        a tensor on a mixer's inner channels only (Mamba's conv1d, A_log, D, dt_bias, gated norm; Gated
+               DeltaNet's conv1d, A_log, dt_bias, inner norm):
+               kept by width growth, copied by depth growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
-  inner        a tensor of a mixer over its inner dims only (Gated DeltaNet's conv kernel, A_log, dt_bias,
-               inner norm; shape ``tail``): width growth keeps it, depth growth copies it with its block
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
 ``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
@@ -34,7 +35,8 @@ logit per query head), ``ffn`` (FFN neurons), ``qg`` (Qwen3-Next: a query head a
 gate, block 2 x head_dim), ``conv`` (LFM2's conv channels, one per residual dim), ``gdn_*`` (Gated DeltaNet's
 inner outputs: one unit, never grown). A fused tensor lists several kinds: its unit axis
 is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's gate_up_proj:
-ffn, ffn). ``group`` picks the recipe section that fills new units ("attn" or "ffn").
+ffn, ffn). ``m_in`` / ``m_inner``: a Mamba mixer's in_proj outputs / inner channels, never grown.
+``group`` picks the recipe section that fills new units ("attn" or "ffn").
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
@@ -64,7 +66,8 @@ class Features:
     post_norms: bool = False  # a norm on each sublayer's output before the residual add (Gemma 2/3, OLMo-2)
     pos_offset: int = 0  # learned positions: position p reads row p + offset (OPT: 2)
     fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
-    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo)
+    #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo); also where a mixer's
+    #                          inner norm shares the key (Mamba's gated norm reads layer_norm_epsilon: Nemotron-H)
     norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
@@ -85,13 +88,11 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
-    mixer: str = ""  # the token mixer of the layers whose layer type is MIXER_LAYER_TYPE[mixer], instead of attention:
-    #                  "shortconv" (LFM2's gated short convolution, nn/shortconv.py: slots m_in, m_conv, m_out)
-    #                  "gdn" (Gated DeltaNet, nn/deltanet.py: one module at slot "mixer")
     attn_output_gate: bool = False  # q_proj holds per head [q | gate]: the attention output x sigmoid(gate), per
     #                                 element, before o_proj (Qwen3-Next; unit kind "qg", 2 x head_dim per head)
     ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
     #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
+    fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,12 @@ class Arch:
     alt_keys: dict = field(default_factory=dict)  # HF key -> another spelling configs use for it (read only)
     window_every: int | None = None  # without layer_types: every n-th layer full, the others sliding (transformers'
     #                                  rule; a config's sliding_window_pattern gives n where it has one)
+    kinds: dict = field(default_factory=dict)  # hybrids: block kind (the config's per-layer label, ModelConfig.
+    #   block_types) -> the sublayers such a block runs in order, each read through a pre-norm and added to the
+    #   residual: "attention" (ln1), "mamba" (ln1, nn/mamba.py), "mlp" (ln2); {} is every block ("attention", "mlp")
+    kind_codes: dict = field(default_factory=dict)  # kind -> its character in a legacy pattern string (Nemotron-H)
+    kind_default: str = ""  # the kind of every block where the config lists none (Mamba-2: all "mamba")
+    ssm_keys: dict = field(default_factory=dict)  # Mamba mixer field (ModelConfig.ssm) -> HF key
 
     @property
     def embed(self) -> str:
@@ -502,7 +509,8 @@ OLMO = Arch(
     modules=_LLAMA_MODULES,
     features=Features(norm="layernorm", norm_affine=False, fixed_eps=True),
     keys={
-        **{k: v for k, v in _LLAMA_KEYS.items() if k != "norm_eps"},  # OlmoLayerNorm: eps 1e-5 in code
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("norm_eps", "tie")},  # never tied (transformers
+        #   unties lm_head whatever tie_word_embeddings says)  # OlmoLayerNorm: eps 1e-5 in code
         "qkv_bias": "attention_bias",
         "o_bias": "attention_bias",
         "clip_qkv": "clip_qkv",
@@ -1092,12 +1100,61 @@ GLM4 = dataclasses.replace(
     features=Features(mlp="glu_fused", rope_interleaved=True, post_norms=True),  # sandwich norms
 )
 
-# Hybrid mixers: some layers mix tokens with a mixer instead of attention (which layers: ``layer_types``).
+_NEMOTRON_H_SSM = {
+    "heads": "mamba_num_heads",
+    "head_dim": "mamba_head_dim",
+    "state": "ssm_state_size",
+    "groups": "n_groups",
+    "conv": "conv_kernel",
+    "conv_bias": "use_conv_bias",
+    "bias": "use_bias",  # in_proj and out_proj (mamba_proj_bias is read by nothing)
+    "dt_min": "time_step_min",
+}
 
-MIXER_LAYER_TYPE = {
-    "shortconv": "conv",
-    "gdn": "linear_attention",
-}  # the mixer -> the layer type of its layers in the config's layer_types
+# Nemotron-H: every block is one norm and one mixer (Mamba-2, attention without positions, or a ReLU^2 MLP)
+NEMOTRON_H = Arch(
+    name="nemotron_h",
+    model_type="nemotron_h",
+    hf_class="NemotronHForCausalLM",
+    block="backbone.layers.{i}.",  # as transformers saves it (and the Hub stores it)
+    modules={
+        "embed": "backbone.embeddings",
+        "final_norm": "backbone.norm_f",
+        "head": "lm_head",
+        "ln1": "norm",
+        "ln2": "norm",  # an MLP block's one norm: each block has one sublayer
+        "mamba": "mixer",
+        "q": "mixer.q_proj",
+        "k": "mixer.k_proj",
+        "v": "mixer.v_proj",
+        "o": "mixer.o_proj",
+        "g": "mixer.g_proj",
+        "up": "mixer.up_proj",
+        "down": "mixer.down_proj",
+    },
+    features=Features(positions="none", mlp="plain", fixed_eps=True, fixed_dt_min=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("norm_eps", "tie")},  # never tied (transformers
+        #   unties lm_head whatever tie_word_embeddings says)
+        "norm_eps": "layer_norm_epsilon",
+        "activation": "mlp_hidden_act",
+        "mlp_bias": "mlp_bias",
+        "block_types": "layers_block_type",
+    },
+    fixed={"qkv_bias": False, "o_bias": False},  # q/k/v/o are built without bias whatever attention_bias says
+    defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5},
+    kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)},
+    kind_codes={"linear_attention": "M", "full_attention": "*", "mlp": "-"},
+    ssm_keys=_NEMOTRON_H_SSM,
+    alt_keys={"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "time_step_min": "mamba_dt_min"}
+    | {"use_conv_bias": "mamba_conv_bias"},
+    require={
+        "mamba_hidden_act": ("silu", "nemotron_h's Mamba mixer is supported with mamba_hidden_act silu only", "silu"),
+        "num_nextn_predict_layers": (0, "nemotron_h's multi-token prediction layers are not supported", 0),
+    },
+)
+
+# Hybrids whose blocks are a token mixer (attention, or a mixer in the layer types' other kind) and an MLP.
 
 LFM2 = Arch(
     name="lfm2",
@@ -1119,15 +1176,17 @@ LFM2 = Arch(
         "m_conv": "conv.conv",
         "m_out": "conv.out_proj",
     },
-    features=Features(qk_norm="head", free_head_dim=False, mixer="shortconv", ffn_auto_adjust=True),
+    features=Features(qk_norm="head", free_head_dim=False, ffn_auto_adjust=True),
     keys={
         **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("head_dim", "activation")},
         "norm_eps": "norm_eps",
-        "layer_types": "layer_types",
+        "block_types": "layer_types",
     },
     fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "activation": "silu"},
     defaults={"tie": True, "context": 128000, "norm_eps": 1e-5},
     alt_keys={"intermediate_size": "block_ff_dim", "tie_word_embeddings": "tie_embedding"},  # LFM2's Hub spelling
+    kinds={"conv": ("shortconv", "mlp"), "full_attention": ("attention", "mlp")},  # nn/shortconv.py
+    kind_default="full_attention",
 )
 
 QWEN3_NEXT = Arch(
@@ -1140,7 +1199,6 @@ QWEN3_NEXT = Arch(
         moe=True,
         qk_norm="head",
         norm_offset=1.0,  # zero-centred RMSNorm: gain 1 + w (not the Gated DeltaNet's inner norm: gain w)
-        mixer="gdn",
         attn_output_gate=True,
         fixed_eps=True,  # rms_norm_eps is also the eps of norms over inner dims (q/k, the mixer's): kept by growth,
         #                 which scales the residual by sqrt(D/d) instead
@@ -1150,11 +1208,13 @@ QWEN3_NEXT = Arch(
         "shared_ffn": "shared_expert_intermediate_size",
         "qkv_bias": "attention_bias",
         "o_bias": "attention_bias",
-        "layer_types": "layer_types",
+        "block_types": "layer_types",
     },
     fixed={"mlp_bias": False},
     defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "rotary_fraction": 0.25},
     require=_SPARSE_EVERY_LAYER,
+    kinds={"linear_attention": ("gdn", "mlp"), "full_attention": ("attention", "mlp")},  # nn/deltanet.py
+    kind_default="full_attention",
 )
 
 ARCHS = {
@@ -1165,6 +1225,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
+        NEMOTRON_H,
         *(LFM2, QWEN3_NEXT),
     )
 }
@@ -1174,6 +1235,10 @@ BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 # (refused with one line naming it, instead of "unknown family").
 _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
 _MAMBA = "Mamba state-space mixer layers"
+_MAMBA_EXPAND = (
+    "growth of a Mamba-2 mixer's heads, which a wider model needs: its inner width is expand x hidden_size "
+    "(an integer in the config), and residual-width growth keeps the inner width"
+)
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
 _LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
@@ -1196,11 +1261,10 @@ UNSUPPORTED = {
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
-    "granitemoehybrid": _MAMBA,
-    "nemotron_h": _MAMBA,
+    "granitemoehybrid": _MAMBA_EXPAND,
     "zamba2": _MAMBA,
     "mamba": _MAMBA,
-    "mamba2": _MAMBA,
+    "mamba2": _MAMBA_EXPAND,
     "qwen3_5": _GDN,
     "qwen3_5_text": _GDN,
     "qwen3_5_moe": _GDN,
@@ -1239,7 +1303,8 @@ class TensorSpec:
     group: str | None = None
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
-    layers: str = ""  # the blocks holding it in a hybrid family: "" all, "attn" attention layers, "mixer" mixer layers
+    sub: str = ""  # the sublayer a block tensor belongs to ("attention", "mlp", "mamba"; "" the block's own)
+    shape: tuple = ()  # an inner tensor's shape (role "inner": kept by width growth)
     tail: tuple = ()  # a per-unit tensor's shape after its unit axis (LFM2's depthwise conv weight: (1, kernel))
 
 
@@ -1248,11 +1313,12 @@ def _qkv_units(f: Features) -> tuple[str, ...]:
 
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
-    """The tensor table of an architecture under a config's flags, derived from slots + features."""
+    """The tensor table of an architecture under a config's flags, derived from slots + features.
+    A block tensor's ``sub`` names the sublayer it belongs to ("attention", "mlp", "mamba"; "" the
+    block's own): a hybrid's block holds only those of its kind's sublayers (``tensor_specs``)."""
     f, B = a.features, a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
-    ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
 
     def w(slot):
         top = slot in ("embed", "pos", "embed_norm", "final_norm", "head")  # outside the blocks
@@ -1286,9 +1352,32 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
     if f.embed_norm:
         s += norm("embed_norm")
-    if f.pre_norms:
-        s += norm("ln1")
-    n_before = len(s)
+    s += _tag("attention", _attention_specs(a, cfg, norm, reader, writer, w))
+    s += _tag("mlp", _mlp_specs(a, cfg, norm, reader, writer, w))
+    if any("mamba" in subs for subs in a.kinds.values()):
+        s += _tag("mamba", norm("ln1") + _mamba_specs(a, cfg, r_in, ln1))
+    for sub in ("shortconv", "gdn"):  # LFM2's, Qwen3-Next's mixer
+        if has_sublayer(a, sub):
+            s += _tag(sub, norm("ln1") + mixer_specs(a, cfg, sub, reader, writer))
+    if cfg.gated:
+        s.append(TensorSpec(B + "growth_gate", "growth_gate"))
+    s += norm("final_norm")
+    if not cfg.tie:
+        s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
+    if has_head_bias(cfg):
+        s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
+    return s
+
+
+def _tag(sub: str, specs: list[TensorSpec]) -> list[TensorSpec]:
+    return [dataclasses.replace(sp, sub=sub) for sp in specs]
+
+
+def _attention_specs(a: Arch, cfg, norm, reader, writer, w) -> list[TensorSpec]:
+    """The attention sublayer's tensors: its pre-norm, q/k/v (or fused), q/k norms, gate, output, post-norm."""
+    f = a.features
+    ln1 = a.block + a.modules["ln1"] if f.pre_norms else None
+    s = norm("ln1") if f.pre_norms else []
     if f.qkv == "separate":
         s += reader("q", ("qg",) if f.attn_output_gate else ("q",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
         s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, f.qk_norm)
@@ -1305,13 +1394,16 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     if cfg.attn_gate:
         s += reader("g", ("qgate",), "attn", ln1, cfg.qkv_bias)
     s += writer("o", ("q",), "attn", cfg.o_bias)
-    if f.mixer:  # a hybrid: attention tensors in attention layers only, the mixer's in the others
-        s[n_before:] = [dataclasses.replace(sp, layers="attn") for sp in s[n_before:]]
-        s += [dataclasses.replace(sp, layers="mixer") for sp in mixer_specs(a, cfg, reader, writer, w)]
     if f.post_norms:
         s += norm("post_attn")
-    if f.pre_norms and not f.shared_norm:
-        s += norm("ln2")
+    return s
+
+
+def _mlp_specs(a: Arch, cfg, norm, reader, writer, w) -> list[TensorSpec]:
+    """The MLP sublayer's tensors: its pre-norm, the MLP or the experts, the activation's scalars, post-norm."""
+    f, B, r_in = a.features, a.block, 0 if a.features.linear == "in_out" else 1
+    ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else (B + a.modules["ln1"] if f.pre_norms else None)
+    s = norm("ln2") if f.pre_norms and not f.shared_norm else []
     if f.moe:
         s.append(TensorSpec(w("router"), "router", r_in, 1 - r_in, ("experts",), "ffn", ln2))
         for j in range(cfg.experts):
@@ -1334,28 +1426,56 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += [TensorSpec(B + a.modules["act"] + "." + p, "act_param") for p, _ in f.act_params]
     if f.post_norms:
         s += norm("post_ffn")
-    if cfg.gated:
-        s.append(TensorSpec(B + "growth_gate", "growth_gate"))
-    s += norm("final_norm")
-    if not cfg.tie:
-        s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
-    if has_head_bias(cfg):
-        s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
     return s
 
 
-def mixer_specs(a: Arch, cfg, reader, writer, w) -> list[TensorSpec]:
-    """The tensors of a mixer layer (``Features.mixer``). LFM2's short convolution: one channel per
-    residual dim (unit kind "conv", grown with the width like FFN neurons): in_proj reads the normed
-    residual into [B | C | x] per channel, the depthwise conv holds a kernel per channel, out_proj writes."""
+def ssm_dims(cfg) -> tuple[int, int, int]:
+    """(inner channels, convolved channels, in_proj outputs) of a Mamba-2 mixer: inner = heads x head_dim;
+    the convolution runs over [x | B | C] (inner + 2 x groups x state); in_proj gives [z | x B C | dt]."""
+    m = cfg.ssm
+    inner = m["heads"] * m["head_dim"]
+    conv = inner + 2 * m["groups"] * m["state"]
+    return inner, conv, inner + conv + m["heads"]
+
+
+def _mamba_specs(a: Arch, cfg, r_in: int, ln1: str) -> list[TensorSpec]:
+    """A Mamba-2 mixer's tensors: in_proj reads the normed residual (its outputs are inner units, ``m_in``,
+    never grown), out_proj writes it (from the ``m_inner`` channels); the convolution, A_log, D, dt_bias
+    and the gated inner norm act on inner channels only (role ``inner``: width growth keeps them)."""
+    m, ssm = a.block + a.modules["mamba"] + ".", cfg.ssm
+    inner, conv, _ = ssm_dims(cfg)
+    s = [TensorSpec(m + "in_proj.weight", "reader", r_in, 1 - r_in, ("m_in",), "attn", ln1)]
+    if ssm["bias"]:
+        s.append(TensorSpec(m + "in_proj.bias", "unit_bias", unit_axis=0, units=("m_in",), group="attn"))
+    s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(conv, 1, ssm["conv"])))
+    if ssm["conv_bias"]:
+        s.append(TensorSpec(m + "conv1d.bias", "inner", shape=(conv,)))
+    s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
+    s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
+    s.append(TensorSpec(m + "out_proj.weight", "writer", 1 - r_in, r_in, ("m_inner",), "attn"))
+    if ssm["bias"]:
+        s.append(TensorSpec(m + "out_proj.bias", "writer_bias", res_axis=0))
+    return s
+
+
+def has_sublayer(a: Arch, sub: str) -> bool:
+    """Whether some block kind of a hybrid runs sublayer ``sub`` ("mamba", "shortconv", "gdn")."""
+    return any(sub in subs for subs in a.kinds.values())
+
+
+def mixer_specs(a: Arch, cfg, sub: str, reader, writer) -> list[TensorSpec]:
+    """The tensors of a mixer sublayer. LFM2's short convolution ("shortconv"): one channel per residual
+    dim (unit kind "conv", grown with the width like FFN neurons): in_proj reads the normed residual into
+    [B | C | x] per channel, the depthwise conv holds a kernel per channel, out_proj writes."""
     ln1, bias = a.block + a.modules["ln1"], bool(cfg.extra.get("conv_bias"))
-    if a.features.mixer == "gdn":
-        return _gdn_specs(a, cfg, reader, writer)
+    if sub == "gdn":
+        return _gdn_specs(a, cfg)
+    w = a.block + a.modules["m_conv"] + ".weight"
     s = reader("m_in", ("conv", "conv", "conv"), "attn", ln1, bias)
     kernel = (1, int(cfg.extra.get("conv_L_cache", 3)))
-    s.append(TensorSpec(w("m_conv"), "unit_bias", unit_axis=0, units=("conv",), group="attn", tail=kernel))
+    s.append(TensorSpec(w, "unit_bias", unit_axis=0, units=("conv",), group="attn", tail=kernel))
     if bias:
-        s.append(TensorSpec(w("m_conv")[: -len("weight")] + "bias", "unit_bias", unit_axis=0, units=("conv",)))
+        s.append(TensorSpec(w[: -len("weight")] + "bias", "unit_bias", unit_axis=0, units=("conv",)))
     return s + writer("m_out", ("conv",), "attn", bias)
 
 
@@ -1366,22 +1486,33 @@ def gdn_dims(cfg) -> tuple[int, int, int, int, int]:
     return (*(int(e[k]) for k in keys), int(e.get("linear_conv_kernel_dim", 4)))
 
 
-def _gdn_specs(a: Arch, cfg, reader, writer) -> list[TensorSpec]:
+def _gdn_specs(a: Arch, cfg) -> list[TensorSpec]:
     """Gated DeltaNet (Qwen3-Next): in_proj_qkvz and in_proj_ba read the normed residual into inner units, out_proj
     writes from them; the inner sizes never grow (unit kinds gdn_*: one unit each), so the conv kernel, A_log,
-    dt_bias and the inner norm are ``inner`` tensors width growth keeps (``tail``: their shape)."""
+    dt_bias and the inner norm are ``inner`` tensors width growth keeps."""
     nk, nv, dk, dv, taps = gdn_dims(cfg)
     ln1, m = a.block + a.modules["ln1"], a.block + a.modules["mixer"] + "."
     s = [TensorSpec(m + "in_proj_qkvz.weight", "reader", 1, 0, ("gdn_qkvz",), "attn", ln1)]
     s.append(TensorSpec(m + "in_proj_ba.weight", "reader", 1, 0, ("gdn_ba",), "attn", ln1))
-    s.append(TensorSpec(m + "conv1d.weight", "inner", tail=(2 * nk * dk + nv * dv, 1, taps)))
-    s += [TensorSpec(m + n, "inner", tail=(nv,)) for n in ("dt_bias", "A_log")]
-    s.append(TensorSpec(m + "norm.weight", "inner", tail=(dv,)))
+    s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(2 * nk * dk + nv * dv, 1, taps)))
+    s += [TensorSpec(m + n, "inner", shape=(nv,)) for n in ("dt_bias", "A_log")]
+    s.append(TensorSpec(m + "norm.weight", "inner", shape=(dv,)))
     return s + [TensorSpec(m + "out_proj.weight", "writer", 0, 1, ("gdn_v",), "attn")]
+
+
+def block_sublayers(cfg, layer: int) -> tuple[str, ...]:
+    """The sublayers block ``layer`` runs, in order: ("attention", "mlp") but in hybrids (``Arch.kinds``)."""
+    a = arch_of(cfg)
+    if not a.kinds:
+        return ("attention", "mlp")
+    return a.kinds[cfg.block_types[layer] if cfg.block_types else a.kind_default]
 
 
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
+    if kind in ("m_in", "m_inner"):  # a Mamba mixer's in_proj outputs and inner channels: never grown
+        inner, _, proj = ssm_dims(cfg)
+        return (proj if kind == "m_in" else inner, 1)
     return {
         "q": (cfg.heads, cfg.head_dim),
         "kv": (cfg.kv_heads, cfg.head_dim),
@@ -1411,8 +1542,9 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     flat = [sp for sp in specs if "{i}" not in sp.pattern]
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
-        kind = ("mixer" if cfg.mixer_layer(i) else "attn") if arch_of(cfg).features.mixer else ""
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.layers in ("", kind))
+        subs = block_sublayers(cfg, i)
+        mine = [sp for sp in specs if "{i}" in sp.pattern and (not sp.sub or sp.sub in subs)]
+        out.update((sp.pattern.format(i=i), sp) for sp in mine)
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
@@ -1422,14 +1554,14 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     """The shape a tensor must have under cfg (derived from the spec's axes)."""
     if spec.role == "growth_gate":
         return (1,)
+    if spec.role == "inner":
+        return spec.shape
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
         return (cfg.width,)
     if spec.role == "head_norm":
         return (cfg.head_dim,)
     if spec.role == "act_param":
         return dict(arch_of(cfg).features.act_params)[name.rsplit(".", 1)[1]]
-    if spec.role == "inner":
-        return spec.tail
     if spec.role == "embedding":
         a = arch_of(cfg)
         rows = cfg.vocab_size if name == a.embed else cfg.context + a.features.pos_offset

@@ -27,12 +27,14 @@ import torch.nn.functional as F
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
 from .deltanet import gdn_forward, gdn_modules
-from .families import arch_of, has_head_bias
+from .families import arch_of, block_sublayers, has_head_bias
+from .mamba import Mamba2Mixer
 from .moe import route
 from .rope import extends_context, layer_key
 from .shortconv import shortconv_forward, shortconv_modules
 
-# Features.mixer -> (its modules by slot (cfg, lin), its forward (slots, normed x, channel mask or None))
+# a hybrid's mixer sublayer (Arch.kinds) -> (its modules by slot (cfg, lin), its forward (slots, normed x, channel
+# mask or None))
 MIXERS = {"shortconv": (shortconv_modules, shortconv_forward), "gdn": (gdn_modules, gdn_forward)}
 
 ACT = {
@@ -137,7 +139,31 @@ def _put(root: nn.Module, path: str, module: nn.Module) -> None:
     root.add_module(last, module)
 
 
-def _slot_modules(cfg: ModelConfig, layer: int = 0) -> dict[str, nn.Module]:
+_SUB_SLOTS = {  # hybrids: the slots each sublayer owns (a block holds those of its kind's sublayers)
+    "attention": {"ln1", "post_attn", "q", "k", "v", "qkv", "q_norm", "k_norm", "g", "o"},
+    "mamba": {"ln1", "mamba"},
+    "shortconv": {"ln1", "m_in", "m_conv", "m_out"},
+    "gdn": {"ln1", "mixer"},
+    "mlp": {"ln2", "post_ffn", "router", "experts", "s_gate", "s_up", "s_down", "s_router", "gate_up", "gate", "up"}
+    | {"down", "act"},
+}
+
+
+def _block_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
+    """Block ``layer``'s modules by slot: all of them, or in a hybrid those of its kind's sublayers."""
+    if not arch_of(cfg).kinds:
+        return _slot_modules(cfg)
+    subs = block_sublayers(cfg, layer)
+    keep = set().union(*(_SUB_SLOTS[sub] for sub in subs))
+    m = {k: v for k, v in _slot_modules(cfg).items() if k in keep}
+    if "mamba" in subs:
+        m["mamba"] = Mamba2Mixer(cfg)
+    for sub in set(subs) & set(MIXERS):  # LFM2's short convolution, Gated DeltaNet
+        m.update(MIXERS[sub][0](cfg, lambda n_in, n_out, bias: Linear(n_in, n_out, bias)))
+    return m
+
+
+def _slot_modules(cfg: ModelConfig) -> dict[str, nn.Module]:
     """The block's modules by slot, sized from the config and shaped by the features."""
     f = arch_of(cfg).features
     d, hd, f_n = cfg.width, cfg.head_dim, cfg.ffn
@@ -162,9 +188,6 @@ def _slot_modules(cfg: ModelConfig, layer: int = 0) -> dict[str, nn.Module]:
     if cfg.attn_gate:
         m["g"] = lin(d, cfg.heads, cfg.qkv_bias)
     m["o"] = lin(qd, d, cfg.o_bias)
-    if f.mixer and cfg.mixer_layer(layer):  # a hybrid's mixer layer: the mixer's modules instead of attention
-        m = {k: v for k, v in m.items() if k in ("ln1", "ln2", "post_attn", "post_ffn")}
-        m.update(MIXERS[f.mixer][0](cfg, lin))
     if f.moe:  # a router over experts, each a GLU FFN of cfg.ffn neurons; maybe a gated shared expert
         a = arch_of(cfg)
         m["router"], m["experts"] = lin(d, cfg.experts, False), nn.ModuleList()
@@ -196,7 +219,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg, self.layer, self.features = cfg, layer, arch_of(cfg).features
         a = arch_of(cfg)
-        self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
+        self.slot = _block_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
         if cfg.gated:
@@ -251,14 +274,6 @@ class Block(nn.Module):
             y = y * gate
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
-    def _mix(self, x, rope, g):
-        """The token mixer: attention, or in a hybrid's mixer layer the family's mixer (grown channels gated)."""
-        cfg, mixer = self.cfg, self.features.mixer
-        if not (mixer and cfg.mixer_layer(self.layer)):
-            return self._attention(x, rope, g)
-        base = cfg.base_units("conv")
-        return MIXERS[mixer][1](self.slot, x, unit_mask(cfg.width, base, g, x) if base < cfg.width else None)
-
     def _moe(self, x, g):
         """Mixture of experts: the router picks top_k experts per token from softmax(router(x))
         (float32), their weights renormalised to sum 1 where the family does (``norm_topk``); each
@@ -311,15 +326,39 @@ class Block(nn.Module):
     def _forward(self, x, rope, g, w):
         s, f = self.slot, self.features
         r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
+        if arch_of(self.cfg).kinds:
+            return self._hybrid(x, rope, g, w)
         if self.cfg.parallel:
             h = s["ln1"](x)
-            return x + w(self._mix(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
-        a = self._mix(s["ln1"](x) if f.pre_norms else x, rope, g)
+            return x + w(self._attention(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
+        a = self._attention(s["ln1"](x) if f.pre_norms else x, rope, g)
         a = s["post_attn"](a) if f.post_norms else a
         x = x + w(a if r is None else a * r)
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
         m = s["post_ffn"](m) if f.post_norms else m
         return x + w(m if r is None else m * r)
+
+    def _mixer(self, sub, x, g):
+        """LFM2's short convolution (its grown channels behind the gate) or Gated DeltaNet (nothing gated)."""
+        cfg = self.cfg
+        base = cfg.base_units("conv")
+        return MIXERS[sub][1](self.slot, x, unit_mask(cfg.width, base, g, x) if base < cfg.width else None)
+
+    def _hybrid(self, x, rope, g, w):
+        """A hybrid's block (``Arch.kinds``): each sublayer of its kind reads its pre-norm of the residual
+        (ln1: attention or the Mamba mixer, ln2: the MLP) and adds its output (x r, Granite) to it."""
+        s, r = self.slot, self.cfg.residual_multiplier
+        for sub in block_sublayers(self.cfg, self.layer):
+            if sub == "mlp":
+                y = self._ffn(s["ln2"](x), g)
+            elif sub == "mamba":
+                y = s["mamba"](s["ln1"](x))
+            elif sub in MIXERS:
+                y = self._mixer(sub, s["ln1"](x), g)
+            else:
+                y = self._attention(s["ln1"](x), rope, g)
+            x = x + w(y if r is None else y * r)
+        return x
 
 
 class LM(nn.Module):

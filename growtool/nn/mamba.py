@@ -1,0 +1,101 @@
+"""The Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060), in plain torch.
+
+A block of kind "mamba" runs norm -> mixer -> residual add (``model.py``). The mixer, for an input
+u [B, T, width] (the normed residual):
+
+  [z | xBC | dt] = in_proj(u)                     z, x: inner = heads x head_dim channels
+  xBC = silu(causal depthwise conv1d(xBC))       kernel ``conv``, over time, per channel
+  [x | B | C] = xBC                               B, C: groups x state (head h reads group h // (heads / groups))
+  dt = clamp(softplus(dt + dt_bias), dt_limit)    one step size per head and token
+  A = -exp(A_log)                                 one decay per head
+  h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t^T      the selective scan, state [state, head_dim] per head
+  y_t = C_t^T h_t + D x_t
+  out = out_proj(gated_rmsnorm(y, z))             RMSNorm of y * silu(z) over groups of inner / groups
+                                                  channels, times the gain
+
+The scan is computed in its quadratic (attention-like) form, y = (L o C B^T) (dt x) + D x with
+L[t, s] = exp(sum_{r = s+1..t} dt_r A) for s <= t: exact, and fine at the lengths growtool trains.
+
+Width growth reads the residual only through in_proj (a reader) and writes it only through out_proj
+(a writer): the inner dimensions are kept, the same rotation argument as for attention.
+
+Imports nothing else from growtool but ``config`` and ``families`` (copied into remote-code folders).
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .config import ModelConfig
+from .families import ssm_dims
+
+
+class GatedRMSNorm(nn.Module):
+    """RMSNorm of y * silu(z) over ``groups`` contiguous groups of channels, in float32, times ``weight``."""
+
+    def __init__(self, n: int, groups: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(n))
+        self.groups, self.eps = groups, eps
+
+    def forward(self, y, z):
+        f = torch.promote_types(y.dtype, torch.float32)
+        h = y.to(f) * F.silu(z.to(f))
+        g = h.view(*h.shape[:-1], self.groups, -1)
+        g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * g.view(h.shape).to(y.dtype)
+
+
+def segment_sums(a: torch.Tensor) -> torch.Tensor:
+    """[..., T] -> [..., T, T]: out[t, s] = a[s+1] + .. + a[t] for s <= t, -inf above the diagonal
+    (summed from masked copies, not as a difference of cumulative sums, which loses precision)."""
+    T = a.shape[-1]
+    x = a[..., None, :].expand(*a.shape[:-1], T, T)  # x[t, s] = a[s]
+    strict = torch.tril(torch.ones(T, T, dtype=torch.bool, device=a.device), diagonal=-1)
+    x = x.transpose(-1, -2).masked_fill(~strict, 0).cumsum(-2)  # [t, s] = a[s+1] + .. + a[t]
+    return x.masked_fill(~torch.tril(torch.ones_like(strict)), float("-inf"))
+
+
+def ssd_scan(x, dt, A, B, C):
+    """y [B, T, H, P] of the selective scan for x [B, T, H, P], dt [B, T, H], A [H], B and C
+    [B, T, H, N] (already per head), in x's dtype (float32 or wider)."""
+    decay = torch.exp(segment_sums((dt * A).transpose(1, 2)))  # [B, H, T, S]
+    scores = torch.einsum("bthn,bshn->bhts", C, B) * decay
+    return torch.einsum("bhts,bshp->bthp", scores, x * dt[..., None])
+
+
+class Mamba2Mixer(nn.Module):
+    """The mixer's tensors at their Hugging Face names (in_proj, conv1d, dt_bias, A_log, D, norm, out_proj)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        m = cfg.ssm
+        inner, conv, proj = ssm_dims(cfg)
+        self.sizes = (inner, conv, m["heads"], m["head_dim"], m["groups"], m["state"])
+        self.dt_limit = tuple(m["dt_limit"])
+        self.in_proj = nn.Linear(cfg.width, proj, bias=m["bias"])
+        self.conv1d = nn.Conv1d(conv, conv, m["conv"], groups=conv, padding=m["conv"] - 1, bias=m["conv_bias"])
+        self.dt_bias = nn.Parameter(torch.zeros(m["heads"]))
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, m["heads"] + 1, dtype=torch.float32)))
+        self.D = nn.Parameter(torch.ones(m["heads"]))
+        self.norm = GatedRMSNorm(inner, m["groups"], cfg.norm_eps)
+        self.out_proj = nn.Linear(inner, cfg.width, bias=m["bias"])
+
+    def forward(self, u):
+        inner, conv, H, P, G, N = self.sizes
+        Bsz, T, _ = u.shape
+        z, xbc, dt = self.in_proj(u).split([inner, conv, H], dim=-1)
+        xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :T].transpose(1, 2))
+        x, b, c = xbc.split([inner, G * N, G * N], dim=-1)
+        f = torch.promote_types(u.dtype, torch.float32)  # the scan in float32 (float64 kept: verify's reference)
+        dt = F.softplus(dt.to(f) + self.dt_bias.to(f)).clamp(*self.dt_limit)
+        A = -torch.exp(self.A_log.to(f))
+        b, c = (t.to(f).view(Bsz, T, G, N).repeat_interleave(H // G, dim=2) for t in (b, c))
+        x = x.to(f).view(Bsz, T, H, P)
+        y = ssd_scan(x, dt, A, b, c) + self.D.to(f)[:, None] * x
+        return self.out_proj(self.norm(y.reshape(Bsz, T, inner), z).to(u.dtype))
+
+
+__all__ = ["Mamba2Mixer", "GatedRMSNorm", "ssd_scan", "segment_sums"]
