@@ -416,6 +416,40 @@ FAMILY_CASES = {
         ),
         {"tie": True},
     ),
+    # Qwen3.5's text decoder: as Qwen3-Next with a dense MLP and split mixer projections (MRoPE keys: text positions)
+    "qwen3_5_text-gdn": (
+        _family_like(
+            "Qwen3_5Text",
+            "Qwen3_5ForCausalLM",
+            num_key_value_heads=2,
+            head_dim=16,
+            layer_types=GDN_ATTN,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [1, 1, 0],
+                "mrope_interleaved": True,
+            },
+            **GDN,
+        ),
+        {},
+    ),
+    "qwen3_5_text-tied-bias-interval2": (
+        _family_like(
+            "Qwen3_5Text",
+            "Qwen3_5ForCausalLM",
+            head_dim=24,
+            attention_bias=True,
+            full_attention_interval=2,
+            **{**GDN, "linear_num_value_heads": 2, "linear_conv_kernel_dim": 3},
+        ),
+        {"tie": True},
+    ),
+    "qwen3_5_moe_text-tied": (  # Qwen3.5-MoE's text decoder: Qwen3-Next's MoE (top-k always renormalised)
+        _family_like("Qwen3_5MoeText", "Qwen3_5MoeForCausalLM", head_dim=16, layer_types=GDN_ATTN, **GDN, **QWEN2_MOE),
+        {"tie": True},
+    ),
 }
 
 

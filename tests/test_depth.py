@@ -90,6 +90,8 @@ ARCH_CASES = {
     "nemotron_h": "nemotron_h-tied-biases-2",
     "lfm2": "lfm2-conv-attn",
     "qwen3_next": "qwen3_next-gdn-moe",
+    "qwen3_5_text": "qwen3_5_text-gdn",
+    "qwen3_5_moe_text": "qwen3_5_moe_text-tied",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

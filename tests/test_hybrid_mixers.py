@@ -8,6 +8,8 @@ table go through test_architectures' forward, round trip and test_depth's cases 
   (q_proj holds [q | gate] per head); the delta rule, the zero-centred norms and the output gate each bite;
   width growth keeps the mixer's inner tensors and sizes (only the residual side of its projections grows);
   its layer types by ``full_attention_interval``.
+* Qwen3.5 (``qwen3_5_text``, ``qwen3_5_moe_text``): Qwen3-Next's blocks with the mixer's projections split
+  (in_proj_qkv / z / b / a), a dense MLP or Qwen3-Next's MoE with its top-k always renormalised.
 """
 
 from __future__ import annotations
@@ -213,3 +215,33 @@ def test_qwen3_next_layer_types_by_interval_and_depth_keeps_each_kind(tmp_path):
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f").eval()
     assert back.config.layer_types == ck.config.block_types
     assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+def test_qwen3_5_split_projections_grow_on_the_residual_side_only(tmp_path):
+    """Qwen3.5's text decoder: the mixer's four projections (in_proj_qkv 96, z 32, b 4, a 4 outputs) keep
+    their inner sizes and grow their residual side; the inner tensors are kept bit for bit; verify passes."""
+    make_source("qwen3_5_text-gdn", tmp_path / "src")
+    src = checkpoint.load(tmp_path / "src")
+    g = tmp_path / "g.safetensors"
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", g).exit_code == 0
+    ck = checkpoint.load(g)
+    sizes = {"qkv": 96, "z": 32, "b": 4, "a": 4}
+    assert all(ck.get(f"{GDN}in_proj_{n}.weight").shape == (k, 96) for n, k in sizes.items())
+    assert all(src.get(f"{GDN}in_proj_{n}.weight").shape == (k, 64) for n, k in sizes.items())
+    assert all(torch.equal(ck.get(GDN + n), src.get(GDN + n)) for n in ("conv1d.weight", "A_log", "dt_bias"))
+    code, rep = verify_json(tmp_path / "src", g)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+
+
+def test_qwen3_5_moe_always_renormalises_its_top_k(tmp_path, monkeypatch):
+    """Qwen3.5-MoE's router renormalises the top-k weights whatever the config says (no norm_topk_prob key):
+    read without it, the logits differ."""
+    model = make_source("qwen3_5_moe_text-tied", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.norm_topk and "norm_topk_prob" not in json.loads((tmp_path / "src" / "config.json").read_text())
+    t = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) <= 1e-5
+        a = families.ARCHS["qwen3_5_moe_text"]
+        monkeypatch.setitem(families.ARCHS, a.name, dataclasses.replace(a, fixed={**a.fixed, "norm_topk": False}))
+        assert rel(LM.from_tensors(ck.config.replace(), t)(X), hf_logits(model)) > 1e-3

@@ -37,7 +37,7 @@ from growtool.grow.steps import (
 from growtool.nn.attention import alibi_order
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
-from growtool.nn.families import TensorSpec, arch_of, expected_shapes, has_sublayer, tensor_specs, unit_count
+from growtool.nn.families import GDN_UNITS, TensorSpec, arch_of, expected_shapes, has_sublayer, tensor_specs, unit_count
 from growtool.nn.rope import describe as describe_rope
 
 MIXER = ("m_in", "m_inner")  # a Mamba mixer's unit kinds (in_proj outputs, inner channels): kept by width growth
@@ -519,7 +519,7 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         if has_sublayer(arch_of(src), "shortconv"):  # LFM2's conv channels, one per residual dim: as neurons
             units[-1]["conv"] = ops.make_expansion(recipe["ffn"]["new_units"], src.width, cfg.width, gen, k)
         if has_sublayer(arch_of(src), "gdn"):  # Gated DeltaNet's inner outputs: kept (one unit, nothing added)
-            units[-1].update({kind: ops.make_expansion("zero", 1, 1, gen) for kind in ("gdn_qkvz", "gdn_ba", "gdn_v")})
+            units[-1].update({kind: ops.make_expansion("zero", 1, 1, gen) for kind in GDN_UNITS})
         if arch_of(src).features.attn_output_gate:  # Qwen3-Next: a query head and its output gate grow together
             units[-1]["qg"] = q
         split.append(

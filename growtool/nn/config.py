@@ -478,7 +478,7 @@ def _block_types(a, hf: dict, listed) -> list | None:
         if any(c not in by_code for c in pattern):
             raise GrowError(f"{a.name} hybrid_override_pattern {pattern!r}: a block code not in {''.join(by_code)}")
         return [by_code[c] for c in pattern]
-    if listed is None and has_sublayer(a, "gdn"):  # Qwen3-Next: every full_attention_interval-th layer attention
+    if listed is None and has_sublayer(a, "gdn"):  # Qwen3-Next, 3.5: every full_attention_interval-th layer attention
         every, n = int(hf.get("full_attention_interval") or 4), int(hf[a.keys["layers"]])
         return ["linear_attention" if (i + 1) % every else "full_attention" for i in range(n)]
     if listed is None and has_sublayer(a, "shortconv"):  # LFM2: attention at full_attn_idxs (default: every layer)

@@ -4,7 +4,8 @@ Hatamizadeh, "Gated Delta Networks: Improving Mamba2 with Delta Rule", ICLR 2025
 For the normed block input x [B, T, d], with n_k key heads and n_v value heads (r = n_v / n_k per key head):
 
 * in_proj_qkvz gives per key head [q (d_k) | k (d_k) | v (r d_v) | z (r d_v)], in_proj_ba per key head
-  [b (r) | a (r)];
+  [b (r) | a (r)] (Qwen3-Next); or (Qwen3.5, ``Features.gdn_split``) in_proj_qkv gives [q | k | v] of all
+  heads, in_proj_z, in_proj_b and in_proj_a the rest;
 * [q | k | v] (all heads) pass a depthwise causal convolution of a few taps (no bias), then SiLU;
 * q and k are L2-normed per head (eps 1e-6 inside the root), q divided by sqrt(d_k); each key head
   serves its r value heads;
@@ -26,7 +27,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from .families import gdn_dims
+from .families import arch_of, gdn_dims
 
 
 class GatedDeltaNet(nn.Module):
@@ -35,33 +36,49 @@ class GatedDeltaNet(nn.Module):
     def __init__(self, cfg, lin):
         super().__init__()
         nk, nv, dk, dv, taps = gdn_dims(cfg)
-        self.dims, self.eps = (nk, nv, dk, dv), cfg.norm_eps
+        self.dims, self.eps, self.split = (nk, nv, dk, dv), cfg.norm_eps, arch_of(cfg).features.gdn_split
         channels = 2 * nk * dk + nv * dv  # [q | k | v] of all heads, each convolved on its own
-        self.in_proj_qkvz = lin(cfg.width, 2 * nk * dk + 2 * nv * dv, False)
-        self.in_proj_ba = lin(cfg.width, 2 * nv, False)
+        if self.split:  # Qwen3.5
+            self.in_proj_qkv, self.in_proj_z = lin(cfg.width, channels, False), lin(cfg.width, nv * dv, False)
+            self.in_proj_b, self.in_proj_a = lin(cfg.width, nv, False), lin(cfg.width, nv, False)
+        else:  # Qwen3-Next
+            self.in_proj_qkvz = lin(cfg.width, 2 * nk * dk + 2 * nv * dv, False)
+            self.in_proj_ba = lin(cfg.width, 2 * nv, False)
         self.conv1d = nn.Conv1d(channels, channels, taps, groups=channels, bias=False)
         self.dt_bias, self.A_log = nn.Parameter(torch.ones(nv)), nn.Parameter(torch.zeros(nv))
         self.norm = nn.Module()
         self.norm.weight = nn.Parameter(torch.ones(dv))
         self.out_proj = lin(nv * dv, cfg.width, False)
 
+    def _project(self, x: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """[q | k | v] of all heads [B, T, channels], z [B, T, n_v, d_v], b and a [B, T, n_v]."""
+        B, T, _ = x.shape
+        nk, nv, dk, dv = self.dims
+        if self.split:
+            z = self.in_proj_z(x).view(B, T, nv, dv)
+            return self.in_proj_qkv(x), z, self.in_proj_b(x), self.in_proj_a(x)
+        r = nv // nk
+        q, k, v, z = self.in_proj_qkvz(x).view(B, T, nk, 2 * dk + 2 * r * dv).split([dk, dk, r * dv, r * dv], -1)
+        b, a = self.in_proj_ba(x).view(B, T, nk, 2 * r).split([r, r], -1)
+        mixed = torch.cat([t.reshape(B, T, -1) for t in (q, k, v)], -1)
+        return mixed, z.reshape(B, T, nv, dv), b.reshape(B, T, nv), a.reshape(B, T, nv)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         B, T, _ = x.shape
         nk, nv, dk, dv = self.dims
         r = nv // nk
-        q, k, v, z = self.in_proj_qkvz(x).view(B, T, nk, 2 * dk + 2 * r * dv).split([dk, dk, r * dv, r * dv], -1)
-        b, a = self.in_proj_ba(x).view(B, T, nk, 2 * r).split([r, r], -1)
-        mixed = torch.cat([t.reshape(B, T, -1) for t in (q, k, v)], -1).transpose(1, 2)
+        mixed, z, b, a = self._project(x)
+        mixed = mixed.transpose(1, 2)
         w = self.conv1d.weight
         mixed = F.silu(F.conv1d(mixed, w, padding=w.shape[-1] - 1, groups=w.shape[0])[..., :T]).transpose(1, 2)
         q, k, v = mixed.split([nk * dk, nk * dk, nv * dv], -1)
         f = torch.promote_types(x.dtype, torch.float32)  # float32 math, float64 kept (verify's reference)
-        beta = torch.sigmoid(b.reshape(B, T, nv)).to(f)
-        g = -self.A_log.to(f).exp() * F.softplus(a.reshape(B, T, nv).to(f) + self.dt_bias.to(f))
+        beta = torch.sigmoid(b).to(f)
+        g = -self.A_log.to(f).exp() * F.softplus(a.to(f) + self.dt_bias.to(f))
         heads = (q.reshape(B, T, nk, dk), k.reshape(B, T, nk, dk))
         q, k = (_l2norm(t.repeat_interleave(r, dim=2).to(f)) for t in heads)
         o = delta_rule(q / dk**0.5, k, v.reshape(B, T, nv, dv).to(f), g, beta).to(x.dtype)
-        return self.out_proj(self._gated_norm(o, z.reshape(B, T, nv, dv)).reshape(B, T, nv * dv))
+        return self.out_proj(self._gated_norm(o, z).reshape(B, T, nv * dv))
 
     def _gated_norm(self, o: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
         """RMSNorm over d_v (gain w, in float32) times SiLU(z)."""

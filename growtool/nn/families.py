@@ -90,6 +90,8 @@ class Features:
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
     attn_output_gate: bool = False  # q_proj holds per head [q | gate]: the attention output x sigmoid(gate), per
     #                                 element, before o_proj (Qwen3-Next; unit kind "qg", 2 x head_dim per head)
+    gdn_split: bool = False  # Gated DeltaNet's projections in_proj_qkv / _z / _b / _a (Qwen3.5), not in_proj_qkvz / _ba
+    #                          interleaved per key head (Qwen3-Next)
     ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
     #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
     fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
@@ -1217,6 +1219,30 @@ QWEN3_NEXT = Arch(
     kind_default="full_attention",
 )
 
+QWEN3_5_TEXT = Arch(  # Qwen3.5's text decoder: Qwen3-Next's blocks with a dense MLP and split mixer projections
+    name="qwen3_5_text",
+    model_type="qwen3_5_text",
+    hf_class="Qwen3_5ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "mixer": "linear_attn"},
+    features=dataclasses.replace(QWEN3_NEXT.features, moe=False, gdn_split=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias", "block_types": "layer_types"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "rotary_fraction": 0.25},
+    kinds=QWEN3_NEXT.kinds,
+    kind_default="full_attention",
+)
+
+QWEN3_5_MOE_TEXT = dataclasses.replace(  # Qwen3.5-MoE's text decoder: Qwen3-Next with split mixer projections
+    QWEN3_NEXT,
+    name="qwen3_5_moe_text",
+    model_type="qwen3_5_moe_text",
+    hf_class="Qwen3_5MoeForCausalLM",
+    features=dataclasses.replace(QWEN3_NEXT.features, gdn_split=True),
+    fixed={"mlp_bias": False, "norm_topk": True},  # the router always renormalises its top-k; every layer sparse
+    require={},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1226,7 +1252,7 @@ ARCHS = {
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
         NEMOTRON_H,
-        *(LFM2, QWEN3_NEXT),
+        *(LFM2, QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE_TEXT),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1239,7 +1265,10 @@ _MAMBA_EXPAND = (
     "growth of a Mamba-2 mixer's heads, which a wider model needs: its inner width is expand x hidden_size "
     "(an integer in the config), and residual-width growth keeps the inner width"
 )
-_GDN = "Gated DeltaNet linear-attention mixer layers"
+_QWEN3_5_VL = (
+    "Qwen3.5's vision-language wrapper (the decoder nested under text_config and model.language_model; "
+    "its text decoder saved alone, qwen3_5_text / qwen3_5_moe_text, grows)"
+)
 _PLE = "per-layer embeddings and AltUp"
 _LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
 _FUSED_EXPERTS = "3-D fused expert tensors (input_linear / output_linear)"
@@ -1265,9 +1294,8 @@ UNSUPPORTED = {
     "zamba2": _MAMBA,
     "mamba": _MAMBA,
     "mamba2": _MAMBA_EXPAND,
-    "qwen3_5": _GDN,
-    "qwen3_5_text": _GDN,
-    "qwen3_5_moe": _GDN,
+    "qwen3_5": _QWEN3_5_VL,
+    "qwen3_5_moe": _QWEN3_5_VL,
     "kimi_linear": "Kimi delta attention (KDA) mixer layers and MLA",
     "minimax": "MiniMax's lightning-attention layers",
     "gemma3n": _PLE,
@@ -1492,8 +1520,10 @@ def _gdn_specs(a: Arch, cfg) -> list[TensorSpec]:
     dt_bias and the inner norm are ``inner`` tensors width growth keeps."""
     nk, nv, dk, dv, taps = gdn_dims(cfg)
     ln1, m = a.block + a.modules["ln1"], a.block + a.modules["mixer"] + "."
-    s = [TensorSpec(m + "in_proj_qkvz.weight", "reader", 1, 0, ("gdn_qkvz",), "attn", ln1)]
-    s.append(TensorSpec(m + "in_proj_ba.weight", "reader", 1, 0, ("gdn_ba",), "attn", ln1))
+    readers = {"qkvz": "gdn_qkvz", "ba": "gdn_ba"}  # Qwen3-Next; Qwen3.5:
+    if a.features.gdn_split:
+        readers = {"qkv": "gdn_qkv", "z": "gdn_v", "b": "gdn_h", "a": "gdn_h"}
+    s = [TensorSpec(f"{m}in_proj_{n}.weight", "reader", 1, 0, (kind,), "attn", ln1) for n, kind in readers.items()]
     s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(2 * nk * dk + nv * dv, 1, taps)))
     s += [TensorSpec(m + n, "inner", shape=(nv,)) for n in ("dt_bias", "A_log")]
     s.append(TensorSpec(m + "norm.weight", "inner", shape=(dv,)))
@@ -1529,10 +1559,15 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
     }[kind]
 
 
+GDN_UNITS = ("gdn_qkvz", "gdn_ba", "gdn_v", "gdn_qkv", "gdn_h")
+
+
 def _gdn_units(cfg) -> dict[str, int]:
-    """Gated DeltaNet's inner outputs, never grown (one unit each): in_proj_qkvz's, in_proj_ba's, out_proj's inputs."""
+    """Gated DeltaNet's inner outputs, never grown (one unit each): its projections' outputs (in_proj_qkvz, in_proj_ba;
+    in_proj_qkv, in_proj_b / in_proj_a; in_proj_z and out_proj's inputs), ``GDN_UNITS``."""
     nk, nv, dk, dv, _ = gdn_dims(cfg)
-    return {"gdn_qkvz": 2 * nk * dk + 2 * nv * dv, "gdn_ba": 2 * nv, "gdn_v": nv * dv}
+    qkv = 2 * nk * dk + nv * dv
+    return {"gdn_qkvz": qkv + nv * dv, "gdn_ba": 2 * nv, "gdn_v": nv * dv, "gdn_qkv": qkv, "gdn_h": nv}
 
 
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
