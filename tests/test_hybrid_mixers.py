@@ -183,7 +183,8 @@ def test_qwen3_next_width_keeps_the_mixers_inner_tensors(tmp_path):
     make_source("qwen3_next-gdn-moe", tmp_path / "src")
     src = checkpoint.load(tmp_path / "src")
     g = tmp_path / "g.safetensors"
-    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", g).exit_code == 0
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", g)
+    assert r.exit_code == 0 and "inner units kept" in r.stderr, r.stderr
     ck = checkpoint.load(g)
     for n in ("conv1d.weight", "A_log", "dt_bias", "norm.weight"):
         assert torch.equal(ck.get(GDN + n), src.get(GDN + n)), n
@@ -245,3 +246,17 @@ def test_qwen3_5_moe_always_renormalises_its_top_k(tmp_path, monkeypatch):
         a = families.ARCHS["qwen3_5_moe_text"]
         monkeypatch.setitem(families.ARCHS, a.name, dataclasses.replace(a, fixed={**a.fixed, "norm_topk": False}))
         assert rel(LM.from_tensors(ck.config.replace(), t)(X), hf_logits(model)) > 1e-3
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"linear_num_value_heads": 3}, "linear_num_key_heads must divide linear_num_value_heads"),
+        ({"linear_key_head_dim": None}, "needs config linear_key_head_dim, a positive integer, got None"),
+        ({"linear_conv_kernel_dim": 0}, "needs config linear_conv_kernel_dim, a positive integer, got 0"),
+    ],
+)
+def test_bad_gated_deltanet_sizes_are_refused_with_one_line(over, match):
+    hf = transformers.Qwen3_5TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
+    with pytest.raises(GrowError, match=f"^qwen3_5_text's Gated DeltaNet.*{match}"):
+        ModelConfig.from_hf({**hf.to_dict(), "linear_num_key_heads": 2, "linear_num_value_heads": 4, **over})

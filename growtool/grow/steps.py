@@ -335,6 +335,8 @@ class ExpandUnits(Step):
 
     def describe(self, plan, spec):
         kinds = plan.units[0]  # the same expansion kinds in every block
+        if all(k.startswith(("gdn_", "m_")) for k in spec.units):  # a mixer's inner units (Gated DeltaNet, Mamba)
+            return "inner units kept"
         split = self.writer and any(plan.split[0].get(k) is not None for k in spec.units)
         return "units " + "/".join(sorted({kinds[k].kind for k in spec.units})) + (" split" if split else "")
 

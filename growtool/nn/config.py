@@ -229,6 +229,8 @@ class ModelConfig:
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
         self._check_kinds()
+        if has_sublayer(self.arch, "gdn"):
+            _check_gdn(self)
         nl = self.new_layers or []
         if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
             raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
@@ -499,3 +501,15 @@ def _ssm(a, hf: dict) -> dict | None:
     m["dt_limit"] = [float(v) for v in (m.get("dt_limit") or (0.0, float("inf")))]
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
     return m
+
+
+def _check_gdn(cfg: ModelConfig) -> None:
+    """Gated DeltaNet's inner sizes (read from the config by ``families.gdn_dims``): positive integers, the
+    value heads a multiple of the key heads."""
+    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+    for k in (*keys, "linear_conv_kernel_dim"):
+        v = cfg.extra.get(k, 4 if k == "linear_conv_kernel_dim" else None)
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise GrowError(f"{cfg.family}'s Gated DeltaNet needs config {k}, a positive integer, got {v!r}")
+    if cfg.extra["linear_num_value_heads"] % cfg.extra["linear_num_key_heads"]:
+        raise GrowError(f"{cfg.family}'s Gated DeltaNet: linear_num_key_heads must divide linear_num_value_heads")
