@@ -336,8 +336,9 @@ class ModelConfig:
             val = hf.get(key) if key else None
             if val is None and key in a.alt_keys:
                 val = hf.get(a.alt_keys[key])
-            if val is None and name == "layers" and isinstance(hf.get(a.keys.get("block_types")), list):
-                val = len(hf[a.keys["block_types"]])  # Nemotron-H: as many layers as its block types
+            if val is None and name == "layers" and a.kinds:  # Nemotron-H: as many layers as its block kinds
+                kinds = hf.get(a.keys.get("block_types"), hf.get("hybrid_override_pattern"))
+                val = len(kinds) if isinstance(kinds, (list, str)) else None
             return val if val is not None else a.defaults.get(name, default)
 
         try:

@@ -1139,8 +1139,6 @@ NEMOTRON_H = Arch(
     kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)},
     kind_codes={"linear_attention": "M", "full_attention": "*", "mlp": "-"},
     ssm_keys=_NEMOTRON_H_SSM,
-    alt_keys={"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "time_step_min": "mamba_dt_min"}
-    | {"use_conv_bias": "mamba_conv_bias"},
     require={
         "mamba_hidden_act": ("silu", "nemotron_h's Mamba mixer is supported with mamba_hidden_act silu only", "silu"),
         "num_nextn_predict_layers": (0, "nemotron_h's multi-token prediction layers are not supported", 0),

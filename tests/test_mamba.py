@@ -1,0 +1,115 @@
+"""Mamba-2 mixers in hybrid blocks (issue 44; growtool/nn/mamba.py, ``Arch.kinds``). Nemotron-H's rows of the
+architecture table (tests/arch_cases.py) go through test_architectures.py's forward, round trip and recipes
+and test_depth.py's depth cases; here, what is particular to the mixer and to per-layer block kinds:
+
+* the mechanisms bite: dt clamped at time_step_min, the gated norm over groups of channels;
+* width growth keeps the mixer's inner tensors bit for bit (in_proj reads, out_proj writes the residual);
+* depth growth: each copied block keeps its kind (``layers_block_type``, and the 4.x pattern string);
+* a block kind growtool does not run (Nemotron-H's MoE blocks) is refused with one line.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+transformers = pytest.importorskip("transformers")
+
+from growtool.io import checkpoint  # noqa: E402
+from growtool.nn.mamba import GatedRMSNorm  # noqa: E402
+from growtool.nn.model import LM  # noqa: E402
+
+from arch_cases import FAMILY_X as X  # noqa: E402
+from arch_cases import _nemotron_h, hf_logits, make_source, rel  # noqa: E402
+from helpers import cli, perturbed, verify_json  # noqa: E402
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+INNER = ("conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight")
+
+
+def test_dt_is_clamped_at_time_step_min(tmp_path):
+    """Nemotron-H clamps dt = softplus(dt + dt_bias) at time_step_min (not at time_step_limit): with one
+    head's dt_bias far below, growtool equals transformers, and without the clamp the logits differ."""
+    torch.manual_seed(0)
+    model = perturbed(_nemotron_h(time_step_min=0.01)).eval()
+    with torch.no_grad():
+        model.model.layers[0].mixer.dt_bias[0] = -12.0  # softplus ~ 6e-6, clamped to 0.01
+    model.save_pretrained(tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    assert ck.config.ssm["dt_limit"] == [0.01, float("inf")]
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) <= 1e-5
+    unclamped = ck.config.replace(ssm={**ck.config.ssm, "dt_limit": [0.0, float("inf")]})
+    with torch.no_grad():
+        assert rel(LM.from_tensors(unclamped, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-3
+
+
+def test_the_gated_norm_is_over_groups(tmp_path):
+    """The mixer's RMSNorm of y * silu(z) runs over n_groups groups of channels: over all channels at once
+    (one group) the logits differ."""
+    model = make_source("nemotron_h", tmp_path / "src")
+    ours = checkpoint.load(tmp_path / "src").model()
+    norms = [m for m in ours.modules() if isinstance(m, GatedRMSNorm)]
+    assert len(norms) == 2 and all(n.groups == 2 for n in norms)
+    with torch.no_grad():
+        assert rel(ours(X), hf_logits(model)) <= 1e-5
+        for n in norms:
+            n.groups = 1
+        assert rel(ours(X), hf_logits(model)) > 1e-3
+
+
+def test_width_growth_keeps_the_mixer_inner_tensors(tmp_path):
+    """in_proj reads the residual (its rows are the mixer's inner units, kept), out_proj writes it; the
+    convolution, A_log, D, dt_bias and the gated norm's gain are kept bit for bit, and the eps too (the
+    inner norm shares layer_norm_epsilon: the residual is scaled by sqrt(D/d) instead)."""
+    make_source("nemotron_h", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    src, g = checkpoint.load(tmp_path / "src"), checkpoint.load(tmp_path / "g")
+    assert g.config.norm_eps == src.config.norm_eps and g.config.ssm == src.config.ssm
+    for i in (0, 3):
+        m = f"backbone.layers.{i}.mixer."
+        assert all(torch.equal(g.get(m + n), src.get(m + n)) for n in INNER)
+        assert g.get(m + "in_proj.weight").shape == (164, 96) and g.get(m + "out_proj.weight").shape == (96, 64)
+    code, rep = verify_json(tmp_path / "src", tmp_path / "g")
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+@pytest.mark.parametrize("method", ["interleave", "stack"])
+def test_copied_blocks_keep_their_kind(method, legacy, tmp_path):
+    """Depth growth 4 -> 8: each copied block keeps its kind in layers_block_type (and in the 4.x spelling's
+    hybrid_override_pattern, rewritten); fold at gate 0 loads as NemotronHForCausalLM with the source's logits."""
+    model = make_source("nemotron_h", tmp_path / "src")
+    if legacy:
+        hf = json.loads((tmp_path / "src" / "config.json").read_text())
+        hf["hybrid_override_pattern"] = "M*-M"
+        del hf["layers_block_type"]
+        (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
+    r = cli("expand", tmp_path / "src", "--layers", 8, "--depth-method", method, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0, r.stderr
+    kinds = ["linear_attention", "full_attention", "mlp", "linear_attention"]
+    want = [k for k in kinds for _ in range(2)] if method == "interleave" else kinds * 2
+    hf = json.loads((tmp_path / "g" / "config.json").read_text())
+    assert hf["layers_block_type"] == want
+    if legacy:
+        assert hf["hybrid_override_pattern"] == "".join(
+            {"linear_attention": "M", "full_attention": "*", "mlp": "-"}[k] for k in want
+        )
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert type(back) is type(model) and back.config.layers_block_type == want
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+def test_moe_blocks_are_refused_with_one_line(tmp_path):
+    torch.manual_seed(0)
+    over = dict(n_routed_experts=4, moe_intermediate_size=32, moe_shared_expert_intermediate_size=32)
+    _nemotron_h(blocks=("linear_attention", "moe"), **over).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "nemotron_h block type 'moe' is not supported" in r.stderr
+    assert not (tmp_path / "g").exists()
