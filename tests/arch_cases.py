@@ -414,6 +414,17 @@ FAMILY_CASES["nemotron_h-tied-biases-2"] = (
     {"tie": True, "blocks": ("full_attention", "linear_attention"), "n_groups": 1, "use_bias": True}
     | {"use_conv_bias": False, "mlp_bias": True},
 )
+
+
+def _mamba2(tie=False, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=8)
+    kw.update(n_groups=2, chunk_size=8, expand=2, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.Mamba2ForCausalLM(transformers.Mamba2Config(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+# Mamba-2 (every block a Mamba-2 mixer, no attention, no MLP): its width growth gates nothing (the wider mixers
+# are exact at every gate), so it is not a row of test_architectures' round trip (tests/test_mamba.py)
+MIXER_CASES = {"mamba2": (_mamba2, {}), "mamba2-tied-biases": (_mamba2, {"tie": True, "use_bias": True, "n_groups": 1})}
 CASES = {**ARCH_CASES, **FAMILY_CASES}
 assert len(CASES) == len(ARCH_CASES) + len(FAMILY_CASES), "a name in both tables"
 

@@ -22,7 +22,7 @@ from growtool.nn.mamba import GatedRMSNorm  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import FAMILY_X as X  # noqa: E402
-from arch_cases import _nemotron_h, hf_logits, make_source, rel  # noqa: E402
+from arch_cases import MIXER_CASES, _nemotron_h, hf_logits, make_source, rel  # noqa: E402
 from helpers import cli, perturbed, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -113,3 +113,75 @@ def test_moe_blocks_are_refused_with_one_line(tmp_path):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "nemotron_h block type 'moe' is not supported" in r.stderr
     assert not (tmp_path / "g").exists()
+
+
+# ---- Mamba-2: the mixers' inner width is expand x hidden_size, so width growth widens each head ----------------
+
+
+def _mamba2_source(name, path):
+    make, kw = MIXER_CASES[name]
+    torch.manual_seed(0)
+    model = perturbed(make(**kw)).eval()
+    model.save_pretrained(path)
+    return model
+
+
+@pytest.mark.parametrize("name", sorted(MIXER_CASES))
+def test_mamba2_grows_its_heads_channels_and_folds_into_mamba2(name, tmp_path):
+    """Our forward equals transformers'; 64 -> 96 grows each mixer head's channels 16 -> 24 (expand x width
+    = heads x head_dim), verify passes at gate 0, fold --alpha 0 loads as Mamba2ForCausalLM with the source's
+    logits and fold --alpha 1 equals growtool's gate-1 forward (which is the source's too: nothing is gated)."""
+    model = _mamba2_source(name, tmp_path / "src")
+    with torch.no_grad():
+        assert rel(checkpoint.load(tmp_path / "src").model()(X), hf_logits(model)) <= 1e-5
+    grown = tmp_path / "g.safetensors"
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", grown)
+    assert r.exit_code == 0 and "head channels 16 -> 24" in r.stderr, r.stderr
+    code, rep = verify_json(tmp_path / "src", grown)
+    assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
+    for alpha in (0, 1):
+        assert cli("fold", grown, "--alpha", alpha, "-o", tmp_path / f"f{alpha}").exit_code == 0
+        back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"f{alpha}").eval()
+        assert type(back) is type(model) and (back.config.hidden_size, back.config.head_dim) == (96, 24)
+        with torch.no_grad():
+            assert rel(hf_logits(back), checkpoint.load(grown).model()(X, alpha=float(alpha))) <= 1e-5
+        assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+def test_mamba2_new_channels_start_with_zero_z_rows(tmp_path):
+    """A new channel's z row is 0, so silu(z) = 0 hides it from the gated norm (whose groups grow by D/d, as
+    the residual, sharing its eps); with the z rows copied like the x rows, the grown model is another function."""
+    model = _mamba2_source("mamba2", tmp_path / "src")
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    g = checkpoint.load(tmp_path / "g")
+    t = {n: g.get(n) for n in g.names()}
+    w = t["backbone.layers.0.mixer.in_proj.weight"]
+    z = w[:192].view(8, 24, 96)  # z rows: 8 heads x 24 channels
+    assert z[:, 16:].abs().max() == 0 and z[:, :16].abs().max() > 0
+    with torch.no_grad():
+        assert rel(LM.from_tensors(g.config, t)(X), hf_logits(model)) <= 1e-4
+        z[:, 16:] = z[:, :8]
+        assert rel(LM.from_tensors(g.config, t)(X), hf_logits(model)) > 1e-3
+
+
+def test_mamba2_width_whose_inner_width_the_heads_do_not_divide_is_refused(tmp_path):
+    _mamba2_source("mamba2", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 66, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "inner width expand x 66 = 132 is not a multiple of its 8 heads" in r.stderr
+    assert not (tmp_path / "g").exists()
+
+
+def test_mamba2_config_in_the_4x_spelling(tmp_path):
+    """transformers 4.x wrote time_step_limit's infinity as a bare JSON Infinity (5.x: {"__float__": ...}):
+    read as transformers reads it, grown, folded into a folder transformers loads."""
+    model = _mamba2_source("mamba2", tmp_path / "src")
+    hf = json.loads((tmp_path / "src" / "config.json").read_text())
+    assert hf["time_step_limit"][1] == {"__float__": "Infinity"}
+    hf["time_step_limit"] = [0.0, float("inf")]
+    (tmp_path / "src" / "config.json").write_text(json.dumps(hf))
+    assert checkpoint.load(tmp_path / "src").config.ssm["dt_limit"] == [0.0, float("inf")]
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes, unit_count
+from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, arch_sublayers, expected_shapes, unit_count
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -50,6 +50,7 @@ SCALARS = (
     "logits_scaling",
     "logit_scale",
 )
+SSM_SIZES = ("heads", "head_dim", "state", "groups", "conv")  # a Mamba mixer's integer sizes
 POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
 
 
@@ -119,6 +120,8 @@ class ModelConfig:
             self.base_ffn = self.ffn
         if self.base_shared_ffn is None:
             self.base_shared_ffn = self.shared_ffn
+        if "attention" not in arch_sublayers(a):  # Mamba-2: nominal heads and MLP sizes, never gated
+            self.base_heads, self.base_ffn = self.heads, self.ffn
         self.check()
 
     @property
@@ -211,7 +214,8 @@ class ModelConfig:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
-        if "ffn" not in self.arch.keys and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
+        no_key = "ffn" not in self.arch.keys and "mlp" in arch_sublayers(self.arch)
+        if no_key and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
             raise GrowError(f"{self.family} has an MLP of 4 x width ({4 * self.width}) neurons, not {self.ffn}")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
@@ -238,13 +242,18 @@ class ModelConfig:
             if bad:
                 known = ", ".join(a.kinds)
                 raise GrowError(f"{self.family} block type {bad[0]!r} is not supported (supported: {known})")
-        if any("mamba" in subs for subs in a.kinds.values()):
+        if "mamba" in arch_sublayers(a):
             m = self.ssm or {}
-            for k in ("heads", "head_dim", "state", "groups", "conv"):
+            for k in SSM_SIZES + (("expand",) if "expand" in a.ssm_keys else ()):
                 if not isinstance(m.get(k), int) or isinstance(m.get(k), bool) or m[k] <= 0:
                     raise GrowError(f"{self.family} Mamba mixer {k} must be a positive integer, got {m.get(k)!r}")
             if m["heads"] % m["groups"]:
                 raise GrowError(f"Mamba mixer groups {m['groups']} do not divide its heads {m['heads']}")
+            if "expand" in a.ssm_keys and m["expand"] * self.width != m["heads"] * m["head_dim"]:
+                raise GrowError(
+                    f"{self.family} Mamba mixer: expand x width ({m['expand']} x {self.width}) must equal heads x "
+                    f"head_dim ({m['heads']} x {m['head_dim']})"
+                )
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -297,6 +306,8 @@ class ModelConfig:
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
+        for k in SSM_SIZES if self.ssm else ():  # a Mamba mixer's sizes (its head_dim grows with Mamba-2's width)
+            hf[a.ssm_keys[k]] = self.ssm[k]
         if self.block_types is not None and "hybrid_override_pattern" in hf:  # the legacy (4.x) spelling
             hf["hybrid_override_pattern"] = "".join(a.kind_codes[t] for t in self.block_types)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
@@ -459,6 +470,7 @@ def _ssm(a, hf: dict) -> dict | None:
     m = {k: hf[key] if key in hf else hf.get(a.alt_keys.get(key)) for k, key in a.ssm_keys.items()}
     if a.features.fixed_dt_min:
         m["dt_limit"] = [m.pop("dt_min", None) or 0.0, float("inf")]
-    m["dt_limit"] = [float(v) for v in (m.get("dt_limit") or (0.0, float("inf")))]
+    # transformers writes an infinite limit as {"__float__": "Infinity"}
+    m["dt_limit"] = [float(v["__float__"] if isinstance(v, dict) else v) for v in m.get("dt_limit") or (0.0, "inf")]
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
     return m

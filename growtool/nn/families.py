@@ -1145,6 +1145,41 @@ NEMOTRON_H = Arch(
     },
 )
 
+# Mamba-2: every block one RMSNorm and one Mamba-2 mixer, no attention, no MLP; the mixer's inner width is
+# expand x hidden_size (an integer), so width growth grows each mixer head's channels (grow/mixer.py)
+MAMBA2 = Arch(
+    name="mamba2",
+    model_type="mamba2",
+    hf_class="Mamba2ForCausalLM",
+    block="backbone.layers.{i}.",
+    modules={"embed": "backbone.embeddings", "final_norm": "backbone.norm_f", "head": "lm_head", "ln1": "norm"}
+    | {"mamba": "mixer"},
+    features=Features(positions="none"),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "num_hidden_layers",
+        "norm_eps": "layer_norm_epsilon",
+        "tie": "tie_word_embeddings",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"heads": 1, "tie": False, "context": 2048, "norm_eps": 1e-5},  # no attention: one nominal head
+    kinds={"mamba": ("mamba",)},
+    kind_default="mamba",
+    ssm_keys={
+        "heads": "num_heads",
+        "head_dim": "head_dim",
+        "state": "state_size",
+        "groups": "n_groups",
+        "conv": "conv_kernel",
+        "conv_bias": "use_conv_bias",
+        "bias": "use_bias",
+        "dt_limit": "time_step_limit",
+        "expand": "expand",  # inner width = expand x hidden_size
+    },
+    require={"hidden_act": ("silu", "mamba2 is supported with hidden_act silu only (the mixer's activation)", "silu")},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1153,7 +1188,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        NEMOTRON_H,
+        *(NEMOTRON_H, MAMBA2),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1162,10 +1197,7 @@ BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 # (refused with one line naming it, instead of "unknown family").
 _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
 _MAMBA = "Mamba state-space mixer layers"
-_MAMBA_EXPAND = (
-    "growth of a Mamba-2 mixer's heads, which a wider model needs: its inner width is expand x hidden_size "
-    "(an integer in the config), and residual-width growth keeps the inner width"
-)
+_GRANITE_HYBRID = "Granite 4's hybrid blocks (a Mamba-2 mixer or attention, then a shared MLP and fused experts)"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
 _LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
@@ -1188,10 +1220,9 @@ UNSUPPORTED = {
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
-    "granitemoehybrid": _MAMBA_EXPAND,
+    "granitemoehybrid": _GRANITE_HYBRID,
     "zamba2": _MAMBA,
     "mamba": _MAMBA,
-    "mamba2": _MAMBA_EXPAND,
     "qwen3_next": _GDN,
     "qwen3_5": _GDN,
     "qwen3_5_text": _GDN,
@@ -1280,9 +1311,12 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
     if f.embed_norm:
         s += norm("embed_norm")
-    s += _tag("attention", _attention_specs(a, cfg, norm, reader, writer, w))
-    s += _tag("mlp", _mlp_specs(a, cfg, norm, reader, writer, w))
-    if any("mamba" in subs for subs in a.kinds.values()):
+    subs = arch_sublayers(a)
+    if "attention" in subs:
+        s += _tag("attention", _attention_specs(a, cfg, norm, reader, writer, w))
+    if "mlp" in subs:
+        s += _tag("mlp", _mlp_specs(a, cfg, norm, reader, writer, w))
+    if "mamba" in subs:
         s += _tag("mamba", norm("ln1") + _mamba_specs(a, cfg, r_in, ln1))
     if cfg.gated:
         s.append(TensorSpec(B + "growth_gate", "growth_gate"))
@@ -1381,6 +1415,11 @@ def _mamba_specs(a: Arch, cfg, r_in: int, ln1: str) -> list[TensorSpec]:
     if ssm["bias"]:
         s.append(TensorSpec(m + "out_proj.bias", "writer_bias", res_axis=0))
     return s
+
+
+def arch_sublayers(a: Arch) -> set[str]:
+    """Every sublayer some block of the architecture runs ("attention", "mlp", "mamba")."""
+    return set().union(*a.kinds.values()) if a.kinds else {"attention", "mlp"}
 
 
 def block_sublayers(cfg, layer: int) -> tuple[str, ...]:

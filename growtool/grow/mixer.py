@@ -1,0 +1,108 @@
+"""Width growth of a Mamba-2 mixer whose inner width is tied to the residual width (Mamba-2: inner =
+expand x hidden_size, an integer in the config; ``ModelConfig.ssm["expand"]``).
+
+Residual-width growth alone keeps a mixer's inner dimensions (in_proj reads the residual, out_proj
+writes it: ``plan.py``'s readers and writers). Where the config ties the inner width to the residual
+width, a wider model has wider mixers: each head's channels grow from P to P' = P D / d (heads, groups,
+state and the per-head dt_bias, A_log, D are kept). The identity (``GrowChannels``):
+
+* new channel p >= P of head h copies channel p mod P of the same head in the x rows of in_proj and in
+  the convolution, and its z row (and bias) is 0: silu(0) = 0, so y * silu(z) is 0 on every new channel;
+* the gated RMSNorm runs over groups of heads x channels / groups channels, which grow by P'/P = D/d:
+  with zeros on the new channels a group's mean square is d/D times the old one, exactly as the
+  residual's, so the eps the two share (``layer_norm_epsilon``) becomes eps d/D for both and the old
+  gains take sqrt(d/D) (the new ones, reading 0, copy theirs);
+* out_proj's columns for new channels copy their source's: they read 0, whatever they hold.
+
+The grown mixer computes the source's function at every gate value; the new channels' z rows start at 0,
+where silu has slope 1/2, so they are trained from the first step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from growtool.grow.steps import Keep, Step
+from growtool.nn.errors import GrowError
+from growtool.nn.families import TensorSpec
+
+MIXER_KINDS = ("m_in", "m_inner")  # a Mamba mixer's unit kinds (in_proj outputs, inner channels)
+
+
+def grown_ssm(src, D: int) -> dict | None:
+    """The mixer sizes of ``src`` grown to width ``D``: the same, but where the inner width is expand x
+    width (then each head's channels P -> expand D / heads, which must be whole)."""
+    m = src.ssm
+    if not m or "expand" not in m:
+        return m
+    inner = m["expand"] * D
+    if inner % m["heads"]:
+        raise GrowError(
+            f"{src.family}: the Mamba mixer's inner width expand x {D} = {inner} is not a multiple of its "
+            f"{m['heads']} heads; pick a width whose expand x width the heads divide"
+        )
+    return {**m, "head_dim": inner // m["heads"]}
+
+
+def channel_map(H: int, P: int, P2: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """(source channel, is new) of each of the H x P2 grown channels (head-major): channel p of head h
+    is channel p mod P of head h in the source, new where p >= P."""
+    h, p = torch.arange(H).repeat_interleave(P2), torch.arange(P2).repeat(H)
+    return h * P + p % P, p >= P
+
+
+@dataclass(frozen=True)
+class GrowChannels(Step):
+    """Each mixer head's channels P -> P' along a tensor's channel axis (module docstring). ``part``:
+    "in" (in_proj rows [z | x | B C | dt]), "conv" (conv1d rows [x | B C]), "norm" (the gated norm's
+    gain, x sqrt(P/P')), "out" (out_proj columns)."""
+
+    part: str
+    axis: int
+
+    def apply(self, t, c):
+        src, new = c.plan.src.ssm, c.plan.cfg.ssm
+        H, P, P2 = src["heads"], src["head_dim"], new["head_dim"]
+        idx, fresh = channel_map(H, P, P2)
+        inner, bc = H * P, 2 * src["groups"] * src["state"]
+        if self.part in ("norm", "out"):
+            segs = [(idx, None)]
+        elif self.part == "conv":
+            segs = [(idx, None), (inner + torch.arange(bc), None)]
+        else:  # in_proj: z (new rows 0), x, B and C, dt
+            segs = [(idx, fresh), (inner + idx, None), (2 * inner + torch.arange(bc + H), None)]
+        out = t.float().index_select(self.axis, torch.cat([i for i, _ in segs]))
+        if self.part == "in":
+            out.narrow(self.axis, 0, H * P2)[fresh] = 0.0  # new channels' z rows (and biases): silu(0) = 0
+        if self.part == "norm":
+            out = out * (P / P2) ** 0.5
+        return out
+
+    def describe(self, plan, spec):
+        P, P2 = plan.src.ssm["head_dim"], plan.cfg.ssm["head_dim"]
+        what = {"in": "new z rows 0, x rows copied", "conv": "copied", "norm": f"copied, x {(P / P2) ** 0.5:.6g}"}
+        return f"head channels {P} -> {P2}: " + what.get(self.part, "copied (they read 0)")
+
+
+def _grows(plan) -> bool:
+    return bool(plan.src.ssm) and plan.src.ssm["head_dim"] != plan.cfg.ssm["head_dim"]
+
+
+def unit_steps(spec: TensorSpec, plan, expand: Step) -> list[Step]:
+    """A reader's or writer's unit step: ``expand`` (ExpandUnits), but GrowChannels on a mixer's
+    in_proj / out_proj when its channels grow."""
+    if not (spec.units and spec.units[0] in MIXER_KINDS and _grows(plan)):
+        return [expand]
+    return [GrowChannels("in", 0) if spec.units[0] == "m_in" else GrowChannels("out", spec.unit_axis)]
+
+
+def inner_steps(spec: TensorSpec, plan) -> list[Step]:
+    """A mixer's inner tensor: kept, but the convolution's and the gated norm's channels where they grow
+    (dt_bias, A_log and D are per head: kept)."""
+    if _grows(plan) and spec.pattern.endswith(("conv1d.weight", "conv1d.bias")):
+        return [GrowChannels("conv", 0)]
+    if _grows(plan) and spec.pattern.endswith("norm.weight"):
+        return [GrowChannels("norm", 0)]
+    return [Keep("a mixer's inner channels")]
