@@ -415,6 +415,26 @@ FAMILY_CASES["nemotron_h-tied-biases-2"] = (
     | {"use_conv_bias": False, "mlp_bias": True},
 )
 
+GRANITE_HYBRID = dict(  # Granite 4 (dense): a Mamba-2 mixer or attention, then the shared MLP; Granite's scalars
+    num_key_value_heads=2,
+    shared_intermediate_size=80,
+    num_local_experts=0,
+    mamba_n_heads=8,
+    mamba_d_state=8,
+    mamba_n_groups=2,
+    mamba_chunk_size=8,
+    **GRANITE_MULT,
+    **IDS,
+)
+FAMILY_CASES["granitemoehybrid"] = (
+    _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["linear_attention", "full_attention"] * 2),
+    {"num_hidden_layers": 4},
+)
+FAMILY_CASES["granitemoehybrid-tied-biases"] = (
+    _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["full_attention", "linear_attention"]),
+    {"tie": True, "attention_bias": True, "mamba_proj_bias": True, "mamba_n_groups": 1},
+)
+
 
 def _mamba2(tie=False, **over):
     kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=8)

@@ -89,6 +89,7 @@ ARCH_CASES = {
     # hybrids: each copied block keeps its kind (layers_block_type)
     "nemotron_h": "nemotron_h-tied-biases-2",
     "mamba2": "mamba2-tied-biases",
+    "granitemoehybrid": "granitemoehybrid-tied-biases",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, **MIXER_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -49,6 +49,10 @@ def spelled_4x(hf: dict) -> dict:
         codes = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
         blocks = out.pop("layers_block_type")
         return {**out, "hybrid_override_pattern": "".join(codes[t] for t in blocks), "num_hidden_layers": len(blocks)}
+    if out["model_type"] == "granitemoehybrid":  # 4.x: the layer types "mamba" / "attention"
+        out["layer_types"] = [
+            {"linear_attention": "mamba", "full_attention": "attention"}[t] for t in out["layer_types"]
+        ]
     rp = dict(out.pop("rope_parameters"))
     out["rope_theta"] = rp.pop("rope_theta")
     if "partial_rotary_factor" in rp:
@@ -85,6 +89,7 @@ LEGACY = [
     "apertus-xielu",
     "phimoe-sparsemixer",
     "nemotron_h",
+    "granitemoehybrid",
 ]
 
 

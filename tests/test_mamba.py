@@ -10,6 +10,7 @@ and test_depth.py's depth cases; here, what is particular to the mixer and to pe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
@@ -18,11 +19,12 @@ import torch
 transformers = pytest.importorskip("transformers")
 
 from growtool.io import checkpoint  # noqa: E402
+from growtool.nn import families  # noqa: E402
 from growtool.nn.mamba import GatedRMSNorm  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
+from arch_cases import FAMILY_CASES, MIXER_CASES, _nemotron_h, hf_logits, make_source, rel  # noqa: E402
 from arch_cases import FAMILY_X as X  # noqa: E402
-from arch_cases import MIXER_CASES, _nemotron_h, hf_logits, make_source, rel  # noqa: E402
 from helpers import cli, perturbed, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -185,3 +187,43 @@ def test_mamba2_config_in_the_4x_spelling(tmp_path):
     assert cli("fold", tmp_path / "g", "--alpha", 0, "-o", tmp_path / "f0").exit_code == 0
     back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "f0").eval()
     assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
+# ---- Granite 4 (dense hybrids) ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "over, match",
+    [
+        ({"num_local_experts": 4}, "granitemoehybrid with experts"),
+        ({"position_embedding_type": "rope"}, "granitemoehybrid with RoPE is not supported"),
+    ],
+)
+def test_granite_hybrid_refuses_what_it_cannot_grow_with_one_line(over, match, tmp_path):
+    make, kw = FAMILY_CASES["granitemoehybrid"]
+    torch.manual_seed(0)
+    make(**kw, **over).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1 and match in r.stderr, r.stderr
+    assert not (tmp_path / "g").exists()
+
+
+def test_granite_hybrid_mamba_blocks_run_the_mlp_too(tmp_path):
+    """A Granite 4 block is its mixer (Mamba-2 or attention) then the shared MLP, each x residual_multiplier;
+    run as Nemotron-H's single-sublayer mamba blocks (no MLP after the mixer), the logits differ."""
+    model = make_source("granitemoehybrid", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) <= 1e-5
+    a = families.ARCHS["granitemoehybrid"]
+    kinds = {**a.kinds, "linear_attention": ("mamba",)}
+    t = {n: ck.get(n) for n in ck.names() if not (n.startswith(("model.layers.0.", "model.layers.2.")) and "mlp" in n)}
+    t = {
+        n: v
+        for n, v in t.items()
+        if "post_attention_layernorm" not in n or n.startswith(("model.layers.1.", "model.layers.3."))
+    }
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setitem(families.ARCHS, "granitemoehybrid", dataclasses.replace(a, kinds=kinds))
+        with torch.no_grad():
+            assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) > 1e-3

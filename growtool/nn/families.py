@@ -1136,8 +1136,9 @@ NEMOTRON_H = Arch(
     },
     fixed={"qkv_bias": False, "o_bias": False},  # q/k/v/o are built without bias whatever attention_bias says
     defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5},
-    kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)},
-    kind_codes={"linear_attention": "M", "full_attention": "*", "mlp": "-"},
+    kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)}
+    | {"mamba": ("mamba",), "attention": ("attention",)},  # the 4.x labels (transformers remaps them)
+    kind_codes={"mamba": "M", "attention": "*", "linear_attention": "M", "full_attention": "*", "mlp": "-"},
     ssm_keys=_NEMOTRON_H_SSM,
     require={
         "mamba_hidden_act": ("silu", "nemotron_h's Mamba mixer is supported with mamba_hidden_act silu only", "silu"),
@@ -1180,6 +1181,47 @@ MAMBA2 = Arch(
     require={"hidden_act": ("silu", "mamba2 is supported with hidden_act silu only (the mixer's activation)", "silu")},
 )
 
+# Granite 4 hybrids (dense): a Mamba-2 mixer or attention without positions, then the shared MLP (input_linear
+# = [gate | up]), each sublayer's output x residual_multiplier; Granite's other scalars; inner = expand x width
+GRANITE_HYBRID = Arch(
+    name="granitemoehybrid",
+    model_type="granitemoehybrid",
+    hf_class="GraniteMoeHybridForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "mamba": "mamba",
+        "gate_up": "shared_mlp.input_linear",
+        "down": "shared_mlp.output_linear",
+    },
+    features=Features(positions="none", mlp="glu_fused"),
+    keys={
+        **{k: v for k, v in GRANITE.keys.items() if k not in ("mlp_bias", "ffn")},
+        "ffn": "shared_intermediate_size",
+        "block_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+    kinds={"linear_attention": ("mamba", "mlp"), "full_attention": ("attention", "mlp")}
+    | {"mamba": ("mamba", "mlp"), "attention": ("attention", "mlp")},  # the 4.x labels (transformers remaps them)
+    ssm_keys={
+        "heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+        "state": "mamba_d_state",
+        "groups": "mamba_n_groups",
+        "conv": "mamba_d_conv",
+        "conv_bias": "mamba_conv_bias",
+        "bias": "mamba_proj_bias",
+        "dt_limit": "time_step_limit",
+        "expand": "mamba_expand",  # inner width = expand x hidden_size
+    },
+    require={
+        "num_local_experts": (0, "granitemoehybrid with experts (3-D fused expert tensors) is not supported", 8),
+        "position_embedding_type": ((None, "nope"), "granitemoehybrid with RoPE is not supported", None),
+        "hidden_act": ("silu", "granitemoehybrid is supported with hidden_act silu only (the Mamba mixer's)", "silu"),
+    },
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1188,7 +1230,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(NEMOTRON_H, MAMBA2),
+        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1197,7 +1239,6 @@ BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 # (refused with one line naming it, instead of "unknown family").
 _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
 _MAMBA = "Mamba state-space mixer layers"
-_GRANITE_HYBRID = "Granite 4's hybrid blocks (a Mamba-2 mixer or attention, then a shared MLP and fused experts)"
 _GDN = "Gated DeltaNet linear-attention mixer layers"
 _PLE = "per-layer embeddings and AltUp"
 _LLAMA4 = "Llama 4's dense/MoE interleave, chunked attention, RoPE-free layers with temperature tuning, L2 q/k norm"
@@ -1220,7 +1261,6 @@ UNSUPPORTED = {
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
-    "granitemoehybrid": _GRANITE_HYBRID,
     "zamba2": _MAMBA,
     "mamba": _MAMBA,
     "qwen3_next": _GDN,
