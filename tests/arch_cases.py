@@ -445,6 +445,16 @@ def _mamba2(tie=False, **over):
 # Mamba-2 (every block a Mamba-2 mixer, no attention, no MLP): its width growth gates nothing (the wider mixers
 # are exact at every gate), so it is not a row of test_architectures' round trip (tests/test_mamba.py)
 MIXER_CASES = {"mamba2": (_mamba2, {}), "mamba2-tied-biases": (_mamba2, {"tie": True, "use_bias": True, "n_groups": 1})}
+
+
+def _mamba(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4)
+    kw.update(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.MambaForCausalLM(transformers.MambaConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+MIXER_CASES["mamba"] = (_mamba, {})  # Mamba (1): tied by default
+MIXER_CASES["mamba-untied-biases-rank8"] = (_mamba, {"tie": False, "use_bias": True, "time_step_rank": 8})
 CASES = {**ARCH_CASES, **FAMILY_CASES}
 assert len(CASES) == len(ARCH_CASES) + len(FAMILY_CASES), "a name in both tables"
 

@@ -90,6 +90,7 @@ ARCH_CASES = {
     "nemotron_h": "nemotron_h-tied-biases-2",
     "mamba2": "mamba2-tied-biases",
     "granitemoehybrid": "granitemoehybrid-tied-biases",
+    "mamba": "mamba-untied-biases-rank8",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, **MIXER_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -129,22 +129,26 @@ def _mamba2_source(name, path):
 
 
 @pytest.mark.parametrize("name", sorted(MIXER_CASES))
-def test_mamba2_grows_its_heads_channels_and_folds_into_mamba2(name, tmp_path):
-    """Our forward equals transformers'; 64 -> 96 grows each mixer head's channels 16 -> 24 (expand x width
-    = heads x head_dim), verify passes at gate 0, fold --alpha 0 loads as Mamba2ForCausalLM with the source's
-    logits and fold --alpha 1 equals growtool's gate-1 forward (which is the source's too: nothing is gated)."""
+def test_mamba_grows_its_heads_channels_and_folds_into_its_class(name, tmp_path):
+    """Mamba-2 and Mamba (1): our forward equals transformers'; 64 -> 96 grows each mixer head's channels
+    (expand x width = heads x head_dim: Mamba-2's 16 -> 24, Mamba's one head of 128 -> 192), verify passes at
+    gate 0, fold --alpha 0 loads as the source's class with its logits and fold --alpha 1 equals growtool's
+    gate-1 forward (which is the source's too: nothing is gated)."""
     model = _mamba2_source(name, tmp_path / "src")
     with torch.no_grad():
         assert rel(checkpoint.load(tmp_path / "src").model()(X), hf_logits(model)) <= 1e-5
     grown = tmp_path / "g.safetensors"
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", grown)
-    assert r.exit_code == 0 and "head channels 16 -> 24" in r.stderr, r.stderr
+    ssm = checkpoint.load(tmp_path / "src").config.ssm
+    P2 = ssm["expand"] * 96 // ssm["heads"]  # Mamba-2: 8 heads of 16 -> 24 channels; Mamba: one of 128 -> 192
+    assert r.exit_code == 0 and f"head channels {ssm['head_dim']} -> {P2}" in r.stderr, r.stderr
     code, rep = verify_json(tmp_path / "src", grown)
     assert code == 0 and rep["results"][0]["rel"] <= 1e-4, rep
     for alpha in (0, 1):
         assert cli("fold", grown, "--alpha", alpha, "-o", tmp_path / f"f{alpha}").exit_code == 0
         back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / f"f{alpha}").eval()
-        assert type(back) is type(model) and (back.config.hidden_size, back.config.head_dim) == (96, 24)
+        assert type(back) is type(model) and back.config.hidden_size == 96
+        assert checkpoint.load(tmp_path / f"f{alpha}").config.ssm["head_dim"] == P2
         with torch.no_grad():
             assert rel(hf_logits(back), checkpoint.load(grown).model()(X, alpha=float(alpha))) <= 1e-5
         assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
@@ -163,6 +167,22 @@ def test_mamba2_new_channels_start_with_zero_z_rows(tmp_path):
     with torch.no_grad():
         assert rel(LM.from_tensors(g.config, t)(X), hf_logits(model)) <= 1e-4
         z[:, 16:] = z[:, :8]
+        assert rel(LM.from_tensors(g.config, t)(X), hf_logits(model)) > 1e-3
+
+
+def test_mamba_new_channels_are_read_by_nothing(tmp_path):
+    """Mamba (1): dt, B and C come from x_proj of every channel, so the new channels' x_proj columns start at 0
+    (and their z rows: y * silu(0) = 0); with the columns copied like the rest, the grown model is another
+    function."""
+    model = _mamba2_source("mamba", tmp_path / "src")
+    assert cli("expand", tmp_path / "src", "--width", 96, "-q", "-o", tmp_path / "g").exit_code == 0
+    g = checkpoint.load(tmp_path / "g")
+    t = {n: g.get(n) for n in g.names()}
+    x_proj, z = t["backbone.layers.1.mixer.x_proj.weight"], t["backbone.layers.1.mixer.in_proj.weight"][192:]
+    assert x_proj[:, 128:].abs().max() == 0 and z[128:].abs().max() == 0 and x_proj[:, :128].abs().max() > 0
+    with torch.no_grad():
+        assert rel(LM.from_tensors(g.config, t)(X), hf_logits(model)) <= 1e-4
+        x_proj[:, 128:] = x_proj[:, :64]
         assert rel(LM.from_tensors(g.config, t)(X), hf_logits(model)) > 1e-3
 
 

@@ -26,7 +26,7 @@ import torch
 
 from growtool.grow.steps import Keep, Step
 from growtool.nn.errors import GrowError
-from growtool.nn.families import TensorSpec
+from growtool.nn.families import TensorSpec, arch_of
 
 MIXER_KINDS = ("m_in", "m_inner")  # a Mamba mixer's unit kinds (in_proj outputs, inner channels)
 
@@ -66,24 +66,27 @@ class GrowChannels(Step):
         src, new = c.plan.src.ssm, c.plan.cfg.ssm
         H, P, P2 = src["heads"], src["head_dim"], new["head_dim"]
         idx, fresh = channel_map(H, P, P2)
-        inner, bc = H * P, 2 * src["groups"] * src["state"]
-        if self.part in ("norm", "out"):
-            segs = [(idx, None)]
-        elif self.part == "conv":
-            segs = [(idx, None), (inner + torch.arange(bc), None)]
-        else:  # in_proj: z (new rows 0), x, B and C, dt
-            segs = [(idx, fresh), (inner + idx, None), (2 * inner + torch.arange(bc + H), None)]
-        out = t.float().index_select(self.axis, torch.cat([i for i, _ in segs]))
-        if self.part == "in":
-            out.narrow(self.axis, 0, H * P2)[fresh] = 0.0  # new channels' z rows (and biases): silu(0) = 0
+        inner, rest = H * P, t.shape[self.axis] - H * P  # rest: what follows the channels (kept)
+        zero = None  # the new channels' indices in the output that start at 0
+        if self.part == "in" and arch_of(c.plan.src).features.ssm_version == 1:  # [x | z]
+            order, zero = torch.cat([idx, inner + idx]), H * P2 + torch.nonzero(fresh).squeeze(1)
+        elif self.part == "in":  # [z | x | B C | dt]
+            order, zero = torch.cat([idx, inner + idx, 2 * inner + torch.arange(rest - inner)]), torch.nonzero(fresh)
+        else:  # the channels, then (conv1d of Mamba-2: B and C) kept
+            order = torch.cat([idx, inner + torch.arange(rest)])
+            zero = torch.nonzero(fresh) if self.part == "x_proj" else None  # new channels read by nothing
+        out = t.float().index_select(self.axis, order)
+        if zero is not None:  # z rows (silu(0) = 0: new channels add nothing) / x_proj columns
+            out.index_fill_(self.axis, zero.reshape(-1), 0.0)
         if self.part == "norm":
             out = out * (P / P2) ** 0.5
         return out
 
     def describe(self, plan, spec):
         P, P2 = plan.src.ssm["head_dim"], plan.cfg.ssm["head_dim"]
-        what = {"in": "new z rows 0, x rows copied", "conv": "copied", "norm": f"copied, x {(P / P2) ** 0.5:.6g}"}
-        return f"head channels {P} -> {P2}: " + what.get(self.part, "copied (they read 0)")
+        what = {"in": "new z rows 0, x rows copied", "norm": f"copied, x {(P / P2) ** 0.5:.6g}", "x_proj": "new 0"}
+        what["out"] = "copied (they read 0)"
+        return f"head channels {P} -> {P2}: " + what.get(self.part, "copied")
 
 
 def _grows(plan) -> bool:
@@ -99,10 +102,11 @@ def unit_steps(spec: TensorSpec, plan, expand: Step) -> list[Step]:
 
 
 def inner_steps(spec: TensorSpec, plan) -> list[Step]:
-    """A mixer's inner tensor: kept, but the convolution's and the gated norm's channels where they grow
-    (dt_bias, A_log and D are per head: kept)."""
-    if _grows(plan) and spec.pattern.endswith(("conv1d.weight", "conv1d.bias")):
-        return [GrowChannels("conv", 0)]
-    if _grows(plan) and spec.pattern.endswith("norm.weight"):
-        return [GrowChannels("norm", 0)]
-    return [Keep("a mixer's inner channels")]
+    """A mixer's inner tensor: kept, but its channels where they grow: the convolution's, the gated norm's
+    (Mamba-2: dt_bias, A_log and D are per head, kept); Mamba (1): x_proj's columns (new ones 0: the new
+    channels must not move dt, B and C), and per channel dt_proj, A_log, D (copied)."""
+    name = spec.pattern.rsplit(".", 2)
+    part = {"conv1d": "conv", "norm": "norm", "x_proj": "x_proj", "dt_proj": "copy"}.get(name[-2], "copy")
+    if not _grows(plan) or (part == "copy" and arch_of(plan.src).features.ssm_version == 2):
+        return [Keep("a mixer's inner channels")]
+    return [GrowChannels(part, 1 if part == "x_proj" else 0)]

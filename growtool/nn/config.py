@@ -244,7 +244,7 @@ class ModelConfig:
                 raise GrowError(f"{self.family} block type {bad[0]!r} is not supported (supported: {known})")
         if "mamba" in arch_sublayers(a):
             m = self.ssm or {}
-            for k in SSM_SIZES + (("expand",) if "expand" in a.ssm_keys else ()):
+            for k in SSM_SIZES + tuple(k for k in ("expand", "dt_rank") if k in a.ssm_keys):
                 if not isinstance(m.get(k), int) or isinstance(m.get(k), bool) or m[k] <= 0:
                     raise GrowError(f"{self.family} Mamba mixer {k} must be a positive integer, got {m.get(k)!r}")
             if m["heads"] % m["groups"]:
@@ -307,7 +307,8 @@ class ModelConfig:
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
         for k in SSM_SIZES if self.ssm else ():  # a Mamba mixer's sizes (its head_dim grows with Mamba-2's width)
-            hf[a.ssm_keys[k]] = self.ssm[k]
+            if k in a.ssm_keys:
+                hf[a.ssm_keys[k]] = self.ssm[k]
         if self.block_types is not None and "hybrid_override_pattern" in hf:  # the legacy (4.x) spelling
             hf["hybrid_override_pattern"] = "".join(a.kind_codes[t] for t in self.block_types)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
@@ -473,4 +474,6 @@ def _ssm(a, hf: dict) -> dict | None:
     # transformers writes an infinite limit as {"__float__": "Infinity"}
     m["dt_limit"] = [float(v["__float__"] if isinstance(v, dict) else v) for v in m.get("dt_limit") or (0.0, "inf")]
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
+    for k in ("heads", "groups"):  # Mamba (1): one "head" of all the mixer's channels, one group
+        m.setdefault(k, 1)
     return m

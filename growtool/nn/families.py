@@ -85,6 +85,7 @@ class Features:
     #                       "windowed_if_any": only sliding layers when the config has a window, else all (EXAONE 4)
     moe: bool = False  # the MLP is a router over experts (slots router, experts, e_gate/e_up/e_down; a shared
     #                    expert s_gate/s_up/s_down with its gate s_router where the config has shared_ffn)
+    ssm_version: int = 2  # the Mamba mixer: 2 (Mamba-2, nn/mamba.Mamba2Mixer) or 1 (Mamba, Mamba1Mixer)
     fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
 
 
@@ -1222,6 +1223,27 @@ GRANITE_HYBRID = Arch(
     },
 )
 
+# Mamba (1): every block one RMSNorm and one Mamba mixer (no inner norm; dt, B, C from x_proj of the convolved x);
+# inner (intermediate_size) = expand x hidden_size, so width growth grows the mixer's channels (grow/mixer.py)
+MAMBA = dataclasses.replace(
+    MAMBA2,
+    name="mamba",
+    model_type="mamba",
+    hf_class="MambaForCausalLM",
+    features=Features(positions="none", ssm_version=1),
+    defaults={"heads": 1, "tie": True, "context": 2048, "norm_eps": 1e-5},
+    ssm_keys={
+        "head_dim": "intermediate_size",  # one "head" of all the mixer's channels
+        "state": "state_size",
+        "conv": "conv_kernel",
+        "conv_bias": "use_conv_bias",
+        "bias": "use_bias",
+        "expand": "expand",
+        "dt_rank": "time_step_rank",
+    },
+    require={"hidden_act": ("silu", "mamba is supported with hidden_act silu only (the mixer's activation)", "silu")},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1230,7 +1252,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID),
+        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID, MAMBA),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1262,7 +1284,6 @@ UNSUPPORTED = {
     "jamba": _MAMBA,
     "falcon_h1": _MAMBA,
     "zamba2": _MAMBA,
-    "mamba": _MAMBA,
     "qwen3_next": _GDN,
     "qwen3_5": _GDN,
     "qwen3_5_text": _GDN,
@@ -1430,9 +1451,12 @@ def _mlp_specs(a: Arch, cfg, norm, reader, writer, w) -> list[TensorSpec]:
 
 def ssm_dims(cfg) -> tuple[int, int, int]:
     """(inner channels, convolved channels, in_proj outputs) of a Mamba-2 mixer: inner = heads x head_dim;
-    the convolution runs over [x | B | C] (inner + 2 x groups x state); in_proj gives [z | x B C | dt]."""
+    the convolution runs over [x | B | C] (inner + 2 x groups x state); in_proj gives [z | x B C | dt].
+    Mamba (1): one "head" of all channels, the convolution over x, in_proj gives [x | z]."""
     m = cfg.ssm
     inner = m["heads"] * m["head_dim"]
+    if arch_of(cfg).features.ssm_version == 1:
+        return inner, inner, 2 * inner
     conv = inner + 2 * m["groups"] * m["state"]
     return inner, conv, inner + conv + m["heads"]
 
@@ -1449,8 +1473,17 @@ def _mamba_specs(a: Arch, cfg, r_in: int, ln1: str) -> list[TensorSpec]:
     s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(conv, 1, ssm["conv"])))
     if ssm["conv_bias"]:
         s.append(TensorSpec(m + "conv1d.bias", "inner", shape=(conv,)))
-    s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
-    s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
+    if a.features.ssm_version == 1:  # x_proj [dt_rank + 2 state, inner], dt_proj, A_log per channel and state
+        r, n = ssm["dt_rank"], ssm["state"]
+        s.append(TensorSpec(m + "x_proj.weight", "inner", shape=(r + 2 * n, inner)))
+        s += [
+            TensorSpec(m + "dt_proj.weight", "inner", shape=(inner, r)),
+            TensorSpec(m + "dt_proj.bias", "inner", shape=(inner,)),
+        ]
+        s += [TensorSpec(m + "A_log", "inner", shape=(inner, n)), TensorSpec(m + "D", "inner", shape=(inner,))]
+    else:
+        s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
+        s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
     s.append(TensorSpec(m + "out_proj.weight", "writer", 1 - r_in, r_in, ("m_inner",), "attn"))
     if ssm["bias"]:
         s.append(TensorSpec(m + "out_proj.bias", "writer_bias", res_axis=0))

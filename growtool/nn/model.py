@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, rope_tables
 from .config import ModelConfig
 from .families import arch_of, block_sublayers, has_head_bias
-from .mamba import Mamba2Mixer
+from .mamba import Mamba1Mixer, Mamba2Mixer
 from .moe import route
 from .rope import extends_context, layer_key
 
@@ -149,7 +149,7 @@ def _block_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     keep = set().union(*(_SUB_SLOTS[sub] for sub in subs))
     m = {k: v for k, v in _slot_modules(cfg).items() if k in keep}
     if "mamba" in subs:
-        m["mamba"] = Mamba2Mixer(cfg)
+        m["mamba"] = Mamba1Mixer(cfg) if arch_of(cfg).features.ssm_version == 1 else Mamba2Mixer(cfg)
     return m
 
 
