@@ -107,6 +107,16 @@ def test_copied_blocks_keep_their_kind(method, legacy, tmp_path):
     assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
 
 
+def test_a_grown_gated_hybrid_folder_loads_as_remote_code(tmp_path):
+    """A grown, unfolded Nemotron-H folder (gates, new blocks) carries growtool's model code, the Mamba mixer's
+    module with it: transformers loads it with trust_remote_code and computes the source's function at gate 0."""
+    model = make_source("nemotron_h", tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "--layers", 6, "-q", "-o", tmp_path / "g")
+    assert r.exit_code == 0 and (tmp_path / "g" / "mamba.py").exists(), r.stderr
+    back = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "g", trust_remote_code=True).eval()
+    assert rel(hf_logits(back), hf_logits(model)) <= 1e-4
+
+
 def test_moe_blocks_are_refused_with_one_line(tmp_path):
     torch.manual_seed(0)
     over = dict(n_routed_experts=4, moe_intermediate_size=32, moe_shared_expert_intermediate_size=32)

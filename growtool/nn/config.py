@@ -235,6 +235,8 @@ class ModelConfig:
     def _check_kinds(self) -> None:
         """A hybrid's block kinds: one known kind per layer; a Mamba mixer's sizes whole and consistent."""
         a = self.arch
+        if a.kinds and not a.kind_default and self.block_types is None:
+            raise GrowError(f"{self.family} config lists no block kinds ({a.keys.get('block_types')})")
         if self.block_types is not None:
             if len(self.block_types) != self.layers:
                 raise GrowError(f"the block types list {len(self.block_types)} entries for {self.layers} layers")

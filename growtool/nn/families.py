@@ -1205,6 +1205,7 @@ GRANITE_HYBRID = Arch(
     defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
     kinds={"linear_attention": ("mamba", "mlp"), "full_attention": ("attention", "mlp")}
     | {"mamba": ("mamba", "mlp"), "attention": ("attention", "mlp")},  # the 4.x labels (transformers remaps them)
+    kind_default="linear_attention",  # transformers' default: every block a Mamba mixer
     ssm_keys={
         "heads": "mamba_n_heads",
         "head_dim": "mamba_d_head",
@@ -1281,8 +1282,8 @@ UNSUPPORTED = {
     "llama4_text": _LLAMA4,
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
-    "jamba": _MAMBA,
-    "falcon_h1": _MAMBA,
+    "jamba": "Jamba's 3-D fused experts and its block kinds given by period rules (attn_layer_period)",
+    "falcon_h1": "Falcon-H1's parallel attention and Mamba-2 mixers with muP multipliers (ssm_multipliers, ...)",
     "zamba2": _MAMBA,
     "qwen3_next": _GDN,
     "qwen3_5": _GDN,
