@@ -257,3 +257,48 @@ def test_granite_hybrid_mamba_blocks_run_the_mlp_too(tmp_path):
         mp.setitem(families.ARCHS, "granitemoehybrid", dataclasses.replace(a, kinds=kinds))
         with torch.no_grad():
             assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) > 1e-3
+
+
+def test_mamba2_grown_moments_are_the_grown_gradient_on_old_channels():
+    """AdamW moments through the channel growth (grow/moments.py): on the old channels and residual dims the
+    first-moment rule is the grown model's own gradient at gate 0 (in_proj, conv1d, the gated norm's scaled
+    gain, out_proj); every new channel's moments start at 0."""
+    from growtool.grow import recipes
+    from growtool.grow.engine import grow_tensor
+    from growtool.grow.moments import grow_moment
+    from growtool.grow.plan import build_plan
+    from growtool.init import init_model
+    from growtool.nn.config import ModelConfig
+
+    ssm = dict(heads=4, head_dim=8, state=4, groups=2, conv=3, conv_bias=True, bias=False, expand=1)
+    cfg = ModelConfig("mamba2", 64, 32, 2, 1, 1, 32, 128, context=16, tie=False, ssm=ssm | {"dt_limit": [0, 1e9]})
+    src = init_model(cfg, seed=0)
+    with torch.no_grad():
+        for p in src.parameters():
+            if p.dim() == 1:
+                p.add_(0.3 * torch.randn(p.shape, generator=torch.Generator().manual_seed(p.numel())))
+    t = {n: v.detach().clone() for n, v in src.tensors().items()}
+    plan = build_plan(cfg, recipes.load("srio"), 48)
+    grown = LM.from_tensors(plan.cfg, {n: grow_tensor(n, plan, t.__getitem__) for n, _, _ in plan.outputs()})
+    x = torch.randint(0, 64, (4, 13), generator=torch.Generator().manual_seed(3))
+    g = {}
+    for name, model in (("src", src.train()), ("grown", grown.train())):
+        model.zero_grad()
+        model(x[:, :-1], x[:, 1:])[1].backward()
+        g[name] = {n: p.grad.detach().clone() for n, p in model.named_parameters() if p.grad is not None}
+    m = "backbone.layers.1.mixer."
+    old = torch.arange(4 * 12) % 12 < 8  # heads of 8 -> 12 channels: the first 8 of each head are the old ones
+    for name, axis, rows in (("in_proj.weight", 0, old.repeat(2)), ("conv1d.weight", 0, old), ("norm.weight", 0, old)):
+        true, got = g["grown"][m + name], grow_moment(m + name, plan, t.__getitem__, g["src"][m + name], False)
+        keep = true.narrow(axis, 0, rows.numel())[rows]
+        if name == "in_proj.weight":
+            keep, got_old = keep[:, :32], got.narrow(0, 0, rows.numel())[rows][:, :32]  # the old residual dims
+        else:
+            got_old = got.narrow(0, 0, rows.numel())[rows]
+        assert (got_old - keep).abs().max() <= 1e-4 * keep.abs().max(), name
+        assert got.narrow(axis, 0, rows.numel())[~rows].abs().max() == 0, name
+    true, got = (
+        g["grown"][m + "out_proj.weight"],
+        grow_moment(m + "out_proj.weight", plan, t.__getitem__, g["src"][m + "out_proj.weight"], False),
+    )
+    assert (got[:32][:, old] - true[:32][:, old]).abs().max() <= 1e-4 * true.abs().max()

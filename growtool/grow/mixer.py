@@ -62,25 +62,35 @@ class GrowChannels(Step):
     part: str
     axis: int
 
-    def apply(self, t, c):
+    def _maps(self, c, n: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(source index of each output entry along the axis, the new entries that start at 0, every new
+        channel's entries) for a tensor of ``n`` entries along it."""
         src, new = c.plan.src.ssm, c.plan.cfg.ssm
         H, P, P2 = src["heads"], src["head_dim"], new["head_dim"]
         idx, fresh = channel_map(H, P, P2)
-        inner, rest = H * P, t.shape[self.axis] - H * P  # rest: what follows the channels (kept)
-        zero = None  # the new channels' indices in the output that start at 0
+        inner, rest, f = H * P, n - H * P, torch.nonzero(fresh).squeeze(1)
         if self.part == "in" and arch_of(c.plan.src).features.ssm_version == 1:  # [x | z]
-            order, zero = torch.cat([idx, inner + idx]), H * P2 + torch.nonzero(fresh).squeeze(1)
-        elif self.part == "in":  # [z | x | B C | dt]
-            order, zero = torch.cat([idx, inner + idx, 2 * inner + torch.arange(rest - inner)]), torch.nonzero(fresh)
-        else:  # the channels, then (conv1d of Mamba-2: B and C) kept
-            order = torch.cat([idx, inner + torch.arange(rest)])
-            zero = torch.nonzero(fresh) if self.part == "x_proj" else None  # new channels read by nothing
+            return torch.cat([idx, inner + idx]), H * P2 + f, torch.cat([f, H * P2 + f])
+        if self.part == "in":  # [z | x | B C | dt]
+            return torch.cat([idx, inner + idx, 2 * inner + torch.arange(rest - inner)]), f, torch.cat([f, H * P2 + f])
+        zero = f if self.part == "x_proj" else f[:0]  # x_proj: new channels are read by nothing
+        return torch.cat([idx, inner + torch.arange(rest)]), zero, f  # the channels, then (Mamba-2's B, C) kept
+
+    def apply(self, t, c):
+        order, zero, _ = self._maps(c, t.shape[self.axis])
         out = t.float().index_select(self.axis, order)
-        if zero is not None:  # z rows (silu(0) = 0: new channels add nothing) / x_proj columns
-            out.index_fill_(self.axis, zero.reshape(-1), 0.0)
-        if self.part == "norm":
-            out = out * (P / P2) ** 0.5
-        return out
+        out.index_fill_(self.axis, zero, 0.0)  # z rows (silu(0) = 0: new channels add nothing) / x_proj columns
+        return out * self._scale(c) if self.part == "norm" else out
+
+    def _scale(self, c) -> float:
+        return (c.plan.src.ssm["head_dim"] / c.plan.cfg.ssm["head_dim"]) ** 0.5
+
+    def moment(self, t, c, p: int) -> torch.Tensor:
+        """The AdamW moments (p = 1: m, 2: v; grow/moments.py): old channels keep theirs (the gated norm's
+        gain, scaled by a, takes m / a, v / a^2), every new channel's start at 0."""
+        order, _, new = self._maps(c, t.shape[self.axis])
+        out = t.float().index_select(self.axis, order).index_fill_(self.axis, new, 0.0)
+        return out / self._scale(c) ** p if self.part == "norm" else out
 
     def describe(self, plan, spec):
         P, P2 = plan.src.ssm["head_dim"], plan.cfg.ssm["head_dim"]
