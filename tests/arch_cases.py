@@ -486,6 +486,47 @@ FAMILY_CASES["nemotron_h-tied-biases-2"] = (
     {"tie": True, "blocks": ("full_attention", "linear_attention"), "n_groups": 1, "use_bias": True}
     | {"use_conv_bias": False, "mlp_bias": True},
 )
+
+GRANITE_HYBRID = dict(  # Granite 4 (dense): a Mamba-2 mixer or attention, then the shared MLP; Granite's scalars
+    num_key_value_heads=2,
+    shared_intermediate_size=80,
+    num_local_experts=0,
+    mamba_n_heads=8,
+    mamba_d_state=8,
+    mamba_n_groups=2,
+    mamba_chunk_size=8,
+    **GRANITE_MULT,
+    **IDS,
+)
+FAMILY_CASES["granitemoehybrid"] = (
+    _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["linear_attention", "full_attention"] * 2),
+    {"num_hidden_layers": 4},
+)
+FAMILY_CASES["granitemoehybrid-tied-biases"] = (
+    _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["full_attention", "linear_attention"]),
+    {"tie": True, "attention_bias": True, "mamba_proj_bias": True, "mamba_n_groups": 1},
+)
+
+
+def _mamba2(tie=False, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=8)
+    kw.update(n_groups=2, chunk_size=8, expand=2, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.Mamba2ForCausalLM(transformers.Mamba2Config(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+# Mamba-2 (every block a Mamba-2 mixer, no attention, no MLP): its width growth gates nothing (the wider mixers
+# are exact at every gate), so it is not a row of test_architectures' round trip (tests/test_mamba.py)
+MIXER_CASES = {"mamba2": (_mamba2, {}), "mamba2-tied-biases": (_mamba2, {"tie": True, "use_bias": True, "n_groups": 1})}
+
+
+def _mamba(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4)
+    kw.update(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.MambaForCausalLM(transformers.MambaConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+MIXER_CASES["mamba"] = (_mamba, {})  # Mamba (1): tied by default
+MIXER_CASES["mamba-untied-biases-rank8"] = (_mamba, {"tie": False, "use_bias": True, "time_step_rank": 8})
 CASES = {**ARCH_CASES, **FAMILY_CASES}
 assert len(CASES) == len(ARCH_CASES) + len(FAMILY_CASES), "a name in both tables"
 

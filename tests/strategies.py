@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from growtool.nn.config import ModelConfig
-from growtool.nn.families import ARCHS
+from growtool.nn.families import ARCHS, arch_sublayers
 
 
 def _moe(draw, arch) -> dict:
@@ -13,6 +13,23 @@ def _moe(draw, arch) -> dict:
     kw = dict(experts=experts, top_k=draw(st.integers(1, experts)), norm_topk=draw(st.booleans()))
     if "shared_ffn" in arch.keys:  # Qwen2-MoE's shared expert
         kw["shared_ffn"] = draw(st.integers(1, 40))
+    return kw
+
+
+def _mixers(draw, arch, width: int, layers: int) -> dict:
+    """A hybrid's block kinds and a Mamba mixer's sizes (its inner width expand x width where the family ties it)."""
+    kw = {"block_types": [draw(st.sampled_from(sorted(arch.kinds))) for _ in range(layers)]} if arch.kinds else {}
+    if "mamba" in arch_sublayers(arch):
+        heads = draw(st.sampled_from([1, 2])) if "heads" in arch.ssm_keys else 1
+        ssm = dict(heads=heads, state=draw(st.integers(1, 4)), groups=heads if draw(st.booleans()) else 1)
+        ssm.update(conv=draw(st.integers(1, 4)), conv_bias=draw(st.booleans()), bias=draw(st.booleans()))
+        ssm.update(dt_limit=[0.0, float("inf")], dt_rank=draw(st.integers(1, 3)))
+        if "expand" in arch.ssm_keys:  # widths are even: expand x width splits into 1 or 2 heads
+            ssm["expand"] = draw(st.integers(1, 2))
+            ssm["head_dim"] = ssm["expand"] * width // heads
+        else:
+            ssm["head_dim"] = draw(st.integers(1, 4))
+        kw["ssm"] = ssm
     return kw
 
 
@@ -27,11 +44,12 @@ def growth_cases(draw):
     new_kv = draw(st.integers(kv + 1, kv + 3))
     heads, width = kv * per_kv, kv * per_kv * head_dim
     bias = draw(st.booleans())
+    layers = draw(st.integers(1, 2))
     cfg = ModelConfig(
         family=family,
         vocab_size=draw(st.integers(16, 48)),
         width=width,
-        layers=draw(st.integers(1, 2)),
+        layers=layers,
         heads=heads,
         kv_heads=kv,
         head_dim=head_dim,
@@ -44,6 +62,7 @@ def growth_cases(draw):
         mlp_bias=draw(st.booleans()),
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
         **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
+        **_mixers(draw, ARCHS[family], width, layers),
     )
     # copy adds ungated heads: refused as lossy under a q/k norm over all heads (OLMo 2), whose new rows must be 0
     recipes_ = ["srio"] + (["copy"] if f.qk_norm != "full" else []) + (["nrio"] if f.norm == "rmsnorm" else [])

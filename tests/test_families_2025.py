@@ -45,6 +45,14 @@ EXAONE_4X = {
 def spelled_4x(hf: dict) -> dict:
     """A transformers 5.x config.json as transformers 4.x wrote it."""
     out = dict(hf)
+    if out["model_type"] == "nemotron_h":  # no RoPE; the block kinds as one character each
+        codes = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+        blocks = out.pop("layers_block_type")
+        return {**out, "hybrid_override_pattern": "".join(codes[t] for t in blocks), "num_hidden_layers": len(blocks)}
+    if out["model_type"] == "granitemoehybrid":  # 4.x: the layer types "mamba" / "attention"
+        out["layer_types"] = [
+            {"linear_attention": "mamba", "full_attention": "attention"}[t] for t in out["layer_types"]
+        ]
     rp = dict(out.pop("rope_parameters"))
     out["rope_theta"] = rp.pop("rope_theta")
     if "partial_rotary_factor" in rp:
@@ -84,6 +92,8 @@ LEGACY = [
     "glm4",
     "apertus-xielu",
     "phimoe-sparsemixer",
+    "nemotron_h",
+    "granitemoehybrid",
     "lfm2-conv-attn",
     "qwen3_next-gdn-moe",
 ]
@@ -95,7 +105,7 @@ def test_configs_in_the_4x_spelling_grow_and_fold_into_loadable_folders(name, tm
     model = make_source(name, src)
     hf = json.loads((src / "config.json").read_text())
     old = spelled_4x(hf)
-    assert "rope_parameters" not in old and old != hf
+    assert "rope_parameters" not in old and "layers_block_type" not in old and old != hf
     (src / "config.json").write_text(json.dumps(old))
     legacy = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     assert rel(hf_logits(legacy), hf_logits(model)) <= 1e-6  # transformers reads the old spelling as the new

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from growtool.grow import ops, recipes
+from growtool.grow import mixer, ops, recipes
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -37,10 +37,16 @@ from growtool.grow.steps import (
 from growtool.nn.attention import alibi_order
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
-from growtool.nn.families import GDN_UNITS, TensorSpec, arch_of, expected_shapes, has_sublayer, tensor_specs, unit_count
+from growtool.nn.families import (
+    GDN_UNITS,
+    TensorSpec,
+    arch_of,
+    arch_sublayers,
+    expected_shapes,
+    tensor_specs,
+    unit_count,
+)
 from growtool.nn.rope import describe as describe_rope
-
-MIXER = ("m_in", "m_inner")  # a Mamba mixer's unit kinds (in_proj outputs, inner channels): kept by width growth
 
 # ---- the plan -------------------------------------------------------------------------------
 
@@ -213,7 +219,7 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     if role == "act_param":
         return [Keep("a scalar of the activation")]
     if role == "inner":
-        return [Keep("a mixer's inner channels")]
+        return mixer.inner_steps(spec, plan)
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -226,7 +232,7 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         s = qk_scale(plan, spec)
         qk = ([Scale(s, "q/k norm eps")] if s != 1.0 else []) + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
     if role == "unit_bias":
-        return [ExpandUnits(writer=False)] + qk
+        return mixer.unit_steps(spec, plan, ExpandUnits(writer=False)) + qk
     fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
     if not a.features.norm_affine:  # no gain to take the grown norm's sqrt(D/d): the readers take sqrt(d/D)
         fold = [Scale((plan.src.width / plan.cfg.width) ** 0.5, "norm without gain")]
@@ -234,10 +240,12 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     if role in ("head", "router"):  # no units to grow: the same logits from the grown residual
         return fold + [ExpandResidual("zero")] + rrot
     if role == "reader":
-        steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
+        units = mixer.unit_steps(spec, plan, ExpandUnits(writer=False))
+        steps = fold + units + qk + [ExpandResidual(spec.group, tile=True)] + rrot
         return steps + _symmetry(plan, spec, writer=False)
     if role == "writer":
-        steps = [ExpandUnits(writer=True)] + up + [ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        units = mixer.unit_steps(spec, plan, ExpandUnits(writer=True))
+        steps = units + up + [ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
         return steps + _symmetry(plan, spec, writer=True)
     raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
 
@@ -267,6 +275,9 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     d, D = src.width, width
     if not isinstance(D, int) or D <= d:
         raise GrowError(f"target width {D} is not larger than the source width {d}")
+    if "attention" not in arch_sublayers(arch_of(src)):  # Mamba-2: no heads, no MLP; the mixers' channels grow
+        eps = ops.grow_norm_eps(src.norm_eps, d, D)
+        return src.replace(width=D, ffn=4 * D, norm_eps=eps, ssm=mixer.grown_ssm(src, D))  # ffn: nominal, 4 x width
     hd, r = src.head_dim, src.heads // src.kv_heads
     bound = not arch_of(src).features.free_head_dim
     if heads is None:
@@ -307,7 +318,8 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     kept = f.fixed_eps or copies(src, D)
     eps = src.norm_eps if kept else ops.grow_norm_eps(src.norm_eps, d, D)
     shared = round(src.shared_ffn * D / d) if src.shared_ffn else src.shared_ffn  # the shared expert's neurons
-    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared)
+    ssm = mixer.grown_ssm(src, D)
+    return src.replace(width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared, ssm=ssm)
 
 
 def residual_map(src: ModelConfig, D: int, eps) -> tuple[float, str, list[str]]:
@@ -473,7 +485,7 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
     """``cfg`` with its growth-gate state (the unit counts before any gate: the source's under a
     gated recipe, the new counts else); appends to ``lossy`` why ungated new units lose the function."""
     if recipe["gate"]:
-        conv = src.base_units("conv") if has_sublayer(arch_of(src), "shortconv") else None  # LFM2's channels
+        conv = src.base_units("conv") if "shortconv" in arch_sublayers(arch_of(src)) else None  # LFM2's channels
         return cfg.replace(
             base_heads=src.base_heads, base_ffn=src.base_ffn, base_shared_ffn=src.base_shared_ffn, base_conv=conv
         )
@@ -513,12 +525,12 @@ def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int
         if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
             units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
         if src.ssm:  # a Mamba mixer's inner units are kept (residual-width growth): nothing drawn
-            for kind in MIXER:
+            for kind in mixer.MIXER_KINDS:  # grown channels (Mamba-2) are mixer.GrowChannels' (no draw either)
                 n = unit_count(src, kind)[0]
                 units[-1][kind] = ops.make_expansion("zero", n, n, gen)
-        if has_sublayer(arch_of(src), "shortconv"):  # LFM2's conv channels, one per residual dim: as neurons
+        if "shortconv" in arch_sublayers(arch_of(src)):  # LFM2's conv channels, one per residual dim: as neurons
             units[-1]["conv"] = ops.make_expansion(recipe["ffn"]["new_units"], src.width, cfg.width, gen, k)
-        if has_sublayer(arch_of(src), "gdn"):  # Gated DeltaNet's inner outputs: kept (one unit, nothing added)
+        if "gdn" in arch_sublayers(arch_of(src)):  # Gated DeltaNet's inner outputs: kept (one unit, nothing added)
             units[-1].update({kind: ops.make_expansion("zero", 1, 1, gen) for kind in GDN_UNITS})
         if arch_of(src).features.attn_output_gate:  # Qwen3-Next: a query head and its output gate grow together
             units[-1]["qg"] = q

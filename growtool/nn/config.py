@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes, has_sublayer, unit_count
+from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, arch_sublayers, expected_shapes, unit_count
 from .rope import check as rope_check
 from .rope import from_hf as rope_from_hf
 from .rope import to_hf as rope_to_hf
@@ -50,6 +50,7 @@ SCALARS = (
     "logits_scaling",
     "logit_scale",
 )
+SSM_SIZES = ("heads", "head_dim", "state", "groups", "conv")  # a Mamba mixer's integer sizes
 POSITIVE = ("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv")
 
 
@@ -120,6 +121,8 @@ class ModelConfig:
             self.base_ffn = self.ffn
         if self.base_shared_ffn is None:
             self.base_shared_ffn = self.shared_ffn
+        if "attention" not in arch_sublayers(a):  # Mamba-2: nominal heads and MLP sizes, never gated
+            self.base_heads, self.base_ffn = self.heads, self.ffn
         self.check()
 
     @property
@@ -216,7 +219,8 @@ class ModelConfig:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
-        if "ffn" not in self.arch.keys and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
+        no_key = "ffn" not in self.arch.keys and "mlp" in arch_sublayers(self.arch)
+        if no_key and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
             raise GrowError(f"{self.family} has an MLP of 4 x width ({4 * self.width}) neurons, not {self.ffn}")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
@@ -229,7 +233,7 @@ class ModelConfig:
         if not f.mqa and self.base_heads % (self.heads // self.kv_heads):
             raise GrowError("base_heads must cover whole KV groups")
         self._check_kinds()
-        if has_sublayer(self.arch, "gdn"):
+        if "gdn" in arch_sublayers(self.arch):
             _check_gdn(self)
         nl = self.new_layers or []
         if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
@@ -238,6 +242,8 @@ class ModelConfig:
     def _check_kinds(self) -> None:
         """A hybrid's block kinds: one known kind per layer; a Mamba mixer's sizes whole and consistent."""
         a = self.arch
+        if a.kinds and not a.kind_default and self.block_types is None:
+            raise GrowError(f"{self.family} config lists no block kinds ({a.keys.get('block_types')})")
         if self.block_types is not None:
             if len(self.block_types) != self.layers:
                 raise GrowError(f"the block types list {len(self.block_types)} entries for {self.layers} layers")
@@ -245,13 +251,18 @@ class ModelConfig:
             if bad:
                 known = ", ".join(a.kinds)
                 raise GrowError(f"{self.family} block type {bad[0]!r} is not supported (supported: {known})")
-        if any("mamba" in subs for subs in a.kinds.values()):
+        if "mamba" in arch_sublayers(a):
             m = self.ssm or {}
-            for k in ("heads", "head_dim", "state", "groups", "conv"):
+            for k in SSM_SIZES + tuple(k for k in ("expand", "dt_rank") if k in a.ssm_keys):
                 if not isinstance(m.get(k), int) or isinstance(m.get(k), bool) or m[k] <= 0:
                     raise GrowError(f"{self.family} Mamba mixer {k} must be a positive integer, got {m.get(k)!r}")
             if m["heads"] % m["groups"]:
                 raise GrowError(f"Mamba mixer groups {m['groups']} do not divide its heads {m['heads']}")
+            if "expand" in a.ssm_keys and m["expand"] * self.width != m["heads"] * m["head_dim"]:
+                raise GrowError(
+                    f"{self.family} Mamba mixer: expand x width ({m['expand']} x {self.width}) must equal heads x "
+                    f"head_dim ({m['heads']} x {m['head_dim']})"
+                )
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -304,6 +315,9 @@ class ModelConfig:
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
+        for k in SSM_SIZES if self.ssm else ():  # a Mamba mixer's sizes (its head_dim grows with Mamba-2's width)
+            if k in a.ssm_keys:
+                hf[a.ssm_keys[k]] = self.ssm[k]
         if self.block_types is not None and "hybrid_override_pattern" in hf:  # the legacy (4.x) spelling
             hf["hybrid_override_pattern"] = "".join(a.kind_codes[t] for t in self.block_types)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
@@ -349,8 +363,9 @@ class ModelConfig:
             val = hf.get(key) if key else None
             if val is None and key in a.alt_keys:
                 val = hf.get(a.alt_keys[key])
-            if val is None and name == "layers" and isinstance(hf.get(a.keys.get("block_types")), list):
-                val = len(hf[a.keys["block_types"]])  # Nemotron-H: as many layers as its block types
+            if val is None and name == "layers" and a.kinds:  # Nemotron-H: as many layers as its block kinds
+                kinds = hf.get(a.keys.get("block_types"), hf.get("hybrid_override_pattern"))
+                val = len(kinds) if isinstance(kinds, (list, str)) else None
             return val if val is not None else a.defaults.get(name, default)
 
         try:
@@ -480,10 +495,12 @@ def _block_types(a, hf: dict, listed) -> list | None:
         if any(c not in by_code for c in pattern):
             raise GrowError(f"{a.name} hybrid_override_pattern {pattern!r}: a block code not in {''.join(by_code)}")
         return [by_code[c] for c in pattern]
-    if listed is None and has_sublayer(a, "gdn"):  # Qwen3-Next, 3.5: every full_attention_interval-th layer attention
+    if listed is None and "gdn" in arch_sublayers(
+        a
+    ):  # Qwen3-Next, 3.5: every full_attention_interval-th layer attention
         every, n = int(hf.get("full_attention_interval") or 4), int(hf[a.keys["layers"]])
         return ["linear_attention" if (i + 1) % every else "full_attention" for i in range(n)]
-    if listed is None and has_sublayer(a, "shortconv"):  # LFM2: attention at full_attn_idxs (default: every layer)
+    if listed is None and "shortconv" in arch_sublayers(a):  # LFM2: attention at full_attn_idxs (default: every layer)
         n = int(hf[a.keys["layers"]])
         full = hf.get("full_attn_idxs") or range(n)
         return ["full_attention" if i in full else "conv" for i in range(n)]
@@ -498,8 +515,11 @@ def _ssm(a, hf: dict) -> dict | None:
     m = {k: hf[key] if key in hf else hf.get(a.alt_keys.get(key)) for k, key in a.ssm_keys.items()}
     if a.features.fixed_dt_min:
         m["dt_limit"] = [m.pop("dt_min", None) or 0.0, float("inf")]
-    m["dt_limit"] = [float(v) for v in (m.get("dt_limit") or (0.0, float("inf")))]
+    # transformers writes an infinite limit as {"__float__": "Infinity"}
+    m["dt_limit"] = [float(v["__float__"] if isinstance(v, dict) else v) for v in m.get("dt_limit") or (0.0, "inf")]
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
+    for k in ("heads", "groups"):  # Mamba (1): one "head" of all the mixer's channels, one group
+        m.setdefault(k, 1)
     return m
 
 

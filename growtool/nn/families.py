@@ -94,6 +94,7 @@ class Features:
     #                          interleaved per key head (Qwen3-Next)
     ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
     #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
+    ssm_version: int = 2  # the Mamba mixer: 2 (Mamba-2, nn/mamba.Mamba2Mixer) or 1 (Mamba, Mamba1Mixer)
     fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
 
 
@@ -1145,11 +1146,10 @@ NEMOTRON_H = Arch(
     },
     fixed={"qkv_bias": False, "o_bias": False},  # q/k/v/o are built without bias whatever attention_bias says
     defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5},
-    kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)},
-    kind_codes={"linear_attention": "M", "full_attention": "*", "mlp": "-"},
+    kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)}
+    | {"mamba": ("mamba",), "attention": ("attention",)},  # the 4.x labels (transformers remaps them)
+    kind_codes={"mamba": "M", "attention": "*", "linear_attention": "M", "full_attention": "*", "mlp": "-"},
     ssm_keys=_NEMOTRON_H_SSM,
-    alt_keys={"n_groups": "mamba_n_groups", "conv_kernel": "mamba_d_conv", "time_step_min": "mamba_dt_min"}
-    | {"use_conv_bias": "mamba_conv_bias"},
     require={
         "mamba_hidden_act": ("silu", "nemotron_h's Mamba mixer is supported with mamba_hidden_act silu only", "silu"),
         "num_nextn_predict_layers": (0, "nemotron_h's multi-token prediction layers are not supported", 0),
@@ -1243,6 +1243,104 @@ QWEN3_5_MOE_TEXT = dataclasses.replace(  # Qwen3.5-MoE's text decoder: Qwen3-Nex
     require={},
 )
 
+# Mamba-2: every block one RMSNorm and one Mamba-2 mixer, no attention, no MLP; the mixer's inner width is
+# expand x hidden_size (an integer), so width growth grows each mixer head's channels (grow/mixer.py)
+MAMBA2 = Arch(
+    name="mamba2",
+    model_type="mamba2",
+    hf_class="Mamba2ForCausalLM",
+    block="backbone.layers.{i}.",
+    modules={"embed": "backbone.embeddings", "final_norm": "backbone.norm_f", "head": "lm_head", "ln1": "norm"}
+    | {"mamba": "mixer"},
+    features=Features(positions="none"),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "num_hidden_layers",
+        "norm_eps": "layer_norm_epsilon",
+        "tie": "tie_word_embeddings",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"heads": 1, "tie": False, "context": 2048, "norm_eps": 1e-5},  # no attention: one nominal head
+    kinds={"mamba": ("mamba",)},
+    kind_default="mamba",
+    ssm_keys={
+        "heads": "num_heads",
+        "head_dim": "head_dim",
+        "state": "state_size",
+        "groups": "n_groups",
+        "conv": "conv_kernel",
+        "conv_bias": "use_conv_bias",
+        "bias": "use_bias",
+        "dt_limit": "time_step_limit",
+        "expand": "expand",  # inner width = expand x hidden_size
+    },
+    require={"hidden_act": ("silu", "mamba2 is supported with hidden_act silu only (the mixer's activation)", "silu")},
+)
+
+# Granite 4 hybrids (dense): a Mamba-2 mixer or attention without positions, then the shared MLP (input_linear
+# = [gate | up]), each sublayer's output x residual_multiplier; Granite's other scalars; inner = expand x width
+GRANITE_HYBRID = Arch(
+    name="granitemoehybrid",
+    model_type="granitemoehybrid",
+    hf_class="GraniteMoeHybridForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "mamba": "mamba",
+        "gate_up": "shared_mlp.input_linear",
+        "down": "shared_mlp.output_linear",
+    },
+    features=Features(positions="none", mlp="glu_fused"),
+    keys={
+        **{k: v for k, v in GRANITE.keys.items() if k not in ("mlp_bias", "ffn")},
+        "ffn": "shared_intermediate_size",
+        "block_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+    kinds={"linear_attention": ("mamba", "mlp"), "full_attention": ("attention", "mlp")}
+    | {"mamba": ("mamba", "mlp"), "attention": ("attention", "mlp")},  # the 4.x labels (transformers remaps them)
+    kind_default="linear_attention",  # transformers' default: every block a Mamba mixer
+    ssm_keys={
+        "heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+        "state": "mamba_d_state",
+        "groups": "mamba_n_groups",
+        "conv": "mamba_d_conv",
+        "conv_bias": "mamba_conv_bias",
+        "bias": "mamba_proj_bias",
+        "dt_limit": "time_step_limit",
+        "expand": "mamba_expand",  # inner width = expand x hidden_size
+    },
+    require={
+        "num_local_experts": (0, "granitemoehybrid with experts (3-D fused expert tensors) is not supported", 8),
+        "position_embedding_type": ((None, "nope"), "granitemoehybrid with RoPE is not supported", None),
+        "hidden_act": ("silu", "granitemoehybrid is supported with hidden_act silu only (the Mamba mixer's)", "silu"),
+    },
+)
+
+# Mamba (1): every block one RMSNorm and one Mamba mixer (no inner norm; dt, B, C from x_proj of the convolved x);
+# inner (intermediate_size) = expand x hidden_size, so width growth grows the mixer's channels (grow/mixer.py)
+MAMBA = dataclasses.replace(
+    MAMBA2,
+    name="mamba",
+    model_type="mamba",
+    hf_class="MambaForCausalLM",
+    features=Features(positions="none", ssm_version=1),
+    defaults={"heads": 1, "tie": True, "context": 2048, "norm_eps": 1e-5},
+    ssm_keys={
+        "head_dim": "intermediate_size",  # one "head" of all the mixer's channels
+        "state": "state_size",
+        "conv": "conv_kernel",
+        "conv_bias": "use_conv_bias",
+        "bias": "use_bias",
+        "expand": "expand",
+        "dt_rank": "time_step_rank",
+    },
+    require={"hidden_act": ("silu", "mamba is supported with hidden_act silu only (the mixer's activation)", "silu")},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1251,7 +1349,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        NEMOTRON_H,
+        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID, MAMBA),
         *(LFM2, QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE_TEXT),
     )
 }
@@ -1261,10 +1359,6 @@ BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 # (refused with one line naming it, instead of "unknown family").
 _DEEPSEEK_MOE = "DeepSeek-style MoE routing (sigmoid scores, a selection-only bias, group-limited top-k, dense layers)"
 _MAMBA = "Mamba state-space mixer layers"
-_MAMBA_EXPAND = (
-    "growth of a Mamba-2 mixer's heads, which a wider model needs: its inner width is expand x hidden_size "
-    "(an integer in the config), and residual-width growth keeps the inner width"
-)
 _QWEN3_5_VL = (
     "Qwen3.5's vision-language wrapper (the decoder nested under text_config and model.language_model; "
     "its text decoder saved alone, qwen3_5_text / qwen3_5_moe_text, grows)"
@@ -1288,12 +1382,9 @@ UNSUPPORTED = {
     "llama4_text": _LLAMA4,
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
-    "jamba": _MAMBA,
-    "falcon_h1": _MAMBA,
-    "granitemoehybrid": _MAMBA_EXPAND,
+    "jamba": "Jamba's 3-D fused experts and its block kinds given by period rules (attn_layer_period)",
+    "falcon_h1": "Falcon-H1's parallel attention and Mamba-2 mixers with muP multipliers (ssm_multipliers, ...)",
     "zamba2": _MAMBA,
-    "mamba": _MAMBA,
-    "mamba2": _MAMBA_EXPAND,
     "qwen3_5": _QWEN3_5_VL,
     "qwen3_5_moe": _QWEN3_5_VL,
     "kimi_linear": "Kimi delta attention (KDA) mixer layers and MLA",
@@ -1380,12 +1471,15 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
     if f.embed_norm:
         s += norm("embed_norm")
-    s += _tag("attention", _attention_specs(a, cfg, norm, reader, writer, w))
-    s += _tag("mlp", _mlp_specs(a, cfg, norm, reader, writer, w))
-    if any("mamba" in subs for subs in a.kinds.values()):
+    subs = arch_sublayers(a)
+    if "attention" in subs:
+        s += _tag("attention", _attention_specs(a, cfg, norm, reader, writer, w))
+    if "mlp" in subs:
+        s += _tag("mlp", _mlp_specs(a, cfg, norm, reader, writer, w))
+    if "mamba" in subs:
         s += _tag("mamba", norm("ln1") + _mamba_specs(a, cfg, r_in, ln1))
     for sub in ("shortconv", "gdn"):  # LFM2's, Qwen3-Next's mixer
-        if has_sublayer(a, sub):
+        if sub in arch_sublayers(a):
             s += _tag(sub, norm("ln1") + mixer_specs(a, cfg, sub, reader, writer))
     if cfg.gated:
         s.append(TensorSpec(B + "growth_gate", "growth_gate"))
@@ -1459,9 +1553,12 @@ def _mlp_specs(a: Arch, cfg, norm, reader, writer, w) -> list[TensorSpec]:
 
 def ssm_dims(cfg) -> tuple[int, int, int]:
     """(inner channels, convolved channels, in_proj outputs) of a Mamba-2 mixer: inner = heads x head_dim;
-    the convolution runs over [x | B | C] (inner + 2 x groups x state); in_proj gives [z | x B C | dt]."""
+    the convolution runs over [x | B | C] (inner + 2 x groups x state); in_proj gives [z | x B C | dt].
+    Mamba (1): one "head" of all channels, the convolution over x, in_proj gives [x | z]."""
     m = cfg.ssm
     inner = m["heads"] * m["head_dim"]
+    if arch_of(cfg).features.ssm_version == 1:
+        return inner, inner, 2 * inner
     conv = inner + 2 * m["groups"] * m["state"]
     return inner, conv, inner + conv + m["heads"]
 
@@ -1478,17 +1575,26 @@ def _mamba_specs(a: Arch, cfg, r_in: int, ln1: str) -> list[TensorSpec]:
     s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(conv, 1, ssm["conv"])))
     if ssm["conv_bias"]:
         s.append(TensorSpec(m + "conv1d.bias", "inner", shape=(conv,)))
-    s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
-    s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
+    if a.features.ssm_version == 1:  # x_proj [dt_rank + 2 state, inner], dt_proj, A_log per channel and state
+        r, n = ssm["dt_rank"], ssm["state"]
+        s.append(TensorSpec(m + "x_proj.weight", "inner", shape=(r + 2 * n, inner)))
+        s += [
+            TensorSpec(m + "dt_proj.weight", "inner", shape=(inner, r)),
+            TensorSpec(m + "dt_proj.bias", "inner", shape=(inner,)),
+        ]
+        s += [TensorSpec(m + "A_log", "inner", shape=(inner, n)), TensorSpec(m + "D", "inner", shape=(inner,))]
+    else:
+        s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
+        s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
     s.append(TensorSpec(m + "out_proj.weight", "writer", 1 - r_in, r_in, ("m_inner",), "attn"))
     if ssm["bias"]:
         s.append(TensorSpec(m + "out_proj.bias", "writer_bias", res_axis=0))
     return s
 
 
-def has_sublayer(a: Arch, sub: str) -> bool:
-    """Whether some block kind of a hybrid runs sublayer ``sub`` ("mamba", "shortconv", "gdn")."""
-    return any(sub in subs for subs in a.kinds.values())
+def arch_sublayers(a: Arch) -> set[str]:
+    """Every sublayer some block of the architecture runs ("attention", "mlp", "mamba")."""
+    return set().union(*a.kinds.values()) if a.kinds else {"attention", "mlp"}
 
 
 def mixer_specs(a: Arch, cfg, sub: str, reader, writer) -> list[TensorSpec]:

@@ -1,4 +1,4 @@
-"""The Mamba-2 mixer (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060), in plain torch.
+"""The Mamba mixers: Mamba-2 (Dao & Gu 2024, "Transformers are SSMs", arXiv:2405.21060), in plain torch.
 
 A block of kind "mamba" runs norm -> mixer -> residual add (``model.py``). The mixer, for an input
 u [B, T, width] (the normed residual):
@@ -98,4 +98,41 @@ class Mamba2Mixer(nn.Module):
         return self.out_proj(self.norm(y.reshape(Bsz, T, inner), z).to(u.dtype))
 
 
-__all__ = ["Mamba2Mixer", "GatedRMSNorm", "ssd_scan", "segment_sums"]
+class Mamba1Mixer(nn.Module):
+    """The Mamba (1) mixer (Gu & Dao 2023, arXiv:2312.00752) at its Hugging Face names: [x | z] = in_proj(u),
+    x = silu(causal depthwise conv1d(x)), [dt_low | B | C] = x_proj(x), dt = softplus(dt_proj(dt_low)) per
+    channel, A = -exp(A_log) [channels, state] per channel, h_t = exp(dt_t A) h_{t-1} + dt_t B_t x_t,
+    y_t = C_t h_t + D x_t, out = out_proj(y * silu(z)) (no inner norm). A sequential scan over time."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        m = cfg.ssm
+        inner, n = m["heads"] * m["head_dim"], m["state"]
+        self.sizes = (inner, m["dt_rank"], n)
+        self.in_proj = nn.Linear(cfg.width, 2 * inner, bias=m["bias"])
+        self.conv1d = nn.Conv1d(inner, inner, m["conv"], groups=inner, padding=m["conv"] - 1, bias=m["conv_bias"])
+        self.x_proj = nn.Linear(inner, m["dt_rank"] + 2 * n, bias=False)
+        self.dt_proj = nn.Linear(m["dt_rank"], inner, bias=True)
+        self.A_log = nn.Parameter(torch.log(torch.arange(1, n + 1, dtype=torch.float32)).repeat(inner, 1))
+        self.D = nn.Parameter(torch.ones(inner))
+        self.out_proj = nn.Linear(inner, cfg.width, bias=m["bias"])
+
+    def forward(self, u):
+        inner, rank, n = self.sizes
+        T = u.shape[1]
+        x, z = self.in_proj(u).chunk(2, dim=-1)
+        x = F.silu(self.conv1d(x.transpose(1, 2))[..., :T].transpose(1, 2))
+        dt, b, c = self.x_proj(x).split([rank, n, n], dim=-1)
+        f = torch.promote_types(u.dtype, torch.float32)
+        dt = F.softplus(F.linear(dt, self.dt_proj.weight).to(f) + self.dt_proj.bias.to(f))  # [B, T, inner]
+        A = -torch.exp(self.A_log.to(f))  # [inner, n]
+        xf, b, c = x.to(f), b.to(f), c.to(f)
+        h, ys = torch.zeros(u.shape[0], inner, n, dtype=f, device=u.device), []
+        for t in range(T):
+            h = torch.exp(dt[:, t, :, None] * A) * h + (dt[:, t] * xf[:, t])[..., None] * b[:, t, None, :]
+            ys.append(torch.einsum("bin,bn->bi", h, c[:, t]))
+        y = (torch.stack(ys, dim=1) + xf * self.D.to(f)) * F.silu(z.to(f))
+        return self.out_proj(y.to(u.dtype))
+
+
+__all__ = ["Mamba2Mixer", "Mamba1Mixer", "GatedRMSNorm", "ssd_scan", "segment_sums"]

@@ -28,7 +28,7 @@ from .attention import apply_rope, apply_rope_interleaved, attend, query_scale, 
 from .config import ModelConfig
 from .deltanet import gdn_forward, gdn_modules
 from .families import arch_of, block_sublayers, has_head_bias
-from .mamba import Mamba2Mixer
+from .mamba import Mamba1Mixer, Mamba2Mixer
 from .moe import route
 from .rope import extends_context, layer_key
 from .shortconv import shortconv_forward, shortconv_modules
@@ -157,7 +157,7 @@ def _block_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     keep = set().union(*(_SUB_SLOTS[sub] for sub in subs))
     m = {k: v for k, v in _slot_modules(cfg).items() if k in keep}
     if "mamba" in subs:
-        m["mamba"] = Mamba2Mixer(cfg)
+        m["mamba"] = Mamba1Mixer(cfg) if arch_of(cfg).features.ssm_version == 1 else Mamba2Mixer(cfg)
     for sub in set(subs) & set(MIXERS):  # LFM2's short convolution, Gated DeltaNet
         m.update(MIXERS[sub][0](cfg, lambda n_in, n_out, bias: Linear(n_in, n_out, bias)))
     return m
