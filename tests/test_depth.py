@@ -91,6 +91,7 @@ ARCH_CASES = {
     "mamba2": "mamba2-tied-biases",
     "granitemoehybrid": "granitemoehybrid-tied-biases",
     "mamba": "mamba-untied-biases-rank8",
+    "falcon_h1": "falcon_h1-tied-biases-gated-norm",
 }
 ALL_CASES = {**CASES, **FAMILY_CASES, **MIXER_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to

@@ -90,6 +90,7 @@ LEGACY = [
     "phimoe-sparsemixer",
     "nemotron_h",
     "granitemoehybrid",
+    "falcon_h1",
 ]
 
 

@@ -302,3 +302,47 @@ def test_mamba2_grown_moments_are_the_grown_gradient_on_old_channels():
         grow_moment(m + "out_proj.weight", plan, t.__getitem__, g["src"][m + "out_proj.weight"], False),
     )
     assert (got[:32][:, old] - true[:32][:, old]).abs().max() <= 1e-4 * true.abs().max()
+
+
+# ---- Falcon-H1 ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ssm_in", "ssm_out", "attn_in", "attn_out", "key", "mlp", "mup"])
+def test_falcon_h1_mup_scalars_bite(name, tmp_path):
+    """Falcon-H1's muP scalars (on the mixer's input and in_proj's five segments, on attention's input, keys
+    and output, on the MLP's gate and output): growtool equals transformers, and with any one of them at 1
+    the logits differ. Width growth carries them unchanged (test_architectures' rows)."""
+    model = make_source("falcon_h1", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    t = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) <= 1e-5
+        one = {"mlp": [1.0, 1.0], "mup": [1.0] * 5}.get(name, 1.0)
+        cfg = ck.config.replace(multipliers={**ck.config.multipliers, name: one})
+        assert rel(LM.from_tensors(cfg, t)(X), hf_logits(model)) > 1e-3
+
+
+@pytest.mark.parametrize("variant", ["falcon_h1", "falcon_h1-norm-before-gate", "falcon_h1-tied-biases-gated-norm"])
+def test_falcon_h1_mixer_gating_variants(variant, tmp_path):
+    """y silu(z) without a norm (mamba_rms_norm false), norm(y) silu(z) (norm before the gate) and
+    norm(y silu(z)): each equals transformers, and read as another the logits differ."""
+    model = make_source(variant, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    want = {"falcon_h1": "none", "falcon_h1-norm-before-gate": "before_gate"}.get(variant, "gated")
+    assert ck.config.ssm["norm"] == want
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) <= 1e-5
+    if want != "none":  # the other normed variant reads the same tensors
+        other = ck.config.replace(ssm={**ck.config.ssm, "norm": "gated" if want == "before_gate" else "before_gate"})
+        with torch.no_grad():
+            assert rel(LM.from_tensors(other, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-3
+
+
+def test_falcon_h1_without_a_fixed_inner_width_is_refused(tmp_path):
+    make, kw = FAMILY_CASES["falcon_h1"]
+    torch.manual_seed(0)
+    make(**kw, mamba_d_ssm=None).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "falcon_h1 without mamba_d_ssm (inner width expand x hidden_size) is not supported" in r.stderr
+    assert not (tmp_path / "g").exists()

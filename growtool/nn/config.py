@@ -100,6 +100,8 @@ class ModelConfig:
     router_jitter: float | None = None  # PhiMoE's sparsemixer: experts whose logit is within 2 x this (relative) pass
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
     block_types: list | None = None  # hybrids: each block's kind (a key of Arch.kinds), as the config lists it
+    multipliers: dict | None = None  # Falcon-H1's muP scalars by Arch.mult_keys (ssm_in, ssm_out, attn_in, attn_out,
+    #                                  key, mlp: [gate, down], mup: in_proj's five segments), carried by growth
     ssm: dict | None = None  # a Mamba-2 mixer's sizes (heads, head_dim, state, groups, conv, conv_bias, bias,
     #                          dt_limit): inner dimensions that width growth keeps (nn/mamba.py)
 
@@ -437,6 +439,7 @@ class ModelConfig:
                 new_layers=list(own["new_layers"]) if own.get("new_layers") else None,
                 block_types=_block_types(a, hf, get("block_types")),
                 ssm=_ssm(a, hf),
+                multipliers={k: hf[key] for k, key in a.mult_keys.items() if hf.get(key) is not None} or None,
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:
@@ -478,4 +481,8 @@ def _ssm(a, hf: dict) -> dict | None:
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
     for k in ("heads", "groups"):  # Mamba (1): one "head" of all the mixer's channels, one group
         m.setdefault(k, 1)
+    if "norm" in m:  # Falcon-H1: mamba_rms_norm, and where it norms (mamba_norm_before_gate)
+        m["norm"] = ("before_gate" if m.pop("before_gate", True) else "gated") if m["norm"] else "none"
+    if "inner" in a.ssm_keys and m["inner"] is None:
+        raise GrowError(f"{a.name} without {a.ssm_keys['inner']} (inner width expand x hidden_size) is not supported")
     return m
