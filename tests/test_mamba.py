@@ -346,3 +346,12 @@ def test_falcon_h1_without_a_fixed_inner_width_is_refused(tmp_path):
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert "falcon_h1 without mamba_d_ssm (inner width expand x hidden_size) is not supported" in r.stderr
     assert not (tmp_path / "g").exists()
+
+
+def test_inspect_shows_the_mixer_and_the_block_kinds(tmp_path):
+    make_source("nemotron_h", tmp_path / "src")
+    r = cli("inspect", tmp_path / "src", "--json")
+    assert r.exit_code == 0, r.stderr
+    facts = json.loads(r.stdout)
+    assert facts["blocks"] == ["linear_attention", "full_attention", "mlp", "linear_attention"]
+    assert facts["mixer"]["heads"] == 4 and facts["mixer"]["state"] == 8 and facts["mixer"]["groups"] == 2
