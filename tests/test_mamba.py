@@ -355,3 +355,46 @@ def test_inspect_shows_the_mixer_and_the_block_kinds(tmp_path):
     facts = json.loads(r.stdout)
     assert facts["blocks"] == ["linear_attention", "full_attention", "mlp", "linear_attention"]
     assert facts["mixer"]["heads"] == 4 and facts["mixer"]["state"] == 8 and facts["mixer"]["groups"] == 2
+
+
+@pytest.mark.parametrize("family", ["mamba2", "mamba", "nemotron_h", "granitemoehybrid", "falcon_h1"])
+def test_a_mixer_config_made_here_round_trips_through_its_hf_spelling(family):
+    """A config growtool makes itself (no source config.json to carry) writes every mixer field in the
+    family's spelling and reads back the same."""
+    from growtool.nn.config import ModelConfig
+
+    a = families.ARCHS[family]
+    ssm = dict(heads=2, head_dim=32, state=4, groups=2, conv=3, conv_bias=False, bias=True, dt_limit=[0.0, 9.0])
+    ssm = ssm | {"expand": 2} if "expand" in a.ssm_keys else ssm
+    if family == "mamba":
+        ssm |= {"heads": 1, "head_dim": 64, "groups": 1, "dt_rank": 3, "dt_limit": [0.0, float("inf")]}  # no clamp
+    if family == "falcon_h1":
+        ssm |= {"norm": "before_gate", "out_bias": False}
+    if family == "nemotron_h":
+        ssm["dt_limit"] = [0.01, float("inf")]
+    kinds = (sorted(a.kinds) * 2)[:2] if "block_types" in a.keys else None
+    cfg = ModelConfig(family, 64, 32, 2, 2, 2, 16, 64, context=16, ssm=ssm, block_types=kinds)
+    back = ModelConfig.from_hf(json.loads(json.dumps(cfg.to_hf())))
+    assert back.ssm == cfg.ssm and back.block_types == cfg.block_types
+
+
+def test_mamba2_trains_through_a_growth_in_the_run(tmp_path):
+    """train --grow-at 0.5:width=48,layers=4 on a Mamba-2 model: its mixers' channels and AdamW moments grow
+    inside the run (no loss bump at the growth), and the final model is the grown one."""
+    from growtool.init import init_model
+    from growtool.nn.config import ModelConfig
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
+
+    from helpers import make_text
+
+    (tmp_path / "toy.txt").write_text(make_text(1500))
+    ssm = dict(heads=4, head_dim=16, state=4, groups=2, conv=3, conv_bias=True, bias=False, expand=2)
+    cfg = ModelConfig("mamba2", 256, 32, 2, 1, 1, 32, 128, context=64, tie=False, ssm=ssm | {"dt_limit": [0.0, 9.0]})
+    base = checkpoint.save_tensors(str(tmp_path / "base.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    kw = dict(batch=8, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, gate_warmup_tokens=512)
+    out = train(base, [tmp_path / "toy.txt"], tmp_path / "run", steps=8, grow_at=("0.5:width=48,layers=4",), **kw)
+    final = checkpoint.load(out["final"]).config
+    assert (final.width, final.layers, final.ssm["head_dim"]) == (48, 4, 24)
+    loss = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r}
+    assert loss[5] < loss[4] + 0.05

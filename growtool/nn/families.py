@@ -1208,6 +1208,7 @@ GRANITE_HYBRID = Arch(
     kinds={"linear_attention": ("mamba", "mlp"), "full_attention": ("attention", "mlp")}
     | {"mamba": ("mamba", "mlp"), "attention": ("attention", "mlp")},  # the 4.x labels (transformers remaps them)
     kind_default="linear_attention",  # transformers' default: every block a Mamba mixer
+    template={"num_local_experts": 0},  # a config made here is dense (transformers' default has 8 experts)
     ssm_keys={
         "heads": "mamba_n_heads",
         "head_dim": "mamba_d_head",
