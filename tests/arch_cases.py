@@ -506,6 +506,35 @@ FAMILY_CASES["granitemoehybrid-tied-biases"] = (
     _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["full_attention", "linear_attention"]),
     {"tie": True, "attention_bias": True, "mamba_proj_bias": True, "mamba_n_groups": 1},
 )
+FALCON_H1 = dict(  # Falcon-H1: a Mamba-2 mixer and attention in parallel, then the MLP; muP scalars away from 1
+    num_key_value_heads=2,
+    intermediate_size=96,
+    mamba_d_ssm=64,
+    mamba_n_heads=4,
+    mamba_d_state=8,
+    mamba_n_groups=2,
+    mamba_chunk_size=8,
+    key_multiplier=0.7,
+    attention_in_multiplier=1.3,
+    attention_out_multiplier=0.8,
+    ssm_in_multiplier=1.2,
+    ssm_out_multiplier=0.9,
+    mlp_multipliers=[1.5, 0.6],
+    ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3],
+    embedding_multiplier=2.0,
+    lm_head_multiplier=0.5,
+    **IDS,
+)
+FAMILY_CASES["falcon_h1"] = (_family_like("FalconH1", **FALCON_H1), {})
+FAMILY_CASES["falcon_h1-tied-biases-gated-norm"] = (
+    _family_like("FalconH1", **FALCON_H1),
+    {"tie": True, "attention_bias": True, "mlp_bias": True, "mamba_proj_bias": True, "projectors_bias": True}
+    | {"mamba_rms_norm": True, "mamba_norm_before_gate": False, "mamba_n_groups": 1},
+)
+FAMILY_CASES["falcon_h1-norm-before-gate"] = (
+    _family_like("FalconH1", **FALCON_H1),
+    {"mamba_rms_norm": True, "mamba_norm_before_gate": True, "mamba_conv_bias": False},
+)
 
 
 def _mamba2(tie=False, **over):

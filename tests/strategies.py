@@ -30,6 +30,13 @@ def _mixers(draw, arch, width: int, layers: int) -> dict:
         else:
             ssm["head_dim"] = draw(st.integers(1, 4))
         kw["ssm"] = ssm
+    if "gdn" in arch_sublayers(arch):  # Gated DeltaNet's own inner sizes (config keys, carried in extra)
+        nk = draw(st.integers(1, 2))
+        kw["extra"] = dict(linear_num_key_heads=nk, linear_num_value_heads=nk * draw(st.integers(1, 2)))
+        kw["extra"].update(linear_key_head_dim=draw(st.integers(2, 8)), linear_value_head_dim=draw(st.integers(2, 8)))
+        kw["extra"]["linear_conv_kernel_dim"] = draw(st.integers(1, 4))
+    if "shortconv" in arch_sublayers(arch):  # LFM2's conv taps and biases
+        kw["extra"] = dict(conv_L_cache=draw(st.integers(1, 4)), conv_bias=draw(st.booleans()))
     return kw
 
 

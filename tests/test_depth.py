@@ -91,6 +91,7 @@ ARCH_CASES = {
     "mamba2": "mamba2-tied-biases",
     "granitemoehybrid": "granitemoehybrid-tied-biases",
     "mamba": "mamba-untied-biases-rank8",
+    "falcon_h1": "falcon_h1-tied-biases-gated-norm",
     "lfm2": "lfm2-conv-attn",
     "qwen3_next": "qwen3_next-gdn-moe",
     "qwen3_5_text": "qwen3_5_text-gdn",

@@ -94,6 +94,7 @@ LEGACY = [
     "phimoe-sparsemixer",
     "nemotron_h",
     "granitemoehybrid",
+    "falcon_h1",
     "lfm2-conv-attn",
     "qwen3_next-gdn-moe",
 ]

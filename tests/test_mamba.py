@@ -302,3 +302,99 @@ def test_mamba2_grown_moments_are_the_grown_gradient_on_old_channels():
         grow_moment(m + "out_proj.weight", plan, t.__getitem__, g["src"][m + "out_proj.weight"], False),
     )
     assert (got[:32][:, old] - true[:32][:, old]).abs().max() <= 1e-4 * true.abs().max()
+
+
+# ---- Falcon-H1 ----------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["ssm_in", "ssm_out", "attn_in", "attn_out", "key", "mlp", "mup"])
+def test_falcon_h1_mup_scalars_bite(name, tmp_path):
+    """Falcon-H1's muP scalars (on the mixer's input and in_proj's five segments, on attention's input, keys
+    and output, on the MLP's gate and output): growtool equals transformers, and with any one of them at 1
+    the logits differ. Width growth carries them unchanged (test_architectures' rows)."""
+    model = make_source("falcon_h1", tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    t = {n: ck.get(n) for n in ck.names()}
+    with torch.no_grad():
+        assert rel(LM.from_tensors(ck.config, t)(X), hf_logits(model)) <= 1e-5
+        one = {"mlp": [1.0, 1.0], "mup": [1.0] * 5}.get(name, 1.0)
+        cfg = ck.config.replace(multipliers={**ck.config.multipliers, name: one})
+        assert rel(LM.from_tensors(cfg, t)(X), hf_logits(model)) > 1e-3
+
+
+@pytest.mark.parametrize("variant", ["falcon_h1", "falcon_h1-norm-before-gate", "falcon_h1-tied-biases-gated-norm"])
+def test_falcon_h1_mixer_gating_variants(variant, tmp_path):
+    """y silu(z) without a norm (mamba_rms_norm false), norm(y) silu(z) (norm before the gate) and
+    norm(y silu(z)): each equals transformers, and read as another the logits differ."""
+    model = make_source(variant, tmp_path / "src")
+    ck = checkpoint.load(tmp_path / "src")
+    want = {"falcon_h1": "none", "falcon_h1-norm-before-gate": "before_gate"}.get(variant, "gated")
+    assert ck.config.ssm["norm"] == want
+    with torch.no_grad():
+        assert rel(ck.model()(X), hf_logits(model)) <= 1e-5
+    if want != "none":  # the other normed variant reads the same tensors
+        other = ck.config.replace(ssm={**ck.config.ssm, "norm": "gated" if want == "before_gate" else "before_gate"})
+        with torch.no_grad():
+            assert rel(LM.from_tensors(other, {n: ck.get(n) for n in ck.names()})(X), hf_logits(model)) > 1e-3
+
+
+def test_falcon_h1_without_a_fixed_inner_width_is_refused(tmp_path):
+    make, kw = FAMILY_CASES["falcon_h1"]
+    torch.manual_seed(0)
+    make(**kw, mamba_d_ssm=None).save_pretrained(tmp_path / "src")
+    r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
+    assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "falcon_h1 without mamba_d_ssm (inner width expand x hidden_size) is not supported" in r.stderr
+    assert not (tmp_path / "g").exists()
+
+
+def test_inspect_shows_the_mixer_and_the_block_kinds(tmp_path):
+    make_source("nemotron_h", tmp_path / "src")
+    r = cli("inspect", tmp_path / "src", "--json")
+    assert r.exit_code == 0, r.stderr
+    facts = json.loads(r.stdout)
+    assert facts["blocks"] == ["linear_attention", "full_attention", "mlp", "linear_attention"]
+    assert facts["mixer"]["heads"] == 4 and facts["mixer"]["state"] == 8 and facts["mixer"]["groups"] == 2
+
+
+@pytest.mark.parametrize("family", ["mamba2", "mamba", "nemotron_h", "granitemoehybrid", "falcon_h1"])
+def test_a_mixer_config_made_here_round_trips_through_its_hf_spelling(family):
+    """A config growtool makes itself (no source config.json to carry) writes every mixer field in the
+    family's spelling and reads back the same."""
+    from growtool.nn.config import ModelConfig
+
+    a = families.ARCHS[family]
+    ssm = dict(heads=2, head_dim=32, state=4, groups=2, conv=3, conv_bias=False, bias=True, dt_limit=[0.0, 9.0])
+    ssm = ssm | {"expand": 2} if "expand" in a.ssm_keys else ssm
+    if family == "mamba":
+        ssm |= {"heads": 1, "head_dim": 64, "groups": 1, "dt_rank": 3, "dt_limit": [0.0, float("inf")]}  # no clamp
+    if family == "falcon_h1":
+        ssm |= {"norm": "before_gate", "out_bias": False}
+    if family == "nemotron_h":
+        ssm["dt_limit"] = [0.01, float("inf")]
+    kinds = (sorted(a.kinds) * 2)[:2] if "block_types" in a.keys else None
+    cfg = ModelConfig(family, 64, 32, 2, 2, 2, 16, 64, context=16, ssm=ssm, block_types=kinds)
+    back = ModelConfig.from_hf(json.loads(json.dumps(cfg.to_hf())))
+    assert back.ssm == cfg.ssm and back.block_types == cfg.block_types
+
+
+def test_mamba2_trains_through_a_growth_in_the_run(tmp_path):
+    """train --grow-at 0.5:width=48,layers=4 on a Mamba-2 model: its mixers' channels and AdamW moments grow
+    inside the run (no loss bump at the growth), and the final model is the grown one."""
+    from growtool.init import init_model
+    from growtool.nn.config import ModelConfig
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
+
+    from helpers import make_text
+
+    (tmp_path / "toy.txt").write_text(make_text(1500))
+    ssm = dict(heads=4, head_dim=16, state=4, groups=2, conv=3, conv_bias=True, bias=False, expand=2)
+    cfg = ModelConfig("mamba2", 256, 32, 2, 1, 1, 32, 128, context=64, tie=False, ssm=ssm | {"dt_limit": [0.0, 9.0]})
+    base = checkpoint.save_tensors(str(tmp_path / "base.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    kw = dict(batch=8, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, gate_warmup_tokens=512)
+    out = train(base, [tmp_path / "toy.txt"], tmp_path / "run", steps=8, grow_at=("0.5:width=48,layers=4",), **kw)
+    final = checkpoint.load(out["final"]).config
+    assert (final.width, final.layers, final.ssm["head_dim"]) == (48, 4, 24)
+    loss = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r}
+    assert loss[5] < loss[4] + 0.05

@@ -125,7 +125,7 @@ DEPTH_FAMILIES = frozenset([
     "internlm3", "exaone", "seed_oss", "ministral", "helium", "ernie4_5", "olmo3", "exaone4", "cohere2",
     "vaultgemma", "stablelm", "arcee", "nemotron", "hunyuan_v1_dense", "glm",
     "glm4", "ministral3", "apertus", "phimoe",
-    "nemotron_h", "mamba2", "granitemoehybrid", "mamba",
+    "nemotron_h", "mamba2", "granitemoehybrid", "mamba", "falcon_h1",
     "lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
 ])
 # fmt: on

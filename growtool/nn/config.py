@@ -31,6 +31,7 @@ FEATURE_FALLBACK = {
     "rotary_fraction": 1.0,
     "parallel": False,
     "norm_topk": False,
+    "router_jitter": None,  # PhiMoE's default 0.01 also for a config made here
 }
 # keys that describe how a folder is loaded, not the model: rewritten on every save
 _NOT_CARRIED = ("growtool", "auto_map", "architectures", "model_type")
@@ -101,6 +102,8 @@ class ModelConfig:
     new_layers: list | None = None  # blocks added by depth growth: their residual writes pass the gate
     base_conv: int | None = None  # LFM2: short-convolution channels (one per residual dim) below this are ungated
     block_types: list | None = None  # hybrids: each block's kind (a key of Arch.kinds), as the config lists it
+    multipliers: dict | None = None  # Falcon-H1's muP scalars by Arch.mult_keys (ssm_in, ssm_out, attn_in, attn_out,
+    #                                  key, mlp: [gate, down], mup: in_proj's five segments), carried by growth
     ssm: dict | None = None  # a Mamba-2 mixer's sizes (heads, head_dim, state, groups, conv, conv_bias, bias,
     #                          dt_limit): inner dimensions that width growth keeps (nn/mamba.py)
 
@@ -246,7 +249,7 @@ class ModelConfig:
             raise GrowError(f"{self.family} config lists no block kinds ({a.keys.get('block_types')})")
         if self.block_types is not None:
             if len(self.block_types) != self.layers:
-                raise GrowError(f"the block types list {len(self.block_types)} entries for {self.layers} layers")
+                raise GrowError(f"{len(self.block_types)} block kinds listed for {self.layers} layers")
             bad = sorted({str(t) for t in self.block_types if t not in a.kinds})
             if bad:
                 known = ", ".join(a.kinds)
@@ -315,9 +318,8 @@ class ModelConfig:
                 hf["rope_theta"] = self.rope_theta  # transformers 4.x reads the top-level key
             rope_to_hf(self, hf, rp)
             hf["rope_parameters"] = rp
-        for k in SSM_SIZES if self.ssm else ():  # a Mamba mixer's sizes (its head_dim grows with Mamba-2's width)
-            if k in a.ssm_keys:
-                hf[a.ssm_keys[k]] = self.ssm[k]
+        if self.ssm:
+            _ssm_to_hf(a, self.ssm, hf)
         if self.block_types is not None and "hybrid_override_pattern" in hf:  # the legacy (4.x) spelling
             hf["hybrid_override_pattern"] = "".join(a.kind_codes[t] for t in self.block_types)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
@@ -451,6 +453,7 @@ class ModelConfig:
                 base_conv=own.get("base_conv"),
                 block_types=_block_types(a, hf, get("block_types")),
                 ssm=_ssm(a, hf),
+                multipliers={k: hf[key] for k, key in a.mult_keys.items() if hf.get(key) is not None} or None,
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:
@@ -507,6 +510,21 @@ def _block_types(a, hf: dict, listed) -> list | None:
     return list(listed) if listed is not None else None
 
 
+def _ssm_to_hf(a, m: dict, hf: dict) -> None:
+    """A Mamba mixer's fields into ``hf``: its sizes always (Mamba-2's head_dim grows with the width), the
+    rest where the config (the source's, carried in ``extra``) does not already say them in its spelling."""
+    val = {
+        **m,
+        "inner": m["heads"] * m["head_dim"],
+        "dt_min": m["dt_limit"][0],
+        "norm": m.get("norm", "gated") != "none",
+        "before_gate": m.get("norm") == "before_gate",
+    }
+    for k, key in a.ssm_keys.items():
+        if k in SSM_SIZES + ("inner",) or key not in hf:
+            hf[key] = list(val[k]) if k == "dt_limit" else val[k]
+
+
 def _ssm(a, hf: dict) -> dict | None:
     """A Mamba-2 mixer's sizes from the config (``Arch.ssm_keys``); dt is clamped to time_step_limit, or at
     time_step_min where the family does (``Features.fixed_dt_min``)."""
@@ -520,6 +538,10 @@ def _ssm(a, hf: dict) -> dict | None:
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
     for k in ("heads", "groups"):  # Mamba (1): one "head" of all the mixer's channels, one group
         m.setdefault(k, 1)
+    if "norm" in m:  # Falcon-H1: mamba_rms_norm, and where it norms (mamba_norm_before_gate)
+        m["norm"] = ("before_gate" if m.pop("before_gate", True) else "gated") if m["norm"] else "none"
+    if "inner" in a.ssm_keys and m.pop("inner") is None:  # given, it is heads x head_dim (transformers checks)
+        raise GrowError(f"{a.name} without {a.ssm_keys['inner']} (inner width expand x hidden_size) is not supported")
     return m
 
 

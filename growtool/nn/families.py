@@ -95,6 +95,7 @@ class Features:
     ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
     #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
     ssm_version: int = 2  # the Mamba mixer: 2 (Mamba-2, nn/mamba.Mamba2Mixer) or 1 (Mamba, Mamba1Mixer)
+    parallel_mixers: bool = False  # a block's Mamba mixer and attention read one norm, their outputs summed (Falcon-H1)
     fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
 
 
@@ -123,6 +124,7 @@ class Arch:
     kind_codes: dict = field(default_factory=dict)  # kind -> its character in a legacy pattern string (Nemotron-H)
     kind_default: str = ""  # the kind of every block where the config lists none (Mamba-2: all "mamba")
     ssm_keys: dict = field(default_factory=dict)  # Mamba mixer field (ModelConfig.ssm) -> HF key
+    mult_keys: dict = field(default_factory=dict)  # muP scalar (ModelConfig.multipliers) -> HF key (Falcon-H1)
 
     @property
     def embed(self) -> str:
@@ -1302,6 +1304,7 @@ GRANITE_HYBRID = Arch(
     kinds={"linear_attention": ("mamba", "mlp"), "full_attention": ("attention", "mlp")}
     | {"mamba": ("mamba", "mlp"), "attention": ("attention", "mlp")},  # the 4.x labels (transformers remaps them)
     kind_default="linear_attention",  # transformers' default: every block a Mamba mixer
+    template={"num_local_experts": 0},  # a config made here is dense (transformers' default has 8 experts)
     ssm_keys={
         "heads": "mamba_n_heads",
         "head_dim": "mamba_d_head",
@@ -1341,6 +1344,61 @@ MAMBA = dataclasses.replace(
     require={"hidden_act": ("silu", "mamba is supported with hidden_act silu only (the mixer's activation)", "silu")},
 )
 
+# Falcon-H1: each block a Mamba-2 mixer and attention in parallel on one norm, then a GLU MLP; muP scalars on
+# the mixer's input and in_proj's segments, on attention's input, keys and output, on the MLP's gate and output
+FALCON_H1 = Arch(
+    name="falcon_h1",
+    model_type="falcon_h1",
+    hf_class="FalconH1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **_LLAMA_MODULES,
+        "final_norm": "model.final_layernorm",
+        "ln2": "pre_ff_layernorm",
+        "gate": "feed_forward.gate_proj",
+        "up": "feed_forward.up_proj",
+        "down": "feed_forward.down_proj",
+        "mamba": "mamba",
+    },
+    features=Features(free_head_dim=False, fixed_eps=True, parallel_mixers=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k != "head_dim"},
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "mlp_bias": "mlp_bias",
+        "embedding_multiplier": "embedding_multiplier",
+        "logit_scale": "lm_head_multiplier",
+    },
+    defaults={"activation": "silu", "tie": False, "context": 8192, "norm_eps": 1e-5},
+    kinds={"hybrid": ("mamba", "attention", "mlp")},
+    kind_default="hybrid",
+    ssm_keys={
+        "heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+        "state": "mamba_d_state",
+        "groups": "mamba_n_groups",
+        "conv": "mamba_d_conv",
+        "conv_bias": "mamba_conv_bias",
+        "bias": "mamba_proj_bias",
+        "out_bias": "projectors_bias",
+        "dt_limit": "time_step_limit",
+        "inner": "mamba_d_ssm",  # given: the inner width is no function of the width (absent: refused)
+        "norm": "mamba_rms_norm",  # False: y silu(z); True: by mamba_norm_before_gate
+        "before_gate": "mamba_norm_before_gate",
+    },
+    mult_keys={
+        "ssm_in": "ssm_in_multiplier",
+        "ssm_out": "ssm_out_multiplier",
+        "attn_in": "attention_in_multiplier",
+        "attn_out": "attention_out_multiplier",
+        "key": "key_multiplier",
+        "mlp": "mlp_multipliers",
+        "mup": "ssm_multipliers",
+    },
+    require={"hidden_act": ("silu", "falcon_h1 is supported with hidden_act silu only (the Mamba mixer's)", "silu")},
+    refuse={},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1349,7 +1407,7 @@ ARCHS = {
         *(MIXTRAL, QWEN2_MOE, QWEN3_MOE, OLMOE, SMOLLM3, BLOOM),
         *(INTERNLM3, EXAONE, SEED_OSS, MINISTRAL, HELIUM, ERNIE4_5, OLMO3, EXAONE4, COHERE2, VAULTGEMMA, STABLELM),
         *(ARCEE, NEMOTRON, HUNYUAN_DENSE, GLM, GLM4, MINISTRAL3, APERTUS, PHIMOE),
-        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID, MAMBA),
+        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID, MAMBA, FALCON_H1),
         *(LFM2, QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE_TEXT),
     )
 }
@@ -1383,7 +1441,6 @@ UNSUPPORTED = {
     "gpt_oss": "GPT-OSS's attention sinks, biased clamped experts and router bias",
     "dbrx": "DBRX's fused Wqkv with clip_qkv and its fused experts",
     "jamba": "Jamba's 3-D fused experts and its block kinds given by period rules (attn_layer_period)",
-    "falcon_h1": "Falcon-H1's parallel attention and Mamba-2 mixers with muP multipliers (ssm_multipliers, ...)",
     "zamba2": _MAMBA,
     "qwen3_5": _QWEN3_5_VL,
     "qwen3_5_moe": _QWEN3_5_VL,
@@ -1585,9 +1642,10 @@ def _mamba_specs(a: Arch, cfg, r_in: int, ln1: str) -> list[TensorSpec]:
         s += [TensorSpec(m + "A_log", "inner", shape=(inner, n)), TensorSpec(m + "D", "inner", shape=(inner,))]
     else:
         s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
-        s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
+        if ssm.get("norm", "gated") != "none":
+            s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
     s.append(TensorSpec(m + "out_proj.weight", "writer", 1 - r_in, r_in, ("m_inner",), "attn"))
-    if ssm["bias"]:
+    if ssm.get("out_bias", ssm["bias"]):
         s.append(TensorSpec(m + "out_proj.bias", "writer_bias", res_axis=0))
     return s
 

@@ -33,16 +33,17 @@ from .families import ssm_dims
 
 
 class GatedRMSNorm(nn.Module):
-    """RMSNorm of y * silu(z) over ``groups`` contiguous groups of channels, in float32, times ``weight``."""
+    """RMSNorm of y * silu(z) (of y without z) over ``groups`` contiguous groups of channels, in float32, times
+    ``weight``."""
 
     def __init__(self, n: int, groups: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(n))
         self.groups, self.eps = groups, eps
 
-    def forward(self, y, z):
+    def forward(self, y, z=None):
         f = torch.promote_types(y.dtype, torch.float32)
-        h = y.to(f) * F.silu(z.to(f))
+        h = y.to(f) if z is None else y.to(f) * F.silu(z.to(f))
         g = h.view(*h.shape[:-1], self.groups, -1)
         g = g * torch.rsqrt(g.pow(2).mean(-1, keepdim=True) + self.eps)
         return self.weight * g.view(h.shape).to(y.dtype)
@@ -80,13 +81,22 @@ class Mamba2Mixer(nn.Module):
         self.dt_bias = nn.Parameter(torch.zeros(m["heads"]))
         self.A_log = nn.Parameter(torch.log(torch.arange(1, m["heads"] + 1, dtype=torch.float32)))
         self.D = nn.Parameter(torch.ones(m["heads"]))
-        self.norm = GatedRMSNorm(inner, m["groups"], cfg.norm_eps)
-        self.out_proj = nn.Linear(inner, cfg.width, bias=m["bias"])
+        self.gating = m.get("norm", "gated")  # Falcon-H1: "before_gate" norm(y) silu(z), or "none": y silu(z)
+        if self.gating != "none":
+            self.norm = GatedRMSNorm(inner, m["groups"], cfg.norm_eps)
+        self.out_proj = nn.Linear(inner, cfg.width, bias=m.get("out_bias", m["bias"]))
+        mult = cfg.multipliers or {}  # Falcon-H1's muP scalars: on the input, and per segment of in_proj's output
+        self.in_mult = mult.get("ssm_in")
+        self.mup = mult.get("mup")  # [z, x, B, C, dt] multipliers (made per call: no buffer to place)
 
     def forward(self, u):
         inner, conv, H, P, G, N = self.sizes
         Bsz, T, _ = u.shape
-        z, xbc, dt = self.in_proj(u).split([inner, conv, H], dim=-1)
+        zxbcdt = self.in_proj(u if self.in_mult is None else u * self.in_mult)
+        if self.mup is not None:
+            sizes = torch.tensor([inner, inner, G * N, G * N, H], device=u.device)
+            zxbcdt = zxbcdt * torch.tensor(self.mup, dtype=zxbcdt.dtype, device=u.device).repeat_interleave(sizes)
+        z, xbc, dt = zxbcdt.split([inner, conv, H], dim=-1)
         xbc = F.silu(self.conv1d(xbc.transpose(1, 2))[..., :T].transpose(1, 2))
         x, b, c = xbc.split([inner, G * N, G * N], dim=-1)
         f = torch.promote_types(u.dtype, torch.float32)  # the scan in float32 (float64 kept: verify's reference)
@@ -94,8 +104,14 @@ class Mamba2Mixer(nn.Module):
         A = -torch.exp(self.A_log.to(f))
         b, c = (t.to(f).view(Bsz, T, G, N).repeat_interleave(H // G, dim=2) for t in (b, c))
         x = x.to(f).view(Bsz, T, H, P)
-        y = ssd_scan(x, dt, A, b, c) + self.D.to(f)[:, None] * x
-        return self.out_proj(self.norm(y.reshape(Bsz, T, inner), z).to(u.dtype))
+        y = (ssd_scan(x, dt, A, b, c) + self.D.to(f)[:, None] * x).reshape(Bsz, T, inner)
+        if self.gating == "gated":
+            y = self.norm(y, z)
+        elif self.gating == "before_gate":
+            y = self.norm(y) * F.silu(z.to(f))
+        else:
+            y = y * F.silu(z.to(f))
+        return self.out_proj(y.to(u.dtype))
 
 
 class Mamba1Mixer(nn.Module):

@@ -306,16 +306,17 @@ class Block(nn.Module):
         if f.moe:
             return self._moe(x, g)
         act = s["act"] if "act" in s else ACT[cfg.activation]
+        mg, md = (cfg.multipliers or {}).get("mlp", (None, None))  # Falcon-H1: on the gate, on the output
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
             h = act(gate) * up
         elif f.mlp == "glu":
-            h = act(s["gate"](x)) * s["up"](x)
+            h = act(s["gate"](x) if mg is None else s["gate"](x) * mg) * s["up"](x)
         else:
             h = act(s["up"](x))
         if cfg.base_ffn < cfg.ffn:  # grown neurons behind the gate (skipped in a plain model)
             h = h * unit_mask(cfg.ffn, cfg.base_ffn, g, h)
-        return s["down"](h)
+        return s["down"](h) if md is None else s["down"](h) * md
 
     def forward(self, x, rope=None, alpha=None):
         g = self._gate(alpha)
@@ -347,10 +348,16 @@ class Block(nn.Module):
     def _hybrid(self, x, rope, g, w):
         """A hybrid's block (``Arch.kinds``): each sublayer of its kind reads its pre-norm of the residual
         (ln1: attention or the Mamba mixer, ln2: the MLP) and adds its output (x r, Granite) to it."""
-        s, r = self.slot, self.cfg.residual_multiplier
+        s, r, m = self.slot, self.cfg.residual_multiplier, self.cfg.multipliers or {}
         for sub in block_sublayers(self.cfg, self.layer):
             if sub == "mlp":
                 y = self._ffn(s["ln2"](x), g)
+            elif sub == "mamba" and self.features.parallel_mixers:  # Falcon-H1: with attention, on one norm
+                h = s["ln1"](x)
+                y = s["mamba"](h) * m.get("ssm_out", 1.0)
+                y = y + self._attention(h * m.get("attn_in", 1.0), rope, g) * m.get("attn_out", 1.0)
+            elif sub == "attention" and self.features.parallel_mixers:
+                continue  # run with the mixer
             elif sub == "mamba":
                 y = s["mamba"](s["ln1"](x))
             elif sub in MIXERS:
