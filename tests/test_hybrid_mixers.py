@@ -29,7 +29,7 @@ from growtool.nn.errors import GrowError  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import FAMILY_X as X  # noqa: E402
-from arch_cases import hf_logits, make_source, rel  # noqa: E402
+from arch_cases import GDN_ATTN, hf_logits, make_source, rel  # noqa: E402
 from helpers import cli, verify_json  # noqa: E402
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -260,3 +260,30 @@ def test_bad_gated_deltanet_sizes_are_refused_with_one_line(over, match):
     hf = transformers.Qwen3_5TextConfig(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=16)
     with pytest.raises(GrowError, match=f"^qwen3_5_text's Gated DeltaNet.*{match}"):
         ModelConfig.from_hf({**hf.to_dict(), "linear_num_key_heads": 2, "linear_num_value_heads": 4, **over})
+
+
+GDN_SIZES = dict(linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=8, linear_value_head_dim=8)
+
+
+@pytest.mark.parametrize(
+    "family, kinds, extra",
+    [("lfm2", ["conv", "full_attention"], {"conv_L_cache": 3}), ("qwen3_5_text", GDN_ATTN, GDN_SIZES)],
+)
+def test_a_hybrid_trains_through_a_growth_in_the_run(family, kinds, extra, tmp_path):
+    """train --grow-at 0.5:width=48,layers=4 on an LFM2 / Qwen3.5 model made here: its blocks, their kinds and
+    the AdamW moments grow inside the run (no loss bump at the growth), and the final model is the grown one."""
+    from growtool.init import init_model
+    from growtool.training.loop import train
+    from growtool.training.run_folder import read_metrics
+
+    from helpers import make_text
+
+    (tmp_path / "toy.txt").write_text(make_text(1500))
+    cfg = ModelConfig(family, 256, 32, 2, 2, 2, 16, 64, context=64, tie=False, block_types=kinds, extra=extra)
+    base = checkpoint.save_tensors(str(tmp_path / "base.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    kw = dict(batch=8, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, gate_warmup_tokens=512)
+    out = train(base, [tmp_path / "toy.txt"], tmp_path / "run", steps=8, grow_at=("0.5:width=48,layers=4",), **kw)
+    final = checkpoint.load(out["final"]).config
+    assert (final.width, final.layers, final.block_types) == (48, 4, kinds * 2)  # stacked copies keep their kinds
+    loss = {r["step"]: r["loss"] for r in read_metrics(tmp_path / "run" / "metrics.jsonl") if "loss" in r}
+    assert loss[5] < loss[4] + 0.05
