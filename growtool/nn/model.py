@@ -155,7 +155,10 @@ def _block_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
         return _slot_modules(cfg)
     subs = block_sublayers(cfg, layer)
     keep = set().union(*(_SUB_SLOTS[sub] for sub in subs))
-    m = {k: v for k, v in _slot_modules(cfg).items() if k in keep}
+    if subs == ("mamba",):  # a mixer block alone (Mamba, Nemotron-H): build no attention or MLP to drop
+        m = {"ln1": make_norm(cfg, cfg.width)}
+    else:
+        m = {k: v for k, v in _slot_modules(cfg).items() if k in keep}
     if "mamba" in subs:
         m["mamba"] = Mamba1Mixer(cfg) if arch_of(cfg).features.ssm_version == 1 else Mamba2Mixer(cfg)
     for sub in set(subs) & set(MIXERS):  # LFM2's short convolution, Gated DeltaNet
