@@ -505,8 +505,7 @@ OLMO = Arch(
     modules=_LLAMA_MODULES,
     features=Features(norm="layernorm", norm_affine=False, fixed_eps=True),
     keys={
-        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("norm_eps", "tie")},  # never tied (transformers
-        #   unties lm_head whatever tie_word_embeddings says)  # OlmoLayerNorm: eps 1e-5 in code
+        **{k: v for k, v in _LLAMA_KEYS.items() if k != "norm_eps"},  # OlmoLayerNorm: eps 1e-5 in code
         "qkv_bias": "attention_bias",
         "o_bias": "attention_bias",
         "clip_qkv": "clip_qkv",

@@ -13,8 +13,8 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``moe.py``, ``config.py``, ``families.py``, ``errors.py`` and ``rope.py``
-import nothing else from growtool:
+This file, ``attention.py``, ``moe.py``, ``mamba.py`` (the Mamba mixers of hybrid blocks), ``config.py``,
+``families.py``, ``errors.py`` and ``rope.py`` import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
 
