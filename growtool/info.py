@@ -44,6 +44,8 @@ def inspect(ckpt, *, metrics: bool = False) -> dict:
         "base_heads": cfg.base_heads,
         "base_ffn": cfg.base_ffn,
         "new_layers": list(cfg.new_layers or []),
+        "blocks": list(cfg.block_types) if cfg.block_types else None,  # a hybrid's block kinds
+        "mixer": {k: v for k, v in cfg.ssm.items() if k != "dt_limit"} if cfg.ssm else None,  # Mamba sizes
         "gates": gate_values(ck),
         "lineage": ck.lineage,
         "tokenizer": ck.tokenizer,

@@ -39,8 +39,8 @@ def init_model(cfg: ModelConfig, gamma: float = 0.5, embed_gamma: float | None =
     params = dict(model.named_parameters())
     with torch.no_grad():
         for name, spec in tensor_specs(cfg).items():
-            if spec.role in ("act_param", "expert_bias"):  # the module's values: xIELU's scalars, a zero bias
-                continue
+            if spec.role in ("act_param", "expert_bias", "inner"):  # the module's own values: xIELU's scalars,
+                continue  # a zero bias; a Mamba mixer's conv1d (PyTorch's init), A = -(1..heads), D = 1, dt_bias 0
             p = params[name]
             sigma = init_sigma(name, spec, p.shape, cfg, gamma, embed_gamma)
             if sigma is not None:

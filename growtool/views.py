@@ -136,6 +136,10 @@ def inspect_tables(facts: dict, ckpt: str, metrics: bool) -> list[Table]:
         "dtype",
     ):
         t.add_row(k, f"{facts[k]:,}" if k == "parameters" else str(facts[k]))
+    if facts.get("mixer"):  # a Mamba mixer's sizes, a hybrid's block kinds (heads / ffn above: attention's, MLP's)
+        t.add_row("mamba mixer", ", ".join(f"{k}={v}" for k, v in facts["mixer"].items()))
+    if facts.get("blocks"):
+        t.add_row("blocks", " ".join(facts["blocks"]))
     gates = facts["gates"]
     t.add_row(
         "gates",

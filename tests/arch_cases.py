@@ -274,6 +274,8 @@ MLA_YARN = dict(  # YaRN with mscale_all_dim: RoPE tables x its attention factor
         "beta_slow": 1.0,
     }
 )
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=8)
+GDN_ATTN = ["linear_attention", "full_attention"]
 
 # name -> (factory, kwargs): each a model transformers builds; the variants cover the features
 FAMILY_CASES = {
@@ -668,7 +670,99 @@ FAMILY_CASES = {
         _ds_moe("DeepseekV2", **{**MLA_MOE, "first_k_dense_replace": 0, "q_lora_rank": None}, n_routed_experts=6),
         {"tie": True},
     ),
+    # hybrids of issue 44: LFM2's short-convolution layers beside attention layers (MLP 2/3 x 160 rounded up to 16)
+    "lfm2-conv-attn": (
+        _family_like(
+            "Lfm2", num_key_value_heads=2, layer_types=["conv", "full_attention"], block_multiple_of=16, **IDS
+        ),
+        {},
+    ),
+    "lfm2-tied-bias-kernel4": (
+        _family_like(
+            "Lfm2",
+            num_key_value_heads=4,
+            layer_types=["full_attention", "conv"],
+            conv_bias=True,
+            conv_L_cache=4,
+            block_auto_adjust_ff_dim=False,
+            **IDS,
+        ),
+        {"tie": True},
+    ),
+    # Qwen3-Next: Gated DeltaNet layers beside gated attention (partial RoPE, 1 + w norms), MoE with a shared expert
+    "qwen3_next-gdn-moe": (
+        _family_like("Qwen3Next", num_key_value_heads=2, head_dim=16, layer_types=GDN_ATTN, **GDN, **QWEN2_MOE),
+        {},
+    ),
+    "qwen3_next-tied-bias-interval2": (
+        _family_like(
+            "Qwen3Next",
+            head_dim=24,
+            attention_bias=True,
+            norm_topk_prob=False,
+            full_attention_interval=2,
+            **{**GDN, "linear_num_value_heads": 2, "linear_conv_kernel_dim": 3},
+            **QWEN2_MOE,
+        ),
+        {"tie": True},
+    ),
+    # Qwen3.5's text decoder: as Qwen3-Next with a dense MLP and split mixer projections (MRoPE keys: text positions)
+    "qwen3_5_text-gdn": (
+        _family_like(
+            "Qwen3_5Text",
+            "Qwen3_5ForCausalLM",
+            num_key_value_heads=2,
+            head_dim=16,
+            layer_types=GDN_ATTN,
+            rope_parameters={
+                "rope_type": "default",
+                "rope_theta": 10000.0,
+                "partial_rotary_factor": 0.25,
+                "mrope_section": [1, 1, 0],
+                "mrope_interleaved": True,
+            },
+            **GDN,
+        ),
+        {},
+    ),
+    "qwen3_5_text-tied-bias-interval2": (
+        _family_like(
+            "Qwen3_5Text",
+            "Qwen3_5ForCausalLM",
+            head_dim=24,
+            attention_bias=True,
+            full_attention_interval=2,
+            **{**GDN, "linear_num_value_heads": 2, "linear_conv_kernel_dim": 3},
+        ),
+        {"tie": True},
+    ),
+    "qwen3_5_moe_text-tied": (  # Qwen3.5-MoE's text decoder: Qwen3-Next's MoE (top-k always renormalised)
+        _family_like("Qwen3_5MoeText", "Qwen3_5MoeForCausalLM", head_dim=16, layer_types=GDN_ATTN, **GDN, **QWEN2_MOE),
+        {"tie": True},
+    ),
 }
+
+
+NEMOTRON_H = dict(  # Nemotron-H: each block one norm and one mixer (Mamba-2, attention, ReLU^2 MLP)
+    vocab_size=FAMILY_V,
+    hidden_size=64,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    intermediate_size=96,
+    mamba_num_heads=4,
+    mamba_head_dim=16,
+    ssm_state_size=8,
+    n_groups=2,
+    conv_kernel=4,
+    chunk_size=8,  # transformers' chunked scan over several chunks of the 20 tokens
+    max_position_embeddings=64,
+)
+
+
+def _nemotron_h(tie=False, blocks=("linear_attention", "full_attention", "mlp", "linear_attention"), **over):
+    kw = {**NEMOTRON_H, **over, "layers_block_type": list(blocks)}
+    return transformers.NemotronHForCausalLM(transformers.NemotronHConfig(**kw, tie_word_embeddings=tie))
 
 
 def _bloom(tie=True, **over):
@@ -676,6 +770,82 @@ def _bloom(tie=True, **over):
     return transformers.BloomForCausalLM(transformers.BloomConfig(**{**kw, **over}, tie_word_embeddings=tie))
 
 
+FAMILY_CASES["nemotron_h"] = (_nemotron_h, {})  # issue 44's hybrids (Mamba-2 mixers: nn/mamba.py)
+FAMILY_CASES["nemotron_h-tied-biases-2"] = (
+    _nemotron_h,
+    {"tie": True, "blocks": ("full_attention", "linear_attention"), "n_groups": 1, "use_bias": True}
+    | {"use_conv_bias": False, "mlp_bias": True},
+)
+
+GRANITE_HYBRID = dict(  # Granite 4 (dense): a Mamba-2 mixer or attention, then the shared MLP; Granite's scalars
+    num_key_value_heads=2,
+    shared_intermediate_size=80,
+    num_local_experts=0,
+    mamba_n_heads=8,
+    mamba_d_state=8,
+    mamba_n_groups=2,
+    mamba_chunk_size=8,
+    **GRANITE_MULT,
+    **IDS,
+)
+FAMILY_CASES["granitemoehybrid"] = (
+    _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["linear_attention", "full_attention"] * 2),
+    {"num_hidden_layers": 4},
+)
+FAMILY_CASES["granitemoehybrid-tied-biases"] = (
+    _family_like("GraniteMoeHybrid", **GRANITE_HYBRID, layer_types=["full_attention", "linear_attention"]),
+    {"tie": True, "attention_bias": True, "mamba_proj_bias": True, "mamba_n_groups": 1},
+)
+FALCON_H1 = dict(  # Falcon-H1: a Mamba-2 mixer and attention in parallel, then the MLP; muP scalars away from 1
+    num_key_value_heads=2,
+    intermediate_size=96,
+    mamba_d_ssm=64,
+    mamba_n_heads=4,
+    mamba_d_state=8,
+    mamba_n_groups=2,
+    mamba_chunk_size=8,
+    key_multiplier=0.7,
+    attention_in_multiplier=1.3,
+    attention_out_multiplier=0.8,
+    ssm_in_multiplier=1.2,
+    ssm_out_multiplier=0.9,
+    mlp_multipliers=[1.5, 0.6],
+    ssm_multipliers=[1.1, 0.9, 1.2, 0.8, 1.3],
+    embedding_multiplier=2.0,
+    lm_head_multiplier=0.5,
+    **IDS,
+)
+FAMILY_CASES["falcon_h1"] = (_family_like("FalconH1", **FALCON_H1), {})
+FAMILY_CASES["falcon_h1-tied-biases-gated-norm"] = (
+    _family_like("FalconH1", **FALCON_H1),
+    {"tie": True, "attention_bias": True, "mlp_bias": True, "mamba_proj_bias": True, "projectors_bias": True}
+    | {"mamba_rms_norm": True, "mamba_norm_before_gate": False, "mamba_n_groups": 1},
+)
+FAMILY_CASES["falcon_h1-norm-before-gate"] = (
+    _family_like("FalconH1", **FALCON_H1),
+    {"mamba_rms_norm": True, "mamba_norm_before_gate": True, "mamba_conv_bias": False},
+)
+
+
+def _mamba2(tie=False, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, num_heads=8, head_dim=16, state_size=8)
+    kw.update(n_groups=2, chunk_size=8, expand=2, bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.Mamba2ForCausalLM(transformers.Mamba2Config(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+# Mamba-2 (every block a Mamba-2 mixer, no attention, no MLP): its width growth gates nothing (the wider mixers
+# are exact at every gate), so it is not a row of test_architectures' round trip (tests/test_mamba.py)
+MIXER_CASES = {"mamba2": (_mamba2, {}), "mamba2-tied-biases": (_mamba2, {"tie": True, "use_bias": True, "n_groups": 1})}
+
+
+def _mamba(tie=True, **over):
+    kw = dict(vocab_size=FAMILY_V, hidden_size=64, num_hidden_layers=2, state_size=8, expand=2, conv_kernel=4)
+    kw.update(bos_token_id=0, eos_token_id=0, pad_token_id=0)
+    return transformers.MambaForCausalLM(transformers.MambaConfig(**{**kw, **over}, tie_word_embeddings=tie))
+
+
+MIXER_CASES["mamba"] = (_mamba, {})  # Mamba (1): tied by default
+MIXER_CASES["mamba-untied-biases-rank8"] = (_mamba, {"tie": False, "use_bias": True, "time_step_rank": 8})
 CASES = {**ARCH_CASES, **FAMILY_CASES}
 assert len(CASES) == len(ARCH_CASES) + len(FAMILY_CASES), "a name in both tables"
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import strategies as st
 
 from growtool.nn.config import ModelConfig
-from growtool.nn.families import ARCHS
+from growtool.nn.families import ARCHS, arch_sublayers
 
 
 def _moe(draw, arch) -> dict:
@@ -23,6 +23,30 @@ def _mla(draw) -> dict:
     return dict(kw, v_head_dim=draw(st.integers(1, 8)))
 
 
+def _mixers(draw, arch, width: int, layers: int) -> dict:
+    """A hybrid's block kinds and a Mamba mixer's sizes (its inner width expand x width where the family ties it)."""
+    kw = {"block_types": [draw(st.sampled_from(sorted(arch.kinds))) for _ in range(layers)]} if arch.kinds else {}
+    if "mamba" in arch_sublayers(arch):
+        heads = draw(st.sampled_from([1, 2])) if "heads" in arch.ssm_keys else 1
+        ssm = dict(heads=heads, state=draw(st.integers(1, 4)), groups=heads if draw(st.booleans()) else 1)
+        ssm.update(conv=draw(st.integers(1, 4)), conv_bias=draw(st.booleans()), bias=draw(st.booleans()))
+        ssm.update(dt_limit=[0.0, float("inf")], dt_rank=draw(st.integers(1, 3)))
+        if "expand" in arch.ssm_keys:  # widths are even: expand x width splits into 1 or 2 heads
+            ssm["expand"] = draw(st.integers(1, 2))
+            ssm["head_dim"] = ssm["expand"] * width // heads
+        else:
+            ssm["head_dim"] = draw(st.integers(1, 4))
+        kw["ssm"] = ssm
+    if "gdn" in arch_sublayers(arch):  # Gated DeltaNet's own inner sizes (config keys, carried in extra)
+        nk = draw(st.integers(1, 2))
+        kw["extra"] = dict(linear_num_key_heads=nk, linear_num_value_heads=nk * draw(st.integers(1, 2)))
+        kw["extra"].update(linear_key_head_dim=draw(st.integers(2, 8)), linear_value_head_dim=draw(st.integers(2, 8)))
+        kw["extra"]["linear_conv_kernel_dim"] = draw(st.integers(1, 4))
+    if "shortconv" in arch_sublayers(arch):  # LFM2's conv taps and biases
+        kw["extra"] = dict(conv_L_cache=draw(st.integers(1, 4)), conv_bias=draw(st.booleans()))
+    return kw
+
+
 @st.composite
 def growth_cases(draw):
     family = draw(st.sampled_from(sorted(ARCHS)))
@@ -34,11 +58,12 @@ def growth_cases(draw):
     new_kv = draw(st.integers(kv + 1, kv + 3))
     heads, width = kv * per_kv, kv * per_kv * head_dim
     bias = draw(st.booleans())
+    layers = draw(st.integers(1, 2))
     cfg = ModelConfig(
         family=family,
         vocab_size=draw(st.integers(16, 48)),
         width=width,
-        layers=draw(st.integers(1, 2)),
+        layers=layers,
         heads=heads,
         kv_heads=kv,
         head_dim=head_dim,
@@ -52,6 +77,7 @@ def growth_cases(draw):
         norm_eps=draw(st.sampled_from([1e-5, 1e-12])),
         **(_moe(draw, ARCHS[family]) if f.moe else {}),  # drawn last: other families' draws unchanged
         **(_mla(draw) if f.mla else {}),
+        **_mixers(draw, ARCHS[family], width, layers),
     )
     if f.moe_layers:  # DeepSeek-style: shared experts, dense blocks of their own width (drawn last, as above)
         kinds = [draw(st.integers(0, 1)) for _ in range(cfg.layers)]

@@ -28,7 +28,7 @@ from growtool.nn.families import ARCHS  # noqa: E402
 from growtool.nn.model import LM  # noqa: E402
 
 from arch_cases import ARCH_CASES as CASES  # noqa: E402
-from arch_cases import FAMILY_CASES, QWEN2_MOE, V, _bloom, _llama_like, hf_logits, rel  # noqa: E402
+from arch_cases import FAMILY_CASES, MIXER_CASES, QWEN2_MOE, V, _bloom, _llama_like, hf_logits, rel  # noqa: E402
 from helpers import cli, make_text, perturbed, tiny_cfg, verify_json  # noqa: E402
 
 X = torch.randint(V, (2, 24), generator=torch.Generator().manual_seed(1))  # longer than the windows (8)
@@ -101,8 +101,18 @@ ARCH_CASES = {
     # MLA with every block MoE (any layout); all blocks dense: test_families_2025; dense first: test_deepseek_moe
     "deepseek_v2": "deepseek_v2-mla-moe-greedy-tied-allmoe",
     "deepseek_v3": "deepseek_v3-mla-moe-tied-bias-allmoe",
+    # hybrids: each copied block keeps its kind (layers_block_type, layer_types)
+    "nemotron_h": "nemotron_h-tied-biases-2",
+    "mamba2": "mamba2-tied-biases",
+    "granitemoehybrid": "granitemoehybrid-tied-biases",
+    "mamba": "mamba-untied-biases-rank8",
+    "falcon_h1": "falcon_h1-tied-biases-gated-norm",
+    "lfm2": "lfm2-conv-attn",
+    "qwen3_next": "qwen3_next-gdn-moe",
+    "qwen3_5_text": "qwen3_5_text-gdn",
+    "qwen3_5_moe_text": "qwen3_5_moe_text-tied",
 }
-ALL_CASES = {**CASES, **FAMILY_CASES, "bloom": (_bloom, {})}
+ALL_CASES = {**CASES, **FAMILY_CASES, **MIXER_CASES, "bloom": (_bloom, {})}
 WIDER = {"bloom": 128}  # model_type -> the width its "64 -> 96" variants grow to
 QWEN2_WINDOW = _llama_like(
     "Qwen2", num_key_value_heads=2, use_sliding_window=True, sliding_window=8, max_window_layers=1

@@ -46,6 +46,14 @@ EXAONE_4X = {
 def spelled_4x(hf: dict) -> dict:
     """A transformers 5.x config.json as transformers 4.x wrote it."""
     out = dict(hf)
+    if out["model_type"] == "nemotron_h":  # no RoPE; the block kinds as one character each
+        codes = {"linear_attention": "M", "full_attention": "*", "mlp": "-", "moe": "E"}
+        blocks = out.pop("layers_block_type")
+        return {**out, "hybrid_override_pattern": "".join(codes[t] for t in blocks), "num_hidden_layers": len(blocks)}
+    if out["model_type"] == "granitemoehybrid":  # 4.x: the layer types "mamba" / "attention"
+        out["layer_types"] = [
+            {"linear_attention": "mamba", "full_attention": "attention"}[t] for t in out["layer_types"]
+        ]
     rp = dict(out.pop("rope_parameters"))
     out["rope_theta"] = rp.pop("rope_theta")
     if "partial_rotary_factor" in rp:
@@ -63,6 +71,10 @@ def spelled_4x(hf: dict) -> dict:
     if out["model_type"] in ("cohere2", "exaone4") and pattern:
         del out["layer_types"]
         out["sliding_window_pattern"] = 2  # every 2nd layer full
+    if out["model_type"] == "lfm2":  # LFM2's Hub spelling: attention layers by index, its own key names
+        types = out.pop("layer_types")
+        out["full_attn_idxs"] = [i for i, t in enumerate(types) if t == "full_attention"]
+        out["block_ff_dim"], out["tie_embedding"] = out.pop("intermediate_size"), out.pop("tie_word_embeddings")
     return out
 
 
@@ -101,6 +113,11 @@ LEGACY = [
     "deepseek_v3-mla-yarn",
     "deepseek_v2-mla-moe-groups-dense1",
     "deepseek_v3-mla-moe-dense1",
+    "nemotron_h",
+    "granitemoehybrid",
+    "falcon_h1",
+    "lfm2-conv-attn",
+    "qwen3_next-gdn-moe",
 ]
 
 
@@ -110,7 +127,7 @@ def test_configs_in_the_4x_spelling_grow_and_fold_into_loadable_folders(name, tm
     model = make_source(name, src)
     hf = json.loads((src / "config.json").read_text())
     old = spelled_4x(hf)
-    assert "rope_parameters" not in old and old != hf
+    assert "rope_parameters" not in old and "layers_block_type" not in old and old != hf
     (src / "config.json").write_text(json.dumps(old))
     legacy = transformers.AutoModelForCausalLM.from_pretrained(src).eval()
     assert rel(hf_logits(legacy), hf_logits(model)) <= 1e-6  # transformers reads the old spelling as the new
@@ -159,13 +176,13 @@ def test_known_but_unsupported_families_name_what_is_missing(mt):
 
 def test_an_unsupported_family_is_one_line_exit_2_nothing_written(tmp_path):
     cfg = transformers.AutoConfig.for_model(
-        "lfm2", vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
+        "minimax", vocab_size=128, hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128
     )
     torch.manual_seed(0)
     transformers.AutoModelForCausalLM.from_config(cfg).save_pretrained(tmp_path / "src")
     r = cli("expand", tmp_path / "src", "--width", 96, "-o", tmp_path / "g")
     assert r.exit_code == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
-    assert "lfm2 is not supported yet: growtool does not implement LFM2's short-convolution mixer layers" in r.stderr
+    assert "minimax is not supported yet: growtool does not implement MiniMax's lightning-attention layers" in r.stderr
     assert not (tmp_path / "g").exists()
 
 

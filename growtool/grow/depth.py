@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 import torch
 
 from growtool.grow import engine
-from growtool.nn.config import ModelConfig
+from growtool.nn.config import PER_BLOCK, ModelConfig
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, expected_shapes, tensor_specs
 from growtool.nn.moe_layers import to_hf as moe_layers_to_hf
@@ -132,6 +132,8 @@ DEPTH_FAMILIES = frozenset([
     "llama4_text",
     "glm4_moe", "dots1", "minimax_m2", "ernie4_5_moe", "exaone_moe", "hunyuan_v1_moe",
     "deepseek_v2", "deepseek_v3",
+    "nemotron_h", "mamba2", "granitemoehybrid", "mamba", "falcon_h1",
+    "lfm2", "qwen3_next", "qwen3_5_text", "qwen3_5_moe_text",
 ])
 # fmt: on
 
@@ -202,17 +204,14 @@ def depth_config(cfg: ModelConfig, dp: DepthPlan) -> ModelConfig:
     for k, v in cfg.extra.items():  # anything the config lists per layer (layer_types, no-RoPE layers, ...)
         if isinstance(v, list) and len(v) == L and "layer" in k:
             extra[k] = [v[s] for s in order]
-    types = [cfg.layer_types[s] for s in order] if cfg.layer_types else None
-    ropes = [cfg.rope_layers[s] for s in order] if cfg.rope_layers is not None else None  # SmolLM3
-    moe = [cfg.moe_layers[s] for s in order] if cfg.moe_layers is not None else None  # MoE / dense blocks
+    lists = {k: [getattr(cfg, k)[s] for s in order] for k in PER_BLOCK if getattr(cfg, k) is not None}
+    types = lists.get("layer_types")
     if types and "max_window_layers" in extra:  # Qwen2: full layers first; layer_types is what loads
         full = next((j for j, t in enumerate(types) if t != "full_attention"), len(types))
         if all(t == "sliding_attention" for t in types[full:]):
             extra["max_window_layers"] = full
     new = [j for j, lay in enumerate(dp.layout) if lay.kind != "old" or cfg.new_block(lay.src)]
-    return cfg.replace(
-        layers=dp.layers, layer_types=types, rope_layers=ropes, moe_layers=moe, new_layers=new or None, extra=extra
-    )
+    return cfg.replace(layers=dp.layers, **lists, new_layers=new or None, extra=extra)
 
 
 # ---- tensors ------------------------------------------------------------------------------------

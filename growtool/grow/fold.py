@@ -25,6 +25,7 @@ def fold_config(cfg: ModelConfig) -> ModelConfig:
         base_ffn=cfg.ffn,
         base_shared_ffn=cfg.shared_ffn,
         base_dense_ffn=cfg.dense_ffn,
+        base_conv=None,
         new_layers=None,
     )
 

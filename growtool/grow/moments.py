@@ -36,6 +36,7 @@ import math
 import torch
 
 from growtool.grow import ops
+from growtool.grow.mixer import GrowChannels
 from growtool.grow.plan import Plan
 from growtool.grow.steps import (
     BreakSymmetry,
@@ -130,6 +131,8 @@ def _step_moment(step, t: torch.Tensor, c: Ctx, p: int) -> torch.Tensor:
                     seg = ops.scale_axis(seg, spec.unit_axis, split**p, block)
             parts.append(seg)
         return parts[0] if len(parts) == 1 else torch.cat(parts, dim=spec.unit_axis)
+    if isinstance(step, GrowChannels):  # a Mamba mixer's channels: old ones keep theirs, new ones start at 0
+        return step.moment(t, c, p)
     if isinstance(step, ExpandResidual):  # new residual entries (mean / convex / tiled) start at 0
         return ops.expand_axis(t, spec.res_axis, _zero_exp(plan.res[step.key]))
     if isinstance(step, Rotate):

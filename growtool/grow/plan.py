@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from growtool.grow import ops, recipes
+from growtool.grow import draws, mixer, ops, recipes
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -37,7 +37,14 @@ from growtool.grow.steps import (
 from growtool.nn.attention import alibi_order
 from growtool.nn.config import ModelConfig
 from growtool.nn.errors import GrowError
-from growtool.nn.families import TensorSpec, arch_of, expected_shapes, tensor_specs, unit_count
+from growtool.nn.families import (
+    TensorSpec,
+    arch_of,
+    arch_sublayers,
+    expected_shapes,
+    tensor_specs,
+    unit_count,
+)
 from growtool.nn.rope import describe as describe_rope
 
 # ---- the plan -------------------------------------------------------------------------------
@@ -118,7 +125,7 @@ def qk_scale(plan: Plan, spec: TensorSpec) -> float:
     its input by s turns eps' = eps d/D into eps d/D / s^2. A norm over n -> n' elements whose new
     ones are zero (OLMo-2's q/k norms over all heads) sees a mean square n/n' times the old one,
     so it needs eps n/n' there: s^2 = (d/D) (n'/n). Per head (Qwen3, Gemma 3) n' = n: s^2 = d/D."""
-    s2 = plan.src.width / plan.cfg.width
+    s2 = 1.0 if arch_of(plan.src).features.fixed_eps else plan.src.width / plan.cfg.width  # fixed: the eps is kept
     if spec.qk_norm == "full":
         n_old, n_new = (unit_count(plan.src, spec.units[0])[0], unit_count(plan.cfg, spec.units[0])[0])
         s2 *= n_new / n_old
@@ -140,6 +147,18 @@ def copies(src: ModelConfig, D: int) -> bool:
     """Width D grows ``src`` by copying its residual (an embedding LayerNorm and a whole factor D / d);
     an embedding norm at any other width is refit (``RefitEmbedding``: untied models only)."""
     return arch_of(src).features.embed_norm and D % src.width == 0
+
+
+# roles whose tensors width growth keeps as they are, and why (said in the plan)
+KEPT = {
+    "head_bias": "vocabulary-sized",
+    "router_bias": "one per expert",
+    "expert_bias": "one per expert: the router's outputs are kept",
+    "act_param": "a scalar of the activation",
+    "head_norm": "over head_dim, which is fixed",
+    "latent_norm": "over a latent, whose rank stays",
+    "latent_bias": "over a latent, whose rank stays",
+}
 
 
 def tensor_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
@@ -168,14 +187,10 @@ def _duplicate_steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [Duplicate(1.0 / k, "tied head reads k copies")] if tied_final else [Duplicate()]
     if role in ("embedding", "writer_bias"):
         return [Duplicate()]
-    if role == "head_bias":
-        return [Keep("vocabulary-sized")]
-    if role == "router_bias":
-        return [Keep("one per expert")]
-    if role == "act_param":
-        return [Keep("a scalar of the activation")]
-    if role == "expert_bias":
-        return [Keep("one per expert")]
+    if role in KEPT:
+        return [Keep(KEPT[role])]
+    if role == "inner":
+        return [Keep("a mixer's inner channels")]
     if role == "unit_bias":
         return [ExpandUnits(writer=False)]
     if role == "head":
@@ -206,20 +221,12 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         return [NormGain(uniform=plan.rotate_readers, offset=plan.offset, extra=extra)]
     if role == "norm_bias":
         return [PadZero()] + ([Scale(1.0 / c, "tied head reads a residual x sqrt(D/d)")] if tied_final and up else [])
-    if role == "head_norm":
-        return [Keep("over head_dim, which is fixed")]
-    if role in ("latent_norm", "latent_bias"):
-        return [Keep("over a latent, whose rank stays")]
     if role == "head_rows":  # MLA: a latent -> heads, the latent kept
         return [ExpandUnits(writer=False)] + _symmetry(plan, spec, writer=False)
-    if role == "head_bias":
-        return [Keep("vocabulary-sized")]
-    if role == "router_bias":
-        return [Keep("one per expert")]
-    if role == "act_param":
-        return [Keep("a scalar of the activation")]
-    if role == "expert_bias":
-        return [Keep("one per expert: the router's outputs are kept")]
+    if role in KEPT:
+        return [Keep(KEPT[role])]
+    if role == "inner":  # kept, but where the mixer's channels grow with the width (grow/mixer.py)
+        return mixer.inner_steps(spec, plan)
     if role == "unit_norm":
         return [UnitNormGain()]
     if role in ("embedding", "writer_bias"):
@@ -228,10 +235,11 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
         scale = [Scale(f, "embedding scale sqrt(d)/sqrt(D)")] if (name == a.embed and f != 1.0) else []
         return up + [ExpandResidual("zero")] + scale + rot
     qk = []  # q/k feeding a q/k norm: see qk_scale; new units must not move a norm shared by all units
-    if spec.qk_norm:
-        qk = [Scale(qk_scale(plan, spec), "q/k norm eps")] + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
+    if spec.qk_norm:  # (no scale under a fixed eps: Qwen3-Next's q_proj also holds its output gate, never scaled)
+        s = qk_scale(plan, spec)
+        qk = ([Scale(s, "q/k norm eps")] if s != 1.0 else []) + ([ZeroNewUnits()] if spec.qk_norm == "full" else [])
     if role == "unit_bias":
-        return [ExpandUnits(writer=False)] + qk
+        return mixer.unit_steps(spec, plan, ExpandUnits(writer=False)) + qk
     fold = [FoldGain(spec.norm)] if plan.rotate_readers else []
     if not a.features.norm_affine:  # no gain to take the grown norm's sqrt(D/d): the readers take sqrt(d/D)
         fold = [Scale((plan.src.width / plan.cfg.width) ** 0.5, "norm without gain")]
@@ -239,10 +247,12 @@ def _steps(spec: TensorSpec, name: str, plan: Plan) -> list[Step]:
     if role in ("head", "router"):  # no units to grow: the same logits from the grown residual
         return fold + [ExpandResidual("zero")] + rrot
     if role == "reader":
-        steps = fold + [ExpandUnits(writer=False)] + qk + [ExpandResidual(spec.group, tile=True)] + rrot
+        units = mixer.unit_steps(spec, plan, ExpandUnits(writer=False))
+        steps = fold + units + qk + [ExpandResidual(spec.group, tile=True)] + rrot
         return steps + _symmetry(plan, spec, writer=False)
     if role == "writer":
-        steps = [ExpandUnits(writer=True)] + up + [ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
+        units = mixer.unit_steps(spec, plan, ExpandUnits(writer=True))
+        steps = units + up + [ExpandResidual(spec.group, tile=True), ZeroOldWrites()] + rot
         return steps + _symmetry(plan, spec, writer=True)
     raise AssertionError(role)  # pragma: no cover - the architecture tables only use the roles above
 
@@ -272,6 +282,9 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     d, D = src.width, width
     if not isinstance(D, int) or D <= d:
         raise GrowError(f"target width {D} is not larger than the source width {d}")
+    if "attention" not in arch_sublayers(arch_of(src)):  # Mamba-2: no heads, no MLP; the mixers' channels grow
+        eps = ops.grow_norm_eps(src.norm_eps, d, D)
+        return src.replace(width=D, ffn=4 * D, norm_eps=eps, ssm=mixer.grown_ssm(src, D))  # ffn: nominal, 4 x width
     hd, r = src.head_dim, src.heads // src.kv_heads
     bound = not arch_of(src).features.free_head_dim
     if heads is None:
@@ -315,8 +328,9 @@ def target_config(src: ModelConfig, width: int, ffn: int | None, heads: int | No
     if src.shared_experts:  # DeepSeek's shared experts: whole experts, so shared_experts x the experts' neurons
         shared = src.shared_experts * ffn
     dense = round(src.dense_ffn * ffn / src.ffn) if src.dense_ffn else src.dense_ffn  # dense blocks: as the experts
+    ssm = mixer.grown_ssm(src, D)
     return src.replace(
-        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared, dense_ffn=dense
+        width=D, heads=heads, kv_heads=heads // r, ffn=ffn, norm_eps=eps, shared_ffn=shared, dense_ffn=dense, ssm=ssm
     )
 
 
@@ -431,9 +445,9 @@ def build_plan(
     alibi = arch_of(src).features.positions == "alibi"
     _check_source(src, recipe, gate_values, alibi)
     cfg = _gated_config(src, cfg, recipe, lossy, alibi)
-    units, split = _unit_expansions(src, cfg, recipe, seed)
-    res = _residual_expansions(src, cfg, recipe, seed)
-    warnings = _dead_units(src, cfg, recipe)
+    units, split = draws.unit_expansions(src, cfg, recipe, seed)
+    res = draws.residual_expansions(src, cfg, recipe, seed)
+    warnings = draws.dead_units(src, cfg, recipe)
     if recipe["lossy"] is False and lossy and not allow_lossy:
         raise GrowError(f"refused: {lossy[0]} (pass --allow-lossy to grow anyway)")
     plan = Plan(
@@ -487,14 +501,20 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
     """``cfg`` with its growth-gate state (the unit counts before any gate: the source's under a
     gated recipe, the new counts else); appends to ``lossy`` why ungated new units lose the function."""
     if recipe["gate"]:
+        conv = src.base_units("conv") if "shortconv" in arch_sublayers(arch_of(src)) else None  # LFM2's channels
         return cfg.replace(
             base_heads=src.base_heads,
             base_ffn=src.base_ffn,
             base_shared_ffn=src.base_shared_ffn,
             base_dense_ffn=src.base_dense_ffn,
+            base_conv=conv,
         )
     cfg = cfg.replace(
-        base_heads=cfg.heads, base_ffn=cfg.ffn, base_shared_ffn=cfg.shared_ffn, base_dense_ffn=cfg.dense_ffn
+        base_heads=cfg.heads,
+        base_ffn=cfg.ffn,
+        base_shared_ffn=cfg.shared_ffn,
+        base_dense_ffn=cfg.dense_ffn,
+        base_conv=None,
     )
     if arch_of(src).features.qk_norm == "full" and cfg.heads > src.heads:
         lossy.append(
@@ -512,64 +532,6 @@ def _gated_config(src: ModelConfig, cfg: ModelConfig, recipe: dict, lossy: list,
             "and the split of their outputs no longer adds up"
         )
     return cfg
-
-
-def _unit_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int) -> tuple[list, list]:
-    """Per block: each unit kind's expansion (drawn from the block's own generator) and the writer
-    multipliers of a Net2Net split (None where the units are gated or not split)."""
-    k, gated, alpha = recipe["convex_k"], recipe["gate"], recipe.get("split_alpha", 0.5)
-    units, split = [], []
-    r = src.heads // src.kv_heads
-    for i in range(src.layers):
-        gen = torch.Generator().manual_seed(seed * 1_000_003 + i)
-        kv = ops.make_expansion(recipe["attention"]["new_heads"], src.kv_heads, cfg.kv_heads, gen, k)
-        q = ops.group_to_heads(kv, r)
-        if arch_of(src).features.mqa:  # the one KV head stays; new query heads mix old ones (all read it)
-            q = ops.make_expansion(recipe["attention"]["new_heads"], src.heads, cfg.heads, gen, k)
-        f = ops.make_expansion(recipe["ffn"]["new_units"], src.ffn, cfg.ffn, gen, k)
-        units.append({"q": q, "kv": kv, "qkv": q, "qkvg": kv, "qgate": q, "ffn": f, "ffn2": f})
-        units[-1].update(mq=q, mv=q, mkv=q)  # MLA's heads
-        if src.shared_ffn:  # drawn after the others: the expansions of every other family are unchanged
-            units[-1]["sffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.shared_ffn, cfg.shared_ffn, gen, k)
-        if src.dense_ffn:  # an MoE family's dense blocks, drawn last (the other kinds' draws are unchanged)
-            units[-1]["dffn"] = ops.make_expansion(recipe["ffn"]["new_units"], src.dense_ffn, cfg.dense_ffn, gen, k)
-        split.append(
-            {
-                kind: ops.split_factors(e, alpha) if (not gated and ops.KINDS[e.kind].splits_writers) else None
-                for kind, e in (("q", q), ("ffn", f), ("sffn", units[-1].get("sffn")), ("dffn", units[-1].get("dffn")))
-                if e is not None
-            }
-        )
-        split[-1]["mv"] = split[-1]["q"]  # MLA's o_proj columns: the query heads' split
-    return units, split
-
-
-def _residual_expansions(src: ModelConfig, cfg: ModelConfig, recipe: dict, seed: int) -> dict:
-    """The residual axis's expansions by kind ("attn", "ffn": the recipe's new columns; "tile",
-    "zero", "mean"), drawn from one generator of their own."""
-    k = recipe["convex_k"]
-    gen = torch.Generator().manual_seed(seed * 1_000_003 + 999_983)
-    d, D = src.width, cfg.width
-    return {
-        "attn": ops.make_expansion(recipe["attention"]["new_columns"], d, D, gen, k),
-        "ffn": ops.make_expansion(recipe["ffn"]["new_columns"], d, D, gen, k),
-        "tile": ops.make_expansion("tile", d, D, gen),
-        "zero": ops.make_expansion("zero", d, D, gen),
-        "mean": ops.make_expansion("mean", d, D, gen),
-    }
-
-
-def _dead_units(src: ModelConfig, cfg: ModelConfig, recipe: dict) -> list[str]:
-    """Warnings for new units filled with zeros: exact, but never trained (a zero-gradient saddle)."""
-    warnings = []
-    for sec, key, what in (("attention", "new_heads", "heads"), ("ffn", "new_units", "FFN neurons")):
-        added = (cfg.heads > src.heads) if sec == "attention" else (cfg.ffn > src.ffn)
-        if added and ops.KINDS[recipe[sec][key]].dead:
-            warnings.append(
-                f"new {what} are all zeros ({sec}.{key}: zero): their inputs and outputs sit at a "
-                "zero-gradient saddle, so training never moves them (dead capacity)"
-            )
-    return warnings
 
 
 def lineage_entry(plan: Plan, source_sha256: str) -> dict:

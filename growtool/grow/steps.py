@@ -334,6 +334,8 @@ class ExpandUnits(Step):
 
     def describe(self, plan, spec):
         kinds = plan.units[0]  # the same expansion kinds in every block
+        if all(k.startswith(("gdn_", "m_")) for k in spec.units):  # a mixer's inner units (Gated DeltaNet, Mamba)
+            return "inner units kept"
         split = self.writer and any(plan.split[0].get(k) is not None for k in spec.units)
         return "units " + "/".join(sorted({kinds[k].kind for k in spec.units})) + (" split" if split else "")
 
@@ -503,12 +505,14 @@ class CancelPairs(Step):
 
 def _grown_segments(t: torch.Tensor, c: Ctx):
     """(kind, expansion, block, view of ``t``) for each unit kind of a grown tensor, in order along
-    the unit axis (a fused qkv / gate_up tensor holds several kinds)."""
+    the unit axis (a fused qkv / gate_up tensor holds several kinds). A kind spans its grown config's
+    units: the expansion's, but a Mamba mixer's channels that grow with the width (``grow/mixer.py``)."""
     off = 0
     for kind in c.spec.units:
         e, block = c.plan.units[c.layer][kind], unit_count(c.plan.src, kind)[1]
-        yield kind, e, block, t.narrow(c.spec.unit_axis, off, e.n_new * block)
-        off += e.n_new * block
+        n = unit_count(c.plan.cfg, kind)[0] * block
+        yield kind, e, block, t.narrow(c.spec.unit_axis, off, n)
+        off += n
 
 
 def _noisy(plan, spec, layer: int, kind: str, writer: bool) -> bool:

@@ -22,11 +22,15 @@ CORE = (
     "mla.py",
     "moe.py",
     "moe_layers.py",
+    "hybrid_keys.py",
     "experts.py",
+    "mamba.py",
     "config.py",
     "families.py",
     "errors.py",
     "rope.py",
+    "shortconv.py",
+    "deltanet.py",
 )
 
 CONFIGURATION = '''"""growtool's config class for transformers (written by growtool; see modeling_growtool.py)."""

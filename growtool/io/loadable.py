@@ -44,7 +44,10 @@ def check(cfg) -> None:
     tf.logging.set_verbosity_error()  # its warnings are not ours to print
     try:
         with contextlib.redirect_stdout(io.StringIO()):
-            conf = CONFIG_MAPPING[mt].from_dict(hf)
+            cls = CONFIG_MAPPING[mt]
+            if hasattr(cls, "_decode_special_floats"):  # {"__float__": "Infinity"}, as from_pretrained reads it
+                hf = cls._decode_special_floats(hf)
+            conf = cls.from_dict(hf)
             with torch.device("meta"):
                 getattr(tf, hf["architectures"][0])._from_config(conf)
     except Exception as e:  # noqa: BLE001 - whatever transformers raises is the answer

@@ -155,6 +155,8 @@ def attend(q, k, v, cfg: ModelConfig, layer: int, sinks: torch.Tensor | None = N
     scale = cfg.query_pre_attn_scalar**-0.5 if cfg.query_pre_attn_scalar else None
     if cfg.attention_multiplier is not None:  # Granite: the score scale itself
         scale = cfg.attention_multiplier
+    if cfg.multipliers and "key" in cfg.multipliers:  # Falcon-H1: keys x a scalar, i.e. the scores
+        scale = (q.shape[-1] ** -0.5 if scale is None else scale) * cfg.multipliers["key"]
     window = cfg.window(layer)
     i = torch.arange(T, device=q.device)
     mask = (

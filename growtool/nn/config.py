@@ -17,7 +17,9 @@ import math
 from dataclasses import dataclass, field
 
 from .errors import GrowError
-from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, expected_shapes
+from .families import ARCHS, BY_MODEL_TYPE, UNSUPPORTED, arch_of, arch_sublayers, expected_shapes, unit_count
+from .hybrid_keys import SSM_SIZES, auto_ffn, check_gdn, mixer_to_hf, ssm_from_hf, ssm_to_hf
+from .hybrid_keys import block_types as block_types_from_hf
 from .moe_layers import from_hf as moe_layers_from_hf
 from .moe_layers import to_hf as moe_layers_to_hf
 from .rope import check as rope_check
@@ -78,6 +80,8 @@ SCALARS = (
     "swiglu_limit",
     "routed_scale",
 )
+# ModelConfig's lists with one entry per block: depth growth gives each new block its source block's entry
+PER_BLOCK = ("layer_types", "rope_layers", "moe_layers", "block_types")
 POSITIVE = (
     *("rope_theta", "rope_local_theta", "attn_softcap", "final_softcap", "query_pre_attn_scalar", "clip_qkv"),
     *("swiglu_limit", "routed_scale"),
@@ -152,6 +156,12 @@ class ModelConfig:
     dense_ffn: int | None = None  # neurons of the dense blocks' MLP (intermediate_size) in an MoE family
     base_dense_ffn: int | None = None  # dense-block neurons below this count are ungated
     moe_layers: list | None = None  # per block 1 (MoE) or 0 (dense); None: every block MoE (Features.moe_layers)
+    base_conv: int | None = None  # LFM2: short-convolution channels (one per residual dim) below this are ungated
+    block_types: list | None = None  # hybrids: each block's kind (a key of Arch.kinds), as the config lists it
+    multipliers: dict | None = None  # Falcon-H1's muP scalars by Arch.mult_keys (ssm_in, ssm_out, attn_in, attn_out,
+    #                                  key, mlp: [gate, down], mup: in_proj's five segments), carried by growth
+    ssm: dict | None = None  # a Mamba-2 mixer's sizes (heads, head_dim, state, groups, conv, conv_bias, bias,
+    #                          dt_limit): inner dimensions that width growth keeps (nn/mamba.py)
 
     def __post_init__(self):
         if self.family not in ARCHS:
@@ -174,6 +184,8 @@ class ModelConfig:
             self.base_shared_ffn = self.shared_ffn
         if self.base_dense_ffn is None:
             self.base_dense_ffn = self.dense_ffn
+        if "attention" not in arch_sublayers(a):  # Mamba-2: nominal heads and MLP sizes, never gated
+            self.base_heads, self.base_ffn = self.heads, self.ffn
         self.check()
 
     @property
@@ -185,14 +197,20 @@ class ModelConfig:
         """True when some units sit behind the warm-up gate (a grown, unfolded model)."""
         shared = self.shared_ffn is not None and self.base_shared_ffn < self.shared_ffn
         dense = self.dense_ffn is not None and self.base_dense_ffn < self.dense_ffn
-        return self.base_heads < self.heads or self.base_ffn < self.ffn or shared or dense or bool(self.new_layers)
+        conv = self.base_conv is not None and self.base_conv < self.width
+        grown = self.base_heads < self.heads or self.base_ffn < self.ffn or shared or dense or conv
+        return grown or bool(self.new_layers)
 
     def base_units(self, kind: str) -> int:
-        """Units of a kind that are not behind the warm-up gate ("q" heads, MLA's "mq" / "mv" / "mkv" heads, "ffn",
-        "ffn2", "sffn", "dffn" neurons)."""
-        heads = self.base_heads
-        units = {"q": heads, "mq": heads, "mv": heads, "mkv": heads, "ffn": self.base_ffn, "ffn2": self.base_ffn}
-        return {**units, "sffn": self.base_shared_ffn, "dffn": self.base_dense_ffn}[kind]
+        """Units of a kind that are not behind the warm-up gate ("q" heads and "qg" heads with their output
+        gates, MLA's "mq" / "mv" / "mkv" heads, "ffn", "ffn2", "sffn", "dffn" neurons, LFM2's "conv" channels;
+        every one of a mixer's inner units, which growth keeps)."""
+        if kind in ("m_in", "m_inner") or kind.startswith("gdn_"):
+            return unit_count(self, kind)[0]
+        heads, conv = self.base_heads, self.width if self.base_conv is None else self.base_conv
+        units = {"q": heads, "qg": heads, "mq": heads, "mv": heads, "mkv": heads, "ffn": self.base_ffn}
+        units |= {"ffn2": self.base_ffn, "sffn": self.base_shared_ffn, "dffn": self.base_dense_ffn, "conv": conv}
+        return units[kind]
 
     def is_moe(self, layer: int) -> bool:
         """Whether a block's MLP is a mixture of experts (an MoE family's dense blocks: ``moe_layers``)."""
@@ -271,15 +289,12 @@ class ModelConfig:
             raise GrowError(f"no_rope_layers has {len(self.rope_layers)} entries for {self.layers} layers")
         if not (0 < self.base_heads <= self.heads and 0 < self.base_ffn <= self.ffn):
             raise GrowError("growth state base_heads/base_ffn out of range")
-        if "ffn" not in self.arch.keys and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
+        no_key = "ffn" not in self.arch.keys and "mlp" in arch_sublayers(self.arch)
+        if no_key and self.ffn != 4 * self.width:  # BLOOM: 4 x hidden_size in code
             raise GrowError(f"{self.family} has an MLP of 4 x width ({4 * self.width}) neurons, not {self.ffn}")
         if f.shared_norm and not self.parallel:
             raise GrowError(f"{self.family} reads one norm in attention and MLP: it must be parallel")
         routed = f.moe and (self.moe_layers is None or any(self.moe_layers))  # all blocks dense: no routing
-        if routed and not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
-            raise GrowError(f"{self.family} needs the number of experts and of experts per token")
-        if routed and not 0 < self.top_k <= self.experts:
-            raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
         if routed:
             self._check_moe()
         if f.mqa and self.kv_heads != 1:
@@ -288,6 +303,9 @@ class ModelConfig:
             raise GrowError("base_heads must cover whole KV groups")
         if f.mla:
             self._check_mla()
+        self._check_kinds()
+        if "gdn" in arch_sublayers(self.arch):
+            check_gdn(self)
         nl = self.new_layers or []
         if any(not isinstance(i, int) or not 0 <= i < self.layers for i in nl) or list(nl) != sorted(set(nl)):
             raise GrowError(f"growth state new_layers {nl!r}: distinct increasing block indices below {self.layers}")
@@ -305,8 +323,13 @@ class ModelConfig:
             raise GrowError(f"{self.family}: gated attention is not supported with multi-head latent attention")
 
     def _check_moe(self) -> None:
-        """The DeepSeek-style MoE fields: groups that divide the experts, a top-k they can fill, one entry
-        per block in moe_layers, shared experts that are whole experts, dense blocks with a width."""
+        """An MoE config's fields: experts and a top-k they can fill; DeepSeek-style MoE's groups that divide
+        the experts, a top-k they can fill, one entry per block in moe_layers, shared experts that are whole
+        experts, dense blocks with a width."""
+        if not (isinstance(self.experts, int) and isinstance(self.top_k, int)):
+            raise GrowError(f"{self.family} needs the number of experts and of experts per token")
+        if not 0 < self.top_k <= self.experts:
+            raise GrowError(f"experts per token {self.top_k} must be in 1..{self.experts} (the experts)")
         E, g = self.experts, self.n_group or 1
         if not isinstance(g, int) or g < 1 or E % g or (g > 1 and E // g < 2):
             raise GrowError(f"n_group {self.n_group} must divide the {E} experts into groups of at least 2")
@@ -321,6 +344,31 @@ class ModelConfig:
             raise GrowError("dense blocks need a positive intermediate_size")
         if self.dense_ffn is not None and not 0 < self.base_dense_ffn <= self.dense_ffn:
             raise GrowError("growth state base_dense_ffn out of range")
+
+    def _check_kinds(self) -> None:
+        """A hybrid's block kinds: one known kind per layer; a Mamba mixer's sizes whole and consistent."""
+        a = self.arch
+        if a.kinds and not a.kind_default and self.block_types is None:
+            raise GrowError(f"{self.family} config lists no block kinds ({a.keys.get('block_types')})")
+        if self.block_types is not None:
+            if len(self.block_types) != self.layers:
+                raise GrowError(f"{len(self.block_types)} block kinds listed for {self.layers} layers")
+            bad = sorted({str(t) for t in self.block_types if t not in a.kinds})
+            if bad:
+                known = ", ".join(a.kinds)
+                raise GrowError(f"{self.family} block type {bad[0]!r} is not supported (supported: {known})")
+        if "mamba" in arch_sublayers(a):
+            m = self.ssm or {}
+            for k in SSM_SIZES + tuple(k for k in ("expand", "dt_rank") if k in a.ssm_keys):
+                if not isinstance(m.get(k), int) or isinstance(m.get(k), bool) or m[k] <= 0:
+                    raise GrowError(f"{self.family} Mamba mixer {k} must be a positive integer, got {m.get(k)!r}")
+            if m["heads"] % m["groups"]:
+                raise GrowError(f"Mamba mixer groups {m['groups']} do not divide its heads {m['heads']}")
+            if "expand" in a.ssm_keys and m["expand"] * self.width != m["heads"] * m["head_dim"]:
+                raise GrowError(
+                    f"{self.family} Mamba mixer: expand x width ({m['expand']} x {self.width}) must equal heads x "
+                    f"head_dim ({m['heads']} x {m['head_dim']})"
+                )
 
     def replace(self, **kw) -> ModelConfig:
         return dataclasses.replace(self, **kw)
@@ -375,6 +423,10 @@ class ModelConfig:
             hf["rope_parameters"] = rp
         if a.features.moe_layers and self.moe_layers is not None:
             moe_layers_to_hf(a.features.moe_layers[0], self.moe_layers, hf)
+        if self.ssm:
+            ssm_to_hf(a, self.ssm, hf)
+        if self.block_types is not None and "hybrid_override_pattern" in hf:  # the legacy (4.x) spelling
+            hf["hybrid_override_pattern"] = "".join(a.kind_codes[t] for t in self.block_types)
         hf["model_type"], hf["architectures"] = a.model_type, [a.hf_class]
         hf["growtool"] = {"attn_gate": self.attn_gate, "base_heads": self.base_heads, "base_ffn": self.base_ffn}
         if self.shared_ffn is not None:
@@ -383,6 +435,10 @@ class ModelConfig:
             hf["growtool"]["base_dense_ffn"] = self.base_dense_ffn
         if self.new_layers:
             hf["growtool"]["new_layers"] = list(self.new_layers)
+        if self.base_conv is not None:
+            hf["growtool"]["base_conv"] = self.base_conv
+        if a.kinds:
+            mixer_to_hf(self, hf)
         return hf
 
     @classmethod
@@ -397,6 +453,8 @@ class ModelConfig:
         if mt not in BY_MODEL_TYPE:
             raise GrowError(f"unknown family (model_type {mt!r}; known: {', '.join(BY_MODEL_TYPE)})")
         a = BY_MODEL_TYPE[mt]
+        if a.features.ffn_auto_adjust:  # LFM2: transformers reads block_ff_dim / tie_embedding over the new keys
+            hf = {**hf, **{k: hf[alt] for k, alt in a.alt_keys.items() if alt in hf}}
         for key, reason in a.refuse.items():
             if hf_get(hf, key):
                 raise GrowError(reason)
@@ -414,6 +472,9 @@ class ModelConfig:
             val = hf_get(hf, key) if key else None
             if val is None and key in a.alt_keys:
                 val = hf.get(a.alt_keys[key])
+            if val is None and name == "layers" and a.kinds:  # Nemotron-H: as many layers as its block kinds
+                kinds = hf.get(a.keys.get("block_types"), hf.get("hybrid_override_pattern"))
+                val = len(kinds) if isinstance(kinds, (list, str)) else None
             return val if val is not None else a.defaults.get(name, default)
 
         try:
@@ -464,7 +525,7 @@ class ModelConfig:
                 heads=h,
                 kv_heads=int(get("kv_heads") or h),
                 head_dim=int(hd),
-                ffn=int(get("ffn") or 4 * d),
+                ffn=auto_ffn(hf, int(get("ffn"))) if a.features.ffn_auto_adjust else int(get("ffn") or 4 * d),
                 context=int(get("context")),
                 norm_eps=float(get("norm_eps")),
                 tie=bool(get("tie")),
@@ -512,6 +573,10 @@ class ModelConfig:
                 dense_ffn=get("dense_ffn"),
                 base_dense_ffn=own.get("base_dense_ffn"),
                 moe_layers=moe_layers_from_hf(a.features.moe_layers, hf, int(get("layers"))),
+                base_conv=own.get("base_conv"),
+                block_types=block_types_from_hf(a, hf, get("block_types")),
+                ssm=ssm_from_hf(a, hf),
+                multipliers={k: hf[key] for k, key in a.mult_keys.items() if hf.get(key) is not None} or None,
                 extra={k: v for k, v in hf.items() if k not in _NOT_CARRIED},
             )
         except GrowError:

@@ -31,18 +31,24 @@ Roles
   act_param    a learned scalar of the block's activation (Apertus' xIELU): kept by width growth
   expert_bias  an MoE router's per-expert correction bias, used to choose experts, not to weigh them
                (DeepSeek-V3's e_score_correction_bias): kept by width growth, copied by depth growth
+  inner        a tensor on a mixer's inner channels only (Mamba's conv1d, A_log, D, dt_bias, gated norm; Gated
+               DeltaNet's conv1d, A_log, dt_bias, inner norm):
+               kept by width growth, copied by depth growth
   growth_gate  the warm-up gate of a block (only in grown, unfolded checkpoints; shape [1])
 
 Unit kinds: ``q`` (query heads, block head_dim), ``kv`` (key/value heads, block head_dim),
 ``qkv`` (GPT-NeoX: one head's interleaved [q k v], block 3 x head_dim), ``qkvg`` (Falcon: one KV
 group's [q_1 .. q_r k v], block (r + 2) x head_dim, grown as the KV groups), ``qgate`` (one gate
 logit per query head), ``ffn`` (FFN neurons; an MoE family's: each expert's), ``sffn`` (the shared
-expert's neurons), ``dffn`` (the neurons of an MoE family's dense blocks). A fused tensor lists
-several kinds: its unit axis is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv,
-kv; Phi-3's gate_up_proj: ffn, ffn). MLA's kinds: ``mq`` (query heads of qk_nope + qk_rope dims),
-``mv`` (their values in o_proj), ``mkv`` (kv_b_proj's per-head [k_nope v]), ``qa`` / ``kvl`` / ``kva``
-(the query latent, the key/value latent, and that latent with the shared RoPE key). ``group`` picks
-the recipe section that fills new units ("attn" or "ffn").
+expert's neurons), ``dffn`` (the neurons of an MoE family's dense blocks), ``qg`` (Qwen3-Next: a query
+head and its output gate, block 2 x head_dim), ``conv`` (LFM2's conv channels, one per residual dim),
+``gdn_*`` (Gated DeltaNet's inner outputs: one unit, never grown). A fused tensor lists several kinds:
+its unit axis is their concatenation (GPT-2's c_attn and Phi-3's qkv_proj: q, kv, kv; Phi-3's
+gate_up_proj: ffn, ffn). MLA's kinds: ``mq`` (query heads of qk_nope + qk_rope dims), ``mv`` (their
+values in o_proj), ``mkv`` (kv_b_proj's per-head [k_nope v]), ``qa`` / ``kvl`` / ``kva`` (the query
+latent, the key/value latent, and that latent with the shared RoPE key). ``m_in`` / ``m_inner``: a
+Mamba mixer's in_proj outputs / inner channels, never grown. ``group`` picks the recipe section that
+fills new units ("attn" or "ffn").
 
 Adding an architecture: one ``Arch`` entry below (plus its parity test against transformers).
 """
@@ -94,7 +100,8 @@ class Features:
     pos_offset: int = 0  # learned positions: position p reads row p + offset (OPT: 2)
     fixed_eps: bool = False  # the norm eps is a constant of the class, not a config key: growth keeps it
     #                          and scales the residual by sqrt(D/d) instead (OPT, OLMo; Llama 4, whose weightless
-    #                          q/k norms over head_dim read the config's one eps too)
+    #                          q/k norms over head_dim read the config's one eps too); also where a mixer's
+    #                          inner norm shares the key (Mamba's gated norm reads layer_norm_epsilon: Nemotron-H)
     norm_affine: bool = True  # False: LayerNorm without gain or bias (OLMo)
     mqa: bool = False  # one key/value head read by every query head (GPT-BigCode): growth adds query heads only
     shared_norm: bool = False  # one pre-norm (ln1) read by attention and MLP, in parallel (Phi, GPT-J, Cohere)
@@ -139,6 +146,15 @@ class Features:
     qk_norm_key: str = ""  # a config key that must be true for the qk_norm to exist (GLM-4-MoE's use_qk_norm)
     moe_layers: tuple = ()  # (config key, its default) saying which blocks are MoE, the others dense GLU MLPs of
     #                         dense_ffn neurons at slots gate/up/down (nn/moe_layers.py); () every block MoE
+    attn_output_gate: bool = False  # q_proj holds per head [q | gate]: the attention output x sigmoid(gate), per
+    #                                 element, before o_proj (Qwen3-Next; unit kind "qg", 2 x head_dim per head)
+    gdn_split: bool = False  # Gated DeltaNet's projections in_proj_qkv / _z / _b / _a (Qwen3.5), not in_proj_qkvz / _ba
+    #                          interleaved per key head (Qwen3-Next)
+    ffn_auto_adjust: bool = False  # LFM2: with block_auto_adjust_ff_dim the MLP has 2/3 x intermediate_size neurons,
+    #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
+    ssm_version: int = 2  # the Mamba mixer: 2 (Mamba-2, nn/mamba.Mamba2Mixer) or 1 (Mamba, Mamba1Mixer)
+    parallel_mixers: bool = False  # a block's Mamba mixer and attention read one norm, their outputs summed (Falcon-H1)
+    fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
 
 
 @dataclass(frozen=True)
@@ -160,6 +176,13 @@ class Arch:
     alt_keys: dict = field(default_factory=dict)  # HF key -> another spelling configs use for it (read only)
     window_every: int | None = None  # without layer_types: every n-th layer full, the others sliding (transformers'
     #                                  rule; a config's sliding_window_pattern gives n where it has one)
+    kinds: dict = field(default_factory=dict)  # hybrids: block kind (the config's per-layer label, ModelConfig.
+    #   block_types) -> the sublayers such a block runs in order, each read through a pre-norm and added to the
+    #   residual: "attention" (ln1), "mamba" (ln1, nn/mamba.py), "mlp" (ln2); {} is every block ("attention", "mlp")
+    kind_codes: dict = field(default_factory=dict)  # kind -> its character in a legacy pattern string (Nemotron-H)
+    kind_default: str = ""  # the kind of every block where the config lists none (Mamba-2: all "mamba")
+    ssm_keys: dict = field(default_factory=dict)  # Mamba mixer field (ModelConfig.ssm) -> HF key
+    mult_keys: dict = field(default_factory=dict)  # muP scalar (ModelConfig.multipliers) -> HF key (Falcon-H1)
 
     @property
     def embed(self) -> str:
@@ -1568,6 +1591,300 @@ DEEPSEEK_V3 = Arch(
     },
 )
 
+_NEMOTRON_H_SSM = {
+    "heads": "mamba_num_heads",
+    "head_dim": "mamba_head_dim",
+    "state": "ssm_state_size",
+    "groups": "n_groups",
+    "conv": "conv_kernel",
+    "conv_bias": "use_conv_bias",
+    "bias": "use_bias",  # in_proj and out_proj (mamba_proj_bias is read by nothing)
+    "dt_min": "time_step_min",
+}
+
+# Nemotron-H: every block is one norm and one mixer (Mamba-2, attention without positions, or a ReLU^2 MLP)
+NEMOTRON_H = Arch(
+    name="nemotron_h",
+    model_type="nemotron_h",
+    hf_class="NemotronHForCausalLM",
+    block="backbone.layers.{i}.",  # as transformers saves it (and the Hub stores it)
+    modules={
+        "embed": "backbone.embeddings",
+        "final_norm": "backbone.norm_f",
+        "head": "lm_head",
+        "ln1": "norm",
+        "ln2": "norm",  # an MLP block's one norm: each block has one sublayer
+        "mamba": "mixer",
+        "q": "mixer.q_proj",
+        "k": "mixer.k_proj",
+        "v": "mixer.v_proj",
+        "o": "mixer.o_proj",
+        "g": "mixer.g_proj",
+        "up": "mixer.up_proj",
+        "down": "mixer.down_proj",
+    },
+    features=Features(positions="none", mlp="plain", fixed_eps=True, fixed_dt_min=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("norm_eps", "tie")},  # never tied (transformers
+        #   unties lm_head whatever tie_word_embeddings says)
+        "norm_eps": "layer_norm_epsilon",
+        "activation": "mlp_hidden_act",
+        "mlp_bias": "mlp_bias",
+        "block_types": "layers_block_type",
+    },
+    fixed={"qkv_bias": False, "o_bias": False},  # q/k/v/o are built without bias whatever attention_bias says
+    defaults={"activation": "relu2", "tie": False, "context": 4096, "norm_eps": 1e-5},
+    kinds={"linear_attention": ("mamba",), "full_attention": ("attention",), "mlp": ("mlp",)}
+    | {"mamba": ("mamba",), "attention": ("attention",)},  # the 4.x labels (transformers remaps them)
+    kind_codes={"mamba": "M", "attention": "*", "linear_attention": "M", "full_attention": "*", "mlp": "-"},
+    ssm_keys=_NEMOTRON_H_SSM,
+    require={
+        "mamba_hidden_act": ("silu", "nemotron_h's Mamba mixer is supported with mamba_hidden_act silu only", "silu"),
+        "num_nextn_predict_layers": (0, "nemotron_h's multi-token prediction layers are not supported", 0),
+    },
+)
+
+# Hybrids whose blocks are a token mixer (attention, or a mixer in the layer types' other kind) and an MLP.
+
+LFM2 = Arch(
+    name="lfm2",
+    model_type="lfm2",
+    hf_class="Lfm2ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "final_norm": "model.embedding_norm",  # after the blocks, despite its name
+        "ln1": "operator_norm",
+        "ln2": "ffn_norm",
+        "o": "self_attn.out_proj",
+        "q_norm": "self_attn.q_layernorm",
+        "k_norm": "self_attn.k_layernorm",
+        "gate": "feed_forward.w1",
+        "up": "feed_forward.w3",
+        "down": "feed_forward.w2",
+        "m_in": "conv.in_proj",
+        "m_conv": "conv.conv",
+        "m_out": "conv.out_proj",
+    },
+    features=Features(qk_norm="head", free_head_dim=False, ffn_auto_adjust=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("head_dim", "activation")},
+        "norm_eps": "norm_eps",
+        "block_types": "layer_types",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False, "activation": "silu"},
+    defaults={"tie": True, "context": 128000, "norm_eps": 1e-5},
+    alt_keys={"intermediate_size": "block_ff_dim", "tie_word_embeddings": "tie_embedding"},  # LFM2's Hub spelling
+    kinds={"conv": ("shortconv", "mlp"), "full_attention": ("attention", "mlp")},  # nn/shortconv.py
+    kind_default="full_attention",
+)
+
+QWEN3_NEXT = Arch(
+    name="qwen3_next",
+    model_type="qwen3_next",
+    hf_class="Qwen3NextForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_MOE_MODULES, "mixer": "linear_attn"},
+    features=Features(
+        moe=True,
+        qk_norm="head",
+        norm_offset=1.0,  # zero-centred RMSNorm: gain 1 + w (not the Gated DeltaNet's inner norm: gain w)
+        attn_output_gate=True,
+        fixed_eps=True,  # rms_norm_eps is also the eps of norms over inner dims (q/k, the mixer's): kept by growth,
+        #                 which scales the residual by sqrt(D/d) instead
+    ),
+    keys={
+        **_MOE_KEYS,
+        "shared_ffn": "shared_expert_intermediate_size",
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "block_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "rotary_fraction": 0.25},
+    require=_SPARSE_EVERY_LAYER,
+    kinds={"linear_attention": ("gdn", "mlp"), "full_attention": ("attention", "mlp")},  # nn/deltanet.py
+    kind_default="full_attention",
+)
+
+QWEN3_5_TEXT = Arch(  # Qwen3.5's text decoder: Qwen3-Next's blocks with a dense MLP and split mixer projections
+    name="qwen3_5_text",
+    model_type="qwen3_5_text",
+    hf_class="Qwen3_5ForCausalLM",
+    block="model.layers.{i}.",
+    modules={**_LLAMA_MODULES, "mixer": "linear_attn"},
+    features=dataclasses.replace(QWEN3_NEXT.features, moe=False, gdn_split=True),
+    keys={**_LLAMA_KEYS, "qkv_bias": "attention_bias", "o_bias": "attention_bias", "block_types": "layer_types"},
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 32768, "norm_eps": 1e-6, "rotary_fraction": 0.25},
+    kinds=QWEN3_NEXT.kinds,
+    kind_default="full_attention",
+)
+
+QWEN3_5_MOE_TEXT = dataclasses.replace(  # Qwen3.5-MoE's text decoder: Qwen3-Next with split mixer projections
+    QWEN3_NEXT,
+    name="qwen3_5_moe_text",
+    model_type="qwen3_5_moe_text",
+    hf_class="Qwen3_5MoeForCausalLM",
+    features=dataclasses.replace(QWEN3_NEXT.features, gdn_split=True),
+    fixed={"mlp_bias": False, "norm_topk": True},  # the router always renormalises its top-k; every layer sparse
+    require={},
+)
+
+# Mamba-2: every block one RMSNorm and one Mamba-2 mixer, no attention, no MLP; the mixer's inner width is
+# expand x hidden_size (an integer), so width growth grows each mixer head's channels (grow/mixer.py)
+MAMBA2 = Arch(
+    name="mamba2",
+    model_type="mamba2",
+    hf_class="Mamba2ForCausalLM",
+    block="backbone.layers.{i}.",
+    modules={"embed": "backbone.embeddings", "final_norm": "backbone.norm_f", "head": "lm_head", "ln1": "norm"}
+    | {"mamba": "mixer"},
+    features=Features(positions="none"),
+    keys={
+        "vocab_size": "vocab_size",
+        "width": "hidden_size",
+        "layers": "num_hidden_layers",
+        "norm_eps": "layer_norm_epsilon",
+        "tie": "tie_word_embeddings",
+    },
+    fixed={"qkv_bias": False, "o_bias": False, "mlp_bias": False},
+    defaults={"heads": 1, "tie": False, "context": 2048, "norm_eps": 1e-5},  # no attention: one nominal head
+    kinds={"mamba": ("mamba",)},
+    kind_default="mamba",
+    ssm_keys={
+        "heads": "num_heads",
+        "head_dim": "head_dim",
+        "state": "state_size",
+        "groups": "n_groups",
+        "conv": "conv_kernel",
+        "conv_bias": "use_conv_bias",
+        "bias": "use_bias",
+        "dt_limit": "time_step_limit",
+        "expand": "expand",  # inner width = expand x hidden_size
+    },
+    require={"hidden_act": ("silu", "mamba2 is supported with hidden_act silu only (the mixer's activation)", "silu")},
+)
+
+# Granite 4 hybrids (dense): a Mamba-2 mixer or attention without positions, then the shared MLP (input_linear
+# = [gate | up]), each sublayer's output x residual_multiplier; Granite's other scalars; inner = expand x width
+GRANITE_HYBRID = Arch(
+    name="granitemoehybrid",
+    model_type="granitemoehybrid",
+    hf_class="GraniteMoeHybridForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **{k: v for k, v in _LLAMA_MODULES.items() if k not in ("gate", "up", "down")},
+        "mamba": "mamba",
+        "gate_up": "shared_mlp.input_linear",
+        "down": "shared_mlp.output_linear",
+    },
+    features=Features(positions="none", mlp="glu_fused"),
+    keys={
+        **{k: v for k, v in GRANITE.keys.items() if k not in ("mlp_bias", "ffn")},
+        "ffn": "shared_intermediate_size",
+        "block_types": "layer_types",
+    },
+    fixed={"mlp_bias": False},
+    defaults={"activation": "silu", "tie": False, "context": 2048, "norm_eps": 1e-6},
+    kinds={"linear_attention": ("mamba", "mlp"), "full_attention": ("attention", "mlp")}
+    | {"mamba": ("mamba", "mlp"), "attention": ("attention", "mlp")},  # the 4.x labels (transformers remaps them)
+    kind_default="linear_attention",  # transformers' default: every block a Mamba mixer
+    template={"num_local_experts": 0},  # a config made here is dense (transformers' default has 8 experts)
+    ssm_keys={
+        "heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+        "state": "mamba_d_state",
+        "groups": "mamba_n_groups",
+        "conv": "mamba_d_conv",
+        "conv_bias": "mamba_conv_bias",
+        "bias": "mamba_proj_bias",
+        "dt_limit": "time_step_limit",
+        "expand": "mamba_expand",  # inner width = expand x hidden_size
+    },
+    require={
+        "num_local_experts": (0, "granitemoehybrid with experts (3-D fused expert tensors) is not supported", 8),
+        "position_embedding_type": ((None, "nope"), "granitemoehybrid with RoPE is not supported", None),
+        "hidden_act": ("silu", "granitemoehybrid is supported with hidden_act silu only (the Mamba mixer's)", "silu"),
+    },
+)
+
+# Mamba (1): every block one RMSNorm and one Mamba mixer (no inner norm; dt, B, C from x_proj of the convolved x);
+# inner (intermediate_size) = expand x hidden_size, so width growth grows the mixer's channels (grow/mixer.py)
+MAMBA = dataclasses.replace(
+    MAMBA2,
+    name="mamba",
+    model_type="mamba",
+    hf_class="MambaForCausalLM",
+    features=Features(positions="none", ssm_version=1),
+    defaults={"heads": 1, "tie": True, "context": 2048, "norm_eps": 1e-5},
+    ssm_keys={
+        "head_dim": "intermediate_size",  # one "head" of all the mixer's channels
+        "state": "state_size",
+        "conv": "conv_kernel",
+        "conv_bias": "use_conv_bias",
+        "bias": "use_bias",
+        "expand": "expand",
+        "dt_rank": "time_step_rank",
+    },
+    require={"hidden_act": ("silu", "mamba is supported with hidden_act silu only (the mixer's activation)", "silu")},
+)
+
+# Falcon-H1: each block a Mamba-2 mixer and attention in parallel on one norm, then a GLU MLP; muP scalars on
+# the mixer's input and in_proj's segments, on attention's input, keys and output, on the MLP's gate and output
+FALCON_H1 = Arch(
+    name="falcon_h1",
+    model_type="falcon_h1",
+    hf_class="FalconH1ForCausalLM",
+    block="model.layers.{i}.",
+    modules={
+        **_LLAMA_MODULES,
+        "final_norm": "model.final_layernorm",
+        "ln2": "pre_ff_layernorm",
+        "gate": "feed_forward.gate_proj",
+        "up": "feed_forward.up_proj",
+        "down": "feed_forward.down_proj",
+        "mamba": "mamba",
+    },
+    features=Features(free_head_dim=False, fixed_eps=True, parallel_mixers=True),
+    keys={
+        **{k: v for k, v in _LLAMA_KEYS.items() if k != "head_dim"},
+        "qkv_bias": "attention_bias",
+        "o_bias": "attention_bias",
+        "mlp_bias": "mlp_bias",
+        "embedding_multiplier": "embedding_multiplier",
+        "logit_scale": "lm_head_multiplier",
+    },
+    defaults={"activation": "silu", "tie": False, "context": 8192, "norm_eps": 1e-5},
+    kinds={"hybrid": ("mamba", "attention", "mlp")},
+    kind_default="hybrid",
+    ssm_keys={
+        "heads": "mamba_n_heads",
+        "head_dim": "mamba_d_head",
+        "state": "mamba_d_state",
+        "groups": "mamba_n_groups",
+        "conv": "mamba_d_conv",
+        "conv_bias": "mamba_conv_bias",
+        "bias": "mamba_proj_bias",
+        "out_bias": "projectors_bias",
+        "dt_limit": "time_step_limit",
+        "inner": "mamba_d_ssm",  # given: the inner width is no function of the width (absent: refused)
+        "norm": "mamba_rms_norm",  # False: y silu(z); True: by mamba_norm_before_gate
+        "before_gate": "mamba_norm_before_gate",
+    },
+    mult_keys={
+        "ssm_in": "ssm_in_multiplier",
+        "ssm_out": "ssm_out_multiplier",
+        "attn_in": "attention_in_multiplier",
+        "attn_out": "attention_out_multiplier",
+        "key": "key_multiplier",
+        "mlp": "mlp_multipliers",
+        "mup": "ssm_multipliers",
+    },
+    require={"hidden_act": ("silu", "falcon_h1 is supported with hidden_act silu only (the Mamba mixer's)", "silu")},
+    refuse={},
+)
+
 ARCHS = {
     a.name: a
     for a in (
@@ -1581,6 +1898,8 @@ ARCHS = {
         LLAMA4_TEXT,
         *(GLM4_MOE, DOTS1, MINIMAX_M2, ERNIE4_5_MOE, EXAONE_MOE, HUNYUAN_MOE),
         *(DEEPSEEK_V2, DEEPSEEK_V3),
+        *(NEMOTRON_H, MAMBA2, GRANITE_HYBRID, MAMBA, FALCON_H1),
+        *(LFM2, QWEN3_NEXT, QWEN3_5_TEXT, QWEN3_5_MOE_TEXT),
     )
 }
 BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
@@ -1588,26 +1907,21 @@ BY_MODEL_TYPE = {a.model_type: a for a in ARCHS.values()}
 # Decoder families transformers has and growtool does not grow yet: model_type -> the mechanism missing
 # (refused with one line naming it, instead of "unknown family").
 _MAMBA = "Mamba state-space mixer layers"
-_GDN = "Gated DeltaNet linear-attention mixer layers"
+_QWEN3_5_VL = (
+    "Qwen3.5's vision-language wrapper (the decoder nested under text_config and model.language_model; "
+    "its text decoder saved alone, qwen3_5_text / qwen3_5_moe_text, grows)"
+)
 _PLE = "per-layer embeddings and AltUp"
 UNSUPPORTED = {
     "kimi_k2": "kimi_k2 as a model type of its own: transformers has none (Kimi K2 is DeepSeek-V3's architecture; "
     "its config.json with model_type deepseek_v3 is read as DeepSeek-V3)",
     "llama4": "the multimodal Llama 4 wrapper (a vision tower, the text model under text_config); its text model "
     "(model_type llama4_text) grows",
-    "jamba": _MAMBA,
-    "falcon_h1": _MAMBA,
-    "granitemoehybrid": _MAMBA,
-    "nemotron_h": _MAMBA,
+    "jamba": "Jamba's 3-D fused experts and its block kinds given by period rules (attn_layer_period)",
     "zamba2": _MAMBA,
-    "mamba": _MAMBA,
-    "mamba2": _MAMBA,
-    "qwen3_next": _GDN,
-    "qwen3_5": _GDN,
-    "qwen3_5_text": _GDN,
-    "qwen3_5_moe": _GDN,
+    "qwen3_5": _QWEN3_5_VL,
+    "qwen3_5_moe": _QWEN3_5_VL,
     "kimi_linear": "Kimi delta attention (KDA) mixer layers and MLA",
-    "lfm2": "LFM2's short-convolution mixer layers",
     "minimax": "MiniMax's lightning-attention layers",
     "gemma3n": _PLE,
     "gemma3n_text": _PLE,
@@ -1650,7 +1964,11 @@ class TensorSpec:
     norm: str | None = None  # the norm (pattern, without ".weight") feeding this reader
     qk_norm: str = ""  # q/k projections feeding a q/k norm: "head" (per head) or "full" (all units at once)
     expert_axis: int | None = None  # a 3-D tensor of all experts (Llama 4): this axis counts them (cfg.experts)
-    layers: str = ""  # the blocks that hold it: "" every block, "moe" MoE blocks, "dense" dense blocks (moe_layers)
+    sub: str = ""  # the part of a block holding it (``block_parts``): a sublayer ("attention", "mlp", "mamba",
+    #                "shortconv", "gdn"), or in an MoE family with dense blocks its MLP's form ("moe" or "dense",
+    #                ``ModelConfig.moe_layers``); "" every block
+    shape: tuple = ()  # an inner tensor's shape (role "inner": kept by width growth)
+    tail: tuple = ()  # a per-unit tensor's shape after its unit axis (LFM2's depthwise conv weight: (1, kernel))
 
 
 def _qkv_units(f: Features) -> tuple[str, ...]:
@@ -1658,11 +1976,12 @@ def _qkv_units(f: Features) -> tuple[str, ...]:
 
 
 def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
-    """The tensor table of an architecture under a config's flags, derived from slots + features."""
+    """The tensor table of an architecture under a config's flags, derived from slots + features.
+    A block tensor's ``sub`` names the part of a block it belongs to (a sublayer, or an MoE family's MoE or
+    dense MLP; "" the block's own): a block holds only its parts' tensors (``block_parts``, ``tensor_specs``)."""
     f, B = block_features(cfg), a.block
     r_in = 0 if f.linear == "in_out" else 1  # the residual axis of a reader's weight
     ln1 = B + a.modules["ln1"] if f.pre_norms else None
-    ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else ln1
 
     def w(slot):
         top = slot in ("embed", "pos", "embed_norm", "final_norm", "head")  # outside the blocks
@@ -1696,13 +2015,42 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
         s.append(TensorSpec(w("pos"), "embedding", res_axis=1))
     if f.embed_norm:
         s += norm("embed_norm")
-    if f.pre_norms:
-        s += norm("ln1")
+    subs = arch_sublayers(a)
+    if "attention" in subs:
+        s += _tag("attention", _attention_specs(a, cfg, norm, reader, writer, w))
+    if "mlp" in subs:
+        s += _tag("mlp", _mlp_specs(a, cfg, norm, reader, writer, w))
+    if "mamba" in subs:
+        s += _tag("mamba", norm("ln1") + _mamba_specs(a, cfg, r_in, ln1))
+    for sub in ("shortconv", "gdn"):  # LFM2's, Qwen3-Next's mixer
+        if sub in arch_sublayers(a):
+            s += _tag(sub, norm("ln1") + mixer_specs(a, cfg, sub, reader, writer))
+    if cfg.gated:
+        s.append(TensorSpec(B + "growth_gate", "growth_gate"))
+    s += norm("final_norm")
+    if not cfg.tie:
+        s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
+    if has_head_bias(cfg):
+        s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
+    return s
+
+
+def _tag(sub: str, specs: list[TensorSpec]) -> list[TensorSpec]:
+    """The specs of a sublayer, each tagged with it (or with the finer part it already names: "moe", "dense")."""
+    return [dataclasses.replace(sp, sub=sp.sub or sub) for sp in specs]
+
+
+def _attention_specs(a: Arch, cfg, norm, reader, writer, w) -> list[TensorSpec]:
+    """The attention sublayer's tensors: its pre-norm, q/k/v (fused, or MLA's latents), q/k norms, gate, sinks,
+    output, post-norm."""
+    f, B = block_features(cfg), a.block
+    ln1 = B + a.modules["ln1"] if f.pre_norms else None
+    s = norm("ln1") if f.pre_norms else []
     qk = f.qk_norm if f.qk_norm in ("head", "full") else ""  # norms with a learned gain (l2 has none)
     if f.mla:  # readers of the residual into the latents (or q_proj), their norms kept, their heads grown
-        s += _mla_specs(w, reader, ln1, r_in, cfg)
+        s += _mla_specs(w, reader, ln1, 0 if f.linear == "in_out" else 1, cfg)
     elif f.qkv == "separate":
-        s += reader("q", ("q",), "attn", ln1, cfg.qkv_bias, qk)
+        s += reader("q", ("qg",) if f.attn_output_gate else ("q",), "attn", ln1, cfg.qkv_bias, qk)
         s += reader("k", ("kv",), "attn", ln1, cfg.qkv_bias, qk)
         s += reader("v", ("kv",), "attn", ln1, cfg.qkv_bias)
     else:
@@ -1721,11 +2069,17 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
     s += writer("o", ("mv",) if f.mla else ("q",), "attn", cfg.o_bias)
     if f.post_norms:
         s += norm("post_attn")
-    if f.pre_norms and not f.shared_norm:
-        s += norm("ln2")
+    return s
+
+
+def _mlp_specs(a: Arch, cfg, norm, reader, writer, w) -> list[TensorSpec]:
+    """The MLP sublayer's tensors: its pre-norm, the MLP or the experts, the activation's scalars, post-norm."""
+    f, B = block_features(cfg), a.block
+    ln2 = B + a.modules["ln2"] if f.pre_norms and not f.shared_norm else (B + a.modules["ln1"] if f.pre_norms else None)
+    s = norm("ln2") if f.pre_norms and not f.shared_norm else []
     if f.moe:
         m = _moe_specs(a, cfg, ln2)
-        s += [dataclasses.replace(sp, layers="moe") for sp in m] if f.moe_layers else m
+        s += [dataclasses.replace(sp, sub="moe") for sp in m] if f.moe_layers else m
     if not f.moe or f.moe_layers:  # a dense MLP (an MoE family's dense blocks: dense_ffn neurons, "dffn")
         u, m = ("dffn",) if f.moe else ("ffn",), []
         if f.mlp == "glu_fused":
@@ -1735,17 +2089,10 @@ def arch_specs(a: Arch, cfg) -> list[TensorSpec]:
                 m += reader("gate", u, "ffn", ln2, cfg.mlp_bias)
             m += reader("up", u, "ffn", ln2, cfg.mlp_bias)
         m += writer("down", u, "ffn", cfg.mlp_bias)
-        s += [dataclasses.replace(sp, layers="dense") for sp in m] if f.moe else m
+        s += [dataclasses.replace(sp, sub="dense") for sp in m] if f.moe else m
     s += [TensorSpec(B + a.modules["act"] + "." + p, "act_param") for p, _ in f.act_params]
     if f.post_norms:
         s += norm("post_ffn")
-    if cfg.gated:
-        s.append(TensorSpec(B + "growth_gate", "growth_gate"))
-    s += norm("final_norm")
-    if not cfg.tie:
-        s.append(TensorSpec(w("head"), "head", res_axis=1, norm=a.modules["final_norm"]))
-    if has_head_bias(cfg):
-        s.append(TensorSpec(w("head")[: -len("weight")] + "bias", "head_bias"))
     return s
 
 
@@ -1836,8 +2183,114 @@ def _mla_specs(w, reader, ln1: str, r_in: int, cfg) -> list[TensorSpec]:
     return s + [TensorSpec(w("kv_b"), "head_rows", unit_axis=0, units=("mkv",), group="attn")]
 
 
+def ssm_dims(cfg) -> tuple[int, int, int]:
+    """(inner channels, convolved channels, in_proj outputs) of a Mamba-2 mixer: inner = heads x head_dim;
+    the convolution runs over [x | B | C] (inner + 2 x groups x state); in_proj gives [z | x B C | dt].
+    Mamba (1): one "head" of all channels, the convolution over x, in_proj gives [x | z]."""
+    m = cfg.ssm
+    inner = m["heads"] * m["head_dim"]
+    if arch_of(cfg).features.ssm_version == 1:
+        return inner, inner, 2 * inner
+    conv = inner + 2 * m["groups"] * m["state"]
+    return inner, conv, inner + conv + m["heads"]
+
+
+def _mamba_specs(a: Arch, cfg, r_in: int, ln1: str) -> list[TensorSpec]:
+    """A Mamba-2 mixer's tensors: in_proj reads the normed residual (its outputs are inner units, ``m_in``,
+    never grown), out_proj writes it (from the ``m_inner`` channels); the convolution, A_log, D, dt_bias
+    and the gated inner norm act on inner channels only (role ``inner``: width growth keeps them)."""
+    m, ssm = a.block + a.modules["mamba"] + ".", cfg.ssm
+    inner, conv, _ = ssm_dims(cfg)
+    s = [TensorSpec(m + "in_proj.weight", "reader", r_in, 1 - r_in, ("m_in",), "attn", ln1)]
+    if ssm["bias"]:
+        s.append(TensorSpec(m + "in_proj.bias", "unit_bias", unit_axis=0, units=("m_in",), group="attn"))
+    s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(conv, 1, ssm["conv"])))
+    if ssm["conv_bias"]:
+        s.append(TensorSpec(m + "conv1d.bias", "inner", shape=(conv,)))
+    if a.features.ssm_version == 1:  # x_proj [dt_rank + 2 state, inner], dt_proj, A_log per channel and state
+        r, n = ssm["dt_rank"], ssm["state"]
+        s.append(TensorSpec(m + "x_proj.weight", "inner", shape=(r + 2 * n, inner)))
+        s += [
+            TensorSpec(m + "dt_proj.weight", "inner", shape=(inner, r)),
+            TensorSpec(m + "dt_proj.bias", "inner", shape=(inner,)),
+        ]
+        s += [TensorSpec(m + "A_log", "inner", shape=(inner, n)), TensorSpec(m + "D", "inner", shape=(inner,))]
+    else:
+        s += [TensorSpec(m + p, "inner", shape=(ssm["heads"],)) for p in ("dt_bias", "A_log", "D")]
+        if ssm.get("norm", "gated") != "none":
+            s.append(TensorSpec(m + "norm.weight", "inner", shape=(inner,)))
+    s.append(TensorSpec(m + "out_proj.weight", "writer", 1 - r_in, r_in, ("m_inner",), "attn"))
+    if ssm.get("out_bias", ssm["bias"]):
+        s.append(TensorSpec(m + "out_proj.bias", "writer_bias", res_axis=0))
+    return s
+
+
+def arch_sublayers(a: Arch) -> set[str]:
+    """Every sublayer some block of the architecture runs ("attention", "mlp", "mamba")."""
+    return set().union(*a.kinds.values()) if a.kinds else {"attention", "mlp"}
+
+
+def mixer_specs(a: Arch, cfg, sub: str, reader, writer) -> list[TensorSpec]:
+    """The tensors of a mixer sublayer. LFM2's short convolution ("shortconv"): one channel per residual
+    dim (unit kind "conv", grown with the width like FFN neurons): in_proj reads the normed residual into
+    [B | C | x] per channel, the depthwise conv holds a kernel per channel, out_proj writes."""
+    ln1, bias = a.block + a.modules["ln1"], bool(cfg.extra.get("conv_bias"))
+    if sub == "gdn":
+        return _gdn_specs(a, cfg)
+    w = a.block + a.modules["m_conv"] + ".weight"
+    s = reader("m_in", ("conv", "conv", "conv"), "attn", ln1, bias)
+    kernel = (1, int(cfg.extra.get("conv_L_cache", 3)))
+    s.append(TensorSpec(w, "unit_bias", unit_axis=0, units=("conv",), group="attn", tail=kernel))
+    if bias:
+        s.append(TensorSpec(w[: -len("weight")] + "bias", "unit_bias", unit_axis=0, units=("conv",)))
+    return s + writer("m_out", ("conv",), "attn", bias)
+
+
+def gdn_dims(cfg) -> tuple[int, int, int, int, int]:
+    """Gated DeltaNet's inner sizes from the config: key heads, value heads, key and value head dims, conv taps."""
+    e = cfg.extra
+    keys = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+    return (*(int(e[k]) for k in keys), int(e.get("linear_conv_kernel_dim", 4)))
+
+
+def _gdn_specs(a: Arch, cfg) -> list[TensorSpec]:
+    """Gated DeltaNet (Qwen3-Next): in_proj_qkvz and in_proj_ba read the normed residual into inner units, out_proj
+    writes from them; the inner sizes never grow (unit kinds gdn_*: one unit each), so the conv kernel, A_log,
+    dt_bias and the inner norm are ``inner`` tensors width growth keeps."""
+    nk, nv, dk, dv, taps = gdn_dims(cfg)
+    ln1, m = a.block + a.modules["ln1"], a.block + a.modules["mixer"] + "."
+    readers = {"qkvz": "gdn_qkvz", "ba": "gdn_ba"}  # Qwen3-Next; Qwen3.5:
+    if a.features.gdn_split:
+        readers = {"qkv": "gdn_qkv", "z": "gdn_v", "b": "gdn_h", "a": "gdn_h"}
+    s = [TensorSpec(f"{m}in_proj_{n}.weight", "reader", 1, 0, (kind,), "attn", ln1) for n, kind in readers.items()]
+    s.append(TensorSpec(m + "conv1d.weight", "inner", shape=(2 * nk * dk + nv * dv, 1, taps)))
+    s += [TensorSpec(m + n, "inner", shape=(nv,)) for n in ("dt_bias", "A_log")]
+    s.append(TensorSpec(m + "norm.weight", "inner", shape=(dv,)))
+    return s + [TensorSpec(m + "out_proj.weight", "writer", 0, 1, ("gdn_v",), "attn")]
+
+
+def block_sublayers(cfg, layer: int) -> tuple[str, ...]:
+    """The sublayers block ``layer`` runs, in order: ("attention", "mlp") but in hybrids (``Arch.kinds``)."""
+    a = arch_of(cfg)
+    if not a.kinds:
+        return ("attention", "mlp")
+    return a.kinds[cfg.block_types[layer] if cfg.block_types else a.kind_default]
+
+
+def block_parts(cfg, layer: int) -> set[str]:
+    """The parts block ``layer`` holds (``TensorSpec.sub``): "" (the block's own), its sublayers and, in an
+    MoE family with dense blocks (``Features.moe_layers``), its MLP's form: "moe" or "dense"."""
+    parts = {"", *block_sublayers(cfg, layer)}
+    if "mlp" in parts and arch_of(cfg).features.moe_layers:
+        parts.add("moe" if cfg.is_moe(layer) else "dense")
+    return parts
+
+
 def unit_count(cfg, kind: str) -> tuple[int, int]:
     """(number of units, elements per unit) of a unit kind under a config."""
+    if kind in ("m_in", "m_inner"):  # a Mamba mixer's in_proj outputs and inner channels: never grown
+        inner, _, proj = ssm_dims(cfg)
+        return (proj if kind == "m_in" else inner, 1)
     return {
         "q": (cfg.heads, cfg.head_dim),
         "kv": (cfg.kv_heads, cfg.head_dim),
@@ -1851,6 +2304,9 @@ def unit_count(cfg, kind: str) -> tuple[int, int]:
         "experts": (cfg.experts or 0, 1),  # a router's outputs: one logit per expert, never grown
         "one": (1, 1),  # the shared expert's gate logit
         **_mla_units(cfg),
+        "conv": (cfg.width, 1),  # LFM2's short-convolution channels, one per residual dim
+        "qg": (cfg.heads, 2 * cfg.head_dim),  # Qwen3-Next's q_proj: per head [q | output gate]
+        **({k: (1, n) for k, n in _gdn_units(cfg).items()} if kind.startswith("gdn_") else {}),
     }[kind]
 
 
@@ -1869,6 +2325,17 @@ def _mla_units(cfg) -> dict:
     }
 
 
+GDN_UNITS = ("gdn_qkvz", "gdn_ba", "gdn_v", "gdn_qkv", "gdn_h")
+
+
+def _gdn_units(cfg) -> dict[str, int]:
+    """Gated DeltaNet's inner outputs, never grown (one unit each): its projections' outputs (in_proj_qkvz, in_proj_ba;
+    in_proj_qkv, in_proj_b / in_proj_a; in_proj_z and out_proj's inputs), ``GDN_UNITS``."""
+    nk, nv, dk, dv, _ = gdn_dims(cfg)
+    qkv = 2 * nk * dk + nv * dv
+    return {"gdn_qkvz": qkv + nv * dv, "gdn_ba": 2 * nv, "gdn_v": nv * dv, "gdn_qkv": qkv, "gdn_h": nv}
+
+
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
     """Every tensor name the config's checkpoint must hold, mapped to its spec (in file order):
     the non-block tensors first, then block after block, then the final norm and head."""
@@ -1876,8 +2343,8 @@ def tensor_specs(cfg) -> dict[str, TensorSpec]:
     flat = [sp for sp in specs if "{i}" not in sp.pattern]
     out = {sp.pattern: sp for sp in flat if sp.role == "embedding"}
     for i in range(cfg.layers):
-        kind = "moe" if cfg.is_moe(i) else "dense"
-        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.layers in ("", kind))
+        parts = block_parts(cfg, i)
+        out.update((sp.pattern.format(i=i), sp) for sp in specs if "{i}" in sp.pattern and sp.sub in parts)
     for sp in flat:
         out.setdefault(sp.pattern, sp)
     return out
@@ -1896,6 +2363,8 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return (1,)
     if spec.role == "writer_bias" and spec.expert_axis is not None:
         return (cfg.experts, cfg.width)
+    if spec.role == "inner":
+        return spec.shape
     if spec.role in ("norm_gain", "norm_bias", "writer_bias"):
         return (cfg.width,)
     if spec.role == "head_norm":
@@ -1916,7 +2385,7 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
         return tuple(unit_count(cfg, k)[0] for k in spec.units)
     units = sum(n * b for n, b in (unit_count(cfg, k) for k in spec.units))
     if spec.role in ("unit_bias", "unit_norm", "latent_norm", "latent_bias"):
-        return (units,) if spec.expert_axis is None else (cfg.experts, units)
+        return (units, *spec.tail) if spec.expert_axis is None else (cfg.experts, units)
     if spec.role == "head_rows":  # [heads' rows, the latent they read]
         return (units, {"mq": cfg.q_lora_rank, "mkv": cfg.kv_lora_rank}[spec.units[0]])
     shape = [0, 0] if spec.expert_axis is None else [0, 0, 0]

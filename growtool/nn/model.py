@@ -13,9 +13,8 @@ plain HF model:
   (attention and MLP, after a post-norm) multiplied by it. Gate 0 is the source model's function;
   gate 1 is a plain model.
 
-This file, ``attention.py``, ``mla.py``, ``moe.py``, ``experts.py``, ``config.py``, ``families.py``, ``errors.py``
-and ``rope.py``
-import nothing else from growtool:
+This file, ``attention.py``, ``mla.py``, ``moe.py``, ``experts.py``, the mixers (``mamba.py``, ``shortconv.py``,
+``deltanet.py``), ``config.py``, ``families.py``, ``errors.py`` and ``rope.py`` import nothing else from growtool:
 they are copied into remote-code folders (``hf_remote``) as the model transformers runs.
 """
 
@@ -27,12 +26,19 @@ import torch.nn.functional as F
 
 from .attention import apply_rope, apply_rope_interleaved, attend, l2_norm, query_scale, rope_tables
 from .config import ModelConfig
+from .deltanet import gdn_forward, gdn_modules
 from .experts import Fused, expert_parameters
-from .families import arch_of, block_features, has_head_bias
+from .families import arch_of, block_features, block_sublayers, has_head_bias
+from .mamba import Mamba1Mixer, Mamba2Mixer
 from .mla import attention as mla_attention
 from .mla import modules as mla_modules
 from .moe import route
 from .rope import extends_context, layer_key
+from .shortconv import shortconv_forward, shortconv_modules
+
+# a hybrid's mixer sublayer (Arch.kinds) -> (its modules by slot (cfg, lin), its forward (slots, normed x, channel
+# mask or None))
+MIXERS = {"shortconv": (shortconv_modules, shortconv_forward), "gdn": (gdn_modules, gdn_forward)}
 
 ACT = {
     "gelu": lambda x: F.gelu(x),
@@ -148,6 +154,34 @@ def _put(root: nn.Module, path: str, module: nn.Module | nn.Parameter) -> None:
         root.add_module(last, module)
 
 
+_SUB_SLOTS = {  # hybrids: the slots each sublayer owns (a block holds those of its kind's sublayers)
+    "attention": {"ln1", "post_attn", "q", "k", "v", "qkv", "q_norm", "k_norm", "g", "o", "sinks"}
+    | {"q_a", "q_a_norm", "q_b", "kv_a", "kv_a_norm", "kv_b"},
+    "mamba": {"ln1", "mamba"},
+    "shortconv": {"ln1", "m_in", "m_conv", "m_out"},
+    "gdn": {"ln1", "mixer"},
+    "mlp": {"ln2", "post_ffn", "router", "experts", "s_gate", "s_up", "s_down", "s_router", "gate_up", "gate", "up"}
+    | {"down", "act", "e_gate_up", "e_gate", "e_up", "e_down", "e_gate_up_bias", "e_down_bias", "s_gate_up"},
+}
+
+
+def _block_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
+    """Block ``layer``'s modules by slot: all of them, or in a hybrid those of its kind's sublayers."""
+    if not arch_of(cfg).kinds:
+        return _slot_modules(cfg, layer)
+    subs = block_sublayers(cfg, layer)
+    keep = set().union(*(_SUB_SLOTS[sub] for sub in subs))
+    if subs == ("mamba",):  # a mixer block alone (Mamba, Nemotron-H): build no attention or MLP to drop
+        m = {"ln1": make_norm(cfg, cfg.width)}
+    else:
+        m = {k: v for k, v in _slot_modules(cfg, layer).items() if k in keep}
+    if "mamba" in subs:
+        m["mamba"] = Mamba1Mixer(cfg) if arch_of(cfg).features.ssm_version == 1 else Mamba2Mixer(cfg)
+    for sub in set(subs) & set(MIXERS):  # LFM2's short convolution, Gated DeltaNet
+        m.update(MIXERS[sub][0](cfg, lambda n_in, n_out, bias: Linear(n_in, n_out, bias)))
+    return m
+
+
 def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     """Block ``layer``'s modules by slot, sized from the config and shaped by the features."""
     f = block_features(cfg)
@@ -165,7 +199,8 @@ def _slot_modules(cfg: ModelConfig, layer: int) -> dict[str, nn.Module]:
     if f.mla:  # multi-head latent attention (mla.py), its o_proj included
         m.update(mla_modules(cfg, lin, RMSNorm))
     elif f.qkv == "separate":
-        m.update(q=lin(d, qd, cfg.qkv_bias), k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
+        q = lin(d, 2 * qd if f.attn_output_gate else qd, cfg.qkv_bias)  # Qwen3-Next: per head [q | gate]
+        m.update(q=q, k=lin(d, kvd, cfg.qkv_bias), v=lin(d, kvd, cfg.qkv_bias))
     else:
         m["qkv"] = lin(d, qd + 2 * kvd, cfg.qkv_bias)
     if f.qk_norm in ("head", "full"):
@@ -222,7 +257,7 @@ class Block(nn.Module):
         super().__init__()
         self.cfg, self.layer, self.features = cfg, layer, block_features(cfg)
         a = arch_of(cfg)
-        self.slot = _slot_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
+        self.slot = _block_modules(cfg, layer)  # a plain dict: the same module objects, found by slot
         for name, mod in self.slot.items():
             _put(self, a.modules[name], mod)
         if self.features.expert_bias and cfg.is_moe(layer):  # a buffer at its path (under the router, maybe)
@@ -245,8 +280,12 @@ class Block(nn.Module):
             return mla_attention(cfg, s, x, rope, self.layer, g)
         B, T, _ = x.shape
         H, K, hd = cfg.heads, cfg.kv_heads, cfg.head_dim
+        gate = None
         if f.qkv == "separate":
             q, k, v = s["q"](x), s["k"](x), s["v"](x)
+            if f.attn_output_gate:  # per head [q | gate]; the output's gate as [B, H, T, hd]
+                q, gate = q.view(B, T, H, 2 * hd).chunk(2, dim=-1)
+                gate = torch.sigmoid(gate.transpose(1, 2))
         elif f.qkv == "concat":
             q, k, v = s["qkv"](x).split([H * hd, K * hd, K * hd], dim=-1)
         elif f.qkv == "grouped":  # per KV group [q_1 .. q_r k v] (Falcon)
@@ -280,6 +319,8 @@ class Block(nn.Module):
             mult = sg if mult is None else mult * sg
         if mult is not None:
             y = y * mult
+        if gate is not None:
+            y = y * gate
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def _moe(self, x, g):
@@ -323,16 +364,17 @@ class Block(nn.Module):
             return self._moe(x, g)
         n, base = (cfg.dense_ffn, cfg.base_dense_ffn) if f.moe else (cfg.ffn, cfg.base_ffn)  # Llama 4's dense blocks
         act = s["act"] if "act" in s else ACT[cfg.activation]
+        mg, md = (cfg.multipliers or {}).get("mlp", (None, None))  # Falcon-H1: on the gate, on the output
         if f.mlp == "glu_fused":
             gate, up = s["gate_up"](x).chunk(2, dim=-1)
             h = act(gate) * up
         elif f.mlp == "glu":
-            h = act(s["gate"](x)) * s["up"](x)
+            h = act(s["gate"](x) if mg is None else s["gate"](x) * mg) * s["up"](x)
         else:
             h = act(s["up"](x))
         if base < n:  # grown neurons behind the gate (skipped in a plain model)
             h = h * unit_mask(n, base, g, h)
-        return s["down"](h)
+        return s["down"](h) if md is None else s["down"](h) * md
 
     def forward(self, x, rope=None, alpha=None):
         g = self._gate(alpha)
@@ -343,6 +385,8 @@ class Block(nn.Module):
     def _forward(self, x, rope, g, w):
         s, f = self.slot, self.features
         r = self.cfg.residual_multiplier  # Granite: sublayer outputs x r before the add
+        if arch_of(self.cfg).kinds:
+            return self._hybrid(x, rope, g, w)
         if self.cfg.parallel:
             h = s["ln1"](x)
             return x + w(self._attention(h, rope, g)) + w(self._ffn(h if f.shared_norm else s["ln2"](x), g))
@@ -352,6 +396,34 @@ class Block(nn.Module):
         m = self._ffn(s["ln2"](x) if f.pre_norms else x, g)
         m = s["post_ffn"](m) if f.post_norms else m
         return x + w(m if r is None else m * r)
+
+    def _mixer(self, sub, x, g):
+        """LFM2's short convolution (its grown channels behind the gate) or Gated DeltaNet (nothing gated)."""
+        cfg = self.cfg
+        base = cfg.base_units("conv")
+        return MIXERS[sub][1](self.slot, x, unit_mask(cfg.width, base, g, x) if base < cfg.width else None)
+
+    def _hybrid(self, x, rope, g, w):
+        """A hybrid's block (``Arch.kinds``): each sublayer of its kind reads its pre-norm of the residual
+        (ln1: attention or the Mamba mixer, ln2: the MLP) and adds its output (x r, Granite) to it."""
+        s, r, m = self.slot, self.cfg.residual_multiplier, self.cfg.multipliers or {}
+        for sub in block_sublayers(self.cfg, self.layer):
+            if sub == "mlp":
+                y = self._ffn(s["ln2"](x), g)
+            elif sub == "mamba" and self.features.parallel_mixers:  # Falcon-H1: with attention, on one norm
+                h = s["ln1"](x)
+                y = s["mamba"](h) * m.get("ssm_out", 1.0)
+                y = y + self._attention(h * m.get("attn_in", 1.0), rope, g) * m.get("attn_out", 1.0)
+            elif sub == "attention" and self.features.parallel_mixers:
+                continue  # run with the mixer
+            elif sub == "mamba":
+                y = s["mamba"](s["ln1"](x))
+            elif sub in MIXERS:
+                y = self._mixer(sub, s["ln1"](x), g)
+            else:
+                y = self._attention(s["ln1"](x), rope, g)
+            x = x + w(y if r is None else y * r)
+        return x
 
 
 class LM(nn.Module):

@@ -106,6 +106,8 @@ def _unit_rows(t: torch.Tensor, spec, cfg):
         n, block = unit_count(cfg, kind)
         seg = t.narrow(spec.unit_axis, off, n * block).movedim(spec.unit_axis, 0)
         off += n * block
+        if kind == "conv" or kind.startswith(("gdn_", "m_")):  # a mixer's channels or inner units: no heads
+            continue
         group = "ffn" if kind == "ffn" else "kv" if kind == "kv" else "head"
         yield group, seg.reshape(n, -1)  # a unit's block of rows (head_dim for a head) is contiguous
 
