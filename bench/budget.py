@@ -266,8 +266,9 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     ((f, w, L, m),) = spec["growths"]
     first = round(f * tokens)
     s1, r1 = train_phase(Q, base, str(run / "base-out"), first, spec["seed"])
-    deep = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
-    grown = surgery.expand(s1["final"], width=w, out=str(run / "grown.safetensors"), **deep)
+    kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
+    kw |= {"width": w} if w != spec["base"][0] else {}  # expand refuses a "growth" to the same size
+    grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **kw)
     s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"])
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
 
