@@ -201,3 +201,20 @@ def test_each_arm_takes_its_best_lr_on_the_seeds_every_lr_ran():
     assert row["grown_best_lr"] == 0.006 and row["grown_lr_sweep"] == "0.003: 1.9500 / 0.006: 1.9000 / 0.012: 2.1000"
     assert abs(row["d_val"] - (1.9 - 2.0)) < 1e-12
     assert abs(row["frontier_mean"] - (1 - 100.0 / (100.0 * 2**0.5))) < 1e-9  # 1.9: half-way to 1.8 in loss
+
+
+@pytest.mark.slow  # a bench smoke run
+def test_the_plain_path_grows_depth_alone(tmp_path):
+    """``/plain`` on a depth variant: ``train BASE``, ``expand --layers`` (no width: expand refuses a
+    growth to the same width), ``train GROWN``, each with the trainer's defaults; the run ends at
+    the target's shape and FLOPs, base phase counted."""
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(f"the quick brown fox {i % 7} jumps over the lazy dog {i % 11}." for i in range(900)))
+    p = bench(text, "--quick", "--out", tmp_path, "--variants", "stack2x@0.15/plain", "--sweep", "", "--budgets", "0.04")
+    assert p.returncode == 0, p.stderr[-2000:]
+    (c,) = [json.loads(f.read_text()) for f in (tmp_path / "budget" / "cached").glob("*.json")
+            if json.loads(f.read_text())["spec"]["kind"] == "grown"]  # fmt: skip
+    P = dict(QUICK)
+    n_t = _config(P, "llama", 32).n_params()
+    assert c["spec"]["opts"] == ["plain"] and c["result"]["final"][:2] == [32, 2]
+    assert abs(c["result"]["flops"] - 6 * n_t * 0.04 * n_t) <= 2 * 6 * n_t * P["batch"] * P["seq"]  # two phases

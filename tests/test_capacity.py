@@ -6,13 +6,12 @@ median copied-unit cosine <= 0.9 (new units are not clones of their sources) and
 update RMS within 2x of the old units' once the gate ramp is over (Adam moves them as much).
 
 Under the srio recipe both hold without any treatment (its new FFN neurons are tiled into the new
-residual dims, cosine 0 with their sources by construction; Adam normalises each entry's step), so
-they cannot tell today's defaults from the new ones. What the new default changes (``--new-lr-mult
-2``, its step re-warmed over the gate ramp, chosen on bench/capacity.py's pilot) is pinned too: the new
-units' update RMS is above the old units' (Llama / GPT-2 with the defaults: FFN 1.23 / 1.25, heads
-1.23 / 1.24; with --new-lr-mult 1: 0.94 / 1.00, 1.00 / 1.01), and the new units write a real share of
-each block's output (FFN 0.125 / 0.37, heads 0.33 / 0.30; with --new-lr-mult 1 the Llama's new FFN
-neurons write 0.055). bench/results/capacity/logs/probe-*.log.
+residual dims, cosine 0 with their sources by construction; Adam normalises each entry's step). The
+new parameters' own step (``--new-lr-mult 2`` re-warmed over the gate ramp, chosen on
+bench/capacity.py's 0.5 tokens / parameter pilot) was the default until the budget table at 10 tokens /
+parameter measured it worse on 3 of 3 seeds (bench/results/budget_d64/WRITEUP.md); the default is now
+the papers' one step for all, pinned below, and the new units still write a real share of each
+block's output with it.
 """
 
 import pytest
