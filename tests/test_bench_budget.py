@@ -210,7 +210,8 @@ def test_the_plain_path_grows_depth_alone(tmp_path):
     the target's shape and FLOPs, base phase counted."""
     text = tmp_path / "t.txt"
     text.write_text(" ".join(f"the quick brown fox {i % 7} jumps over the lazy dog {i % 11}." for i in range(900)))
-    p = bench(text, "--quick", "--out", tmp_path, "--variants", "stack2x@0.15/plain", "--sweep", "", "--budgets", "0.04")
+    args = ("--variants", "stack2x@0.15/plain", "--sweep", "", "--budgets", "0.04")
+    p = bench(text, "--quick", "--out", tmp_path, *args)
     assert p.returncode == 0, p.stderr[-2000:]
     (c,) = [json.loads(f.read_text()) for f in (tmp_path / "budget" / "cached").glob("*.json")
             if json.loads(f.read_text())["spec"]["kind"] == "grown"]  # fmt: skip
