@@ -75,3 +75,31 @@ def test_the_defaults_that_make_it_so():
     assert Settings(steps=240, new_rewarm_steps=None).resolve(10_000, 64, True, "byte", {})["new_rewarm_steps"] == 24
     r = recipes.load("srio")
     assert (r["noise"], r["pair_noise"], r["split_alpha"]) == (0.0, 0.0, 0.5)  # growth writes what it did
+
+
+def test_the_plain_paths_defaults(tmp_path):
+    """Issue 40, must-show 4: the plain path (``init``, ``train``, ``expand --layers 2x``, ``train
+    GROWN``, every default) saved within the seed spread of the best schedule (``train --grow-at``
+    stacking 2 -> 4 layers at 12% of the run) at 10 tokens / parameter, Llama and GPT-2, 3 seeds
+    (bench/results/budget_d64/WRITEUP.md). These are the defaults it ran with: ``expand`` stacks
+    (G_stack), the grown model's new blocks open over a gate ramp of 10% of the run, and ``train`` warms
+    up over 5% of its steps to 3e-3 and decays linearly over its last 20% (wsd: the base run ends
+    decayed, the grown run starts its own schedule; under cosine the plain path saved ~10 points less,
+    bench/README section 10)."""
+    from growtool import cli as cli_module
+    from growtool.training.settings import Settings
+
+    (method,) = [p for p in cli_module.expand.params if p.name == "depth_method"]
+    assert method.default == "stack"
+    s = Settings()
+    assert (s.lr, s.schedule, s.decay_fraction, s.warmup, s.gate_warmup_tokens) == (3e-3, "wsd", 0.2, None, None)
+    auto = Settings(steps=1000, batch=4, seq=16).resolve(10_000, 64, True, "byte", {})
+    assert (auto["warmup"], auto["gate_warmup_tokens"]) == (50, 6400)  # 5% of the steps; 10% of the tokens
+    # and what expand writes with them: the base's blocks stacked, verify PASS at gate 0
+    cfg = _cfg("llama")
+    src = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    r = cli("expand", src, "--layers", "2x", "-o", tmp_path / "g.safetensors", "-q")
+    assert r.exit_code == 0, r.stderr
+    grown = checkpoint.load(tmp_path / "g.safetensors")
+    assert grown.config.layers == 4 and grown.lineage[-1]["depth_method"] == "stack", grown.lineage[-1]
+    assert cli("verify", src, tmp_path / "g.safetensors", "--samples", 2, "-q").exit_code == 0
