@@ -16,7 +16,8 @@ file), for each family, seed and budget B (tokens per parameter of the *target* 
               (``DEPTH``): width (0.75d, same layers), stack2x / interleave2x (L/2 layers: G_stack,
               interposition), middle (L/2 -> 3L/4 at 1/3 -> L at 2/3, each time copies of the middle
               block: MIDAS; one 2x step copies every block, the same as stack), stack4x (L/4 layers:
-              G_stack's 4x), width+depth (0.75d x 3L/4). Each result records the shape it ended at.
+              G_stack's 4x), stages4x (L/4 -> L/2 at 1/4 -> L at 1/2 by stacking), width+depth (0.75d
+              x 3L/4). Each result records the shape it ended at.
 
 FLOPs = 6 x parameters x tokens summed over steps (each step at its own size: metrics.jsonl's
 ``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
@@ -105,6 +106,7 @@ DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, wi
     "interleave2x": ((1, 0.5), [(0.5, 1, 1, "interleave")]),
     "middle": ((1, 0.5), [(1 / 3, 1, 0.75, "middle"), (2 / 3, 1, 1, "middle")]),
     "stack4x": ((1, 0.25), [(0.5, 1, 1, "stack")]),
+    "stages4x": ((1, 0.25), [(0.25, 1, 0.5, "stack"), (0.5, 1, 1, "stack")]),  # L/4 -> L/2 -> L by stacking
     "width+depth": ((0.75, 0.75), [(0.5, 1, 1, "stack")]),
     "width2x+depth2x": ((0.5, 0.5), [(0.5, 1, 1, "stack")]),
 }
@@ -152,7 +154,7 @@ def _shape(P, fw: float, fl: float) -> list[int]:
 def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
     """``NAME[@T][/OPTION...]``: a DEPTH variant grown at T of the stable phase (under wsd the part of
     the run before its decay: a run fraction T x (1 - decay_fraction); the whole run otherwise) instead
-    of its table's fractions, with OPTIONS."""
+    of its table's fractions (its last growth at T, earlier ones in proportion), with OPTIONS."""
     head, *opts = v.split("/")
     name, _, t = head.partition("@")
     return name, float(t) if t else None, opts
@@ -164,7 +166,7 @@ def depth_spec(P, variant: str) -> dict:
     (bw, bl), gs = DEPTH[name]
     if t is not None:
         stable = 1.0 - 0.2 if P["schedule"] == "wsd" else 1.0  # the trainer's --decay-fraction default
-        gs = [(round(t * stable, 6), w, lf, m) for _f, w, lf, m in gs]
+        gs = [(round(f / gs[-1][0] * t * stable, 6), w, lf, m) for f, w, lf, m in gs]
     out = {"base": _shape(P, bw, bl), "growths": [[f, *_shape(P, w, lf), m] for f, w, lf, m in gs]}
     return {**out, "opts": opts} if opts else out
 
@@ -529,8 +531,8 @@ def main():
             die(f"unknown variant {v!r} (known: {', '.join([*VARIANTS, *DEPTH])}, each [@T][/OPTION...])")
         if name in DEPTH and any(o not in OPTIONS for o in opts):
             die(f"variant {v!r}: unknown option (known: {', '.join(OPTIONS)})")
-        if name in DEPTH and t is not None and (len(DEPTH[name][1]) != 1 or not 0 < t < 1):
-            die(f"variant {v!r}: @T needs one growth and 0 < T < 1")
+        if name in DEPTH and t is not None and not 0 < t < 1:
+            die(f"variant {v!r}: @T needs 0 < T < 1")
         if name in DEPTH:  # every growth must change the shape: a base of the target's shape cannot grow
             d = depth_spec(P, v)
             shapes = [d["base"]] + [g[1:3] for g in d["growths"]]

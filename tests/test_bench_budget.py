@@ -219,3 +219,12 @@ def test_the_plain_path_grows_depth_alone(tmp_path):
     n_t = _config(P, "llama", 32).n_params()
     assert c["spec"]["opts"] == ["plain"] and c["result"]["final"][:2] == [32, 2]
     assert abs(c["result"]["flops"] - 6 * n_t * 0.04 * n_t) <= 2 * 6 * n_t * P["batch"] * P["seq"]  # two phases
+
+
+def test_a_staged_variant_at_T_ends_at_T_and_grows_earlier_in_proportion():
+    from budget import depth_spec
+
+    P = {**QUICK, "layers": 4, "schedule": "wsd"}  # wsd: T of the stable phase, 80% of the run
+    assert depth_spec(P, "stack2x@0.15")["growths"] == [[0.12, 32, 4, "stack"]]
+    assert depth_spec(P, "stages4x@0.15")["growths"] == [[0.06, 32, 2, "stack"], [0.12, 32, 4, "stack"]]
+    assert depth_spec(P, "stages4x")["base"] == [32, 1]
