@@ -13,11 +13,11 @@ file), for each family, seed and budget B (tokens per parameter of the *target* 
               budget ``--sweep-budget`` (the growth-factor ceiling).
   depth       variants that end at the model of --width x --layers itself (so they share one scratch
               baseline), from a smaller base grown at 1/2 by ``--grow-at 0.5:width=W,layers=L,method=M``
-              (``DEPTH``): width (0.75d, same layers), stack2x / interleave2x (L/2 layers: G_stack,
-              interposition), middle (L/2 -> 3L/4 at 1/3 -> L at 2/3, each time copies of the middle
-              block: MIDAS; one 2x step copies every block, the same as stack), stack4x (L/4 layers:
-              G_stack's 4x), stages4x (L/4 -> L/2 at 1/4 -> L at 1/2 by stacking), width+depth (0.75d
-              x 3L/4). Each result records the shape it ended at.
+              (``DEPTH``): width (0.75d, same layers), width2x / 3x / 4x (d/2, d/3, d/4), stack2x /
+              interleave2x (L/2 layers: G_stack, interposition), middle (L/2 -> 3L/4 at 1/3 -> L at
+              2/3, each time copies of the middle block: MIDAS; one 2x step copies every block, the
+              same as stack), stack4x (L/4 layers: G_stack's 4x), stages4x (L/4 -> L/2 at 1/4 -> L at
+              1/2 by stacking), width+depth (0.75d x 3L/4). Each result records the shape it ended at.
 
 FLOPs = 6 x parameters x tokens summed over steps (each step at its own size: metrics.jsonl's
 ``flops``). Compute saved (per seed) = 1 - (FLOPs at which the grown run's validation loss first
@@ -101,6 +101,7 @@ VARIANTS = {  # name -> [(fraction of the run's tokens, width factor)], the grow
 DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, width f., layers f., method)])
     "width": ((0.75, 1), [(0.5, 1, 1, None)]),
     "width2x": ((0.5, 1), [(0.5, 1, 1, None)]),
+    "width3x": ((1 / 3, 1), [(0.5, 1, 1, None)]),  # needs --width a multiple of 3 KV groups (d96 with head_dim 8)
     "width4x": ((0.25, 1), [(0.5, 1, 1, None)]),
     "stack2x": ((1, 0.5), [(0.5, 1, 1, "stack")]),
     "interleave2x": ((1, 0.5), [(0.5, 1, 1, "interleave")]),
