@@ -120,6 +120,7 @@ OPTIONS = {
     "lemon": ("copy", {"split_alpha": 0.7}, {}),  # Net2Net copies, LEMON's unequal split
     "open": ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.1}, {}),  # new FFN units read the old dims
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
+    "mup": (None, {}, {"grow_lr": "mup"}),  # hidden matrices at x first width / width after the growth (muP, Adam)
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
 }
 
