@@ -83,18 +83,22 @@ def test_the_plain_paths_defaults(tmp_path):
     stacking 2 -> 4 layers at 12% of the run) at 10 tokens / parameter, Llama and GPT-2, 3 seeds
     (bench/results/budget_d64/WRITEUP.md). These are the defaults it ran with: ``expand`` stacks
     (G_stack), the grown model's new blocks open over a gate ramp of 10% of the run, and ``train`` warms
-    up over 5% of its steps to 3e-3 and decays linearly over its last 20% (wsd: the base run ends
-    decayed, the grown run starts its own schedule; under cosine the plain path saved ~10 points less,
-    bench/README section 10)."""
+    up over 5% of its steps to its family's peak LR (3e-3; GPT-2 6e-3) and decays linearly over its
+    last 20% (wsd: the base run ends decayed, the grown run starts its own schedule; under cosine the
+    plain path saved ~10 points less, bench/README section 10)."""
     from growtool import cli as cli_module
     from growtool.training.settings import Settings
 
     (method,) = [p for p in cli_module.expand.params if p.name == "depth_method"]
     assert method.default == "stack"
     s = Settings()
-    assert (s.lr, s.schedule, s.decay_fraction, s.warmup, s.gate_warmup_tokens) == (3e-3, "wsd", 0.2, None, None)
-    auto = Settings(steps=1000, batch=4, seq=16).resolve(10_000, 64, True, "byte", {})
+    assert (s.lr, s.schedule, s.decay_fraction, s.warmup, s.gate_warmup_tokens) == (None, "wsd", 0.2, None, None)
+    auto = Settings(steps=1000, batch=4, seq=16).resolve(10_000, 64, True, "byte", {}, "llama")
     assert (auto["warmup"], auto["gate_warmup_tokens"]) == (50, 6400)  # 5% of the steps; 10% of the tokens
+    # the peak LR each family's arms won at (GPT-2's plain path at 3e-3 saved -1.7% against 3.8% at 6e-3)
+    lrs = {f: Settings(steps=10).resolve(100, 64, False, "byte", {}, f)["lr"] for f in ("llama", "gpt2", "qwen3")}
+    assert lrs == {"llama": 3e-3, "gpt2": 6e-3, "qwen3": 3e-3}
+    assert Settings(steps=10, lr=1e-3).resolve(100, 64, False, "byte", {}, "gpt2")["lr"] == 1e-3
     # and what expand writes with them: the base's blocks stacked, verify PASS at gate 0
     cfg = _cfg("llama")
     src = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())

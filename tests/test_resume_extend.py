@@ -130,3 +130,18 @@ def test_default_cadences_have_floors(steps, expect):
     assert (s["eval_every"], s["metrics_every"], s["save_every"]) == expect
     given = Settings(steps=steps, eval_every=3, metrics_every=4, save_every=5).resolve(10**6, 128, False, "byte", {})
     assert (given["eval_every"], given["metrics_every"], given["save_every"]) == (3, 4, 5)
+
+
+def test_a_resumed_run_keeps_its_lr_unless_given():
+    """--lr's default depends on the family (settings.FAMILY_LR): a run resumed without --lr keeps the LR
+    it started with (so a changed default never refuses an old run); a different --lr is refused."""
+    from growtool.training.resume import merge
+
+    ident = {"data_sha256": "d", "val_sha256": [], "source_sha256": "s"}
+    saved = Settings(steps=16, lr=1e-3).resolve(1000, 64, False, "byte", ident, "gpt2")
+    opts = Settings(steps=16)
+    s, changes = merge(saved, opts.resolve(1000, 64, False, "byte", ident, "gpt2"), opts)
+    assert (s["lr"], changes) == (1e-3, {})
+    given = Settings(steps=16, lr=6e-3)
+    with pytest.raises(GrowError, match="--lr 0.006 differs from the run's 0.001"):
+        merge(saved, given.resolve(1000, 64, False, "byte", ident, "gpt2"), given)

@@ -18,7 +18,8 @@ What it may change:
 
 Settings not given on resume keep the run's values, where the default would be re-derived from the
 new length: the length itself (neither ``--steps`` nor ``--tokens``), ``--warmup``,
-``--gate-warmup-tokens`` and the cadences. So ``--resume --steps 2N`` keeps the warm-up and gate ramp
+``--gate-warmup-tokens`` and the cadences; and ``--lr`` (its default is the family's, which a later
+release may change: the run keeps the one it started with). So ``--resume --steps 2N`` keeps the warm-up and gate ramp
 the run started with; an uninterrupted 2N-step run matches it when it is given the same values.
 Every accepted change is recorded in ``last.pt``'s ``history``: [{step, changed: {name: [old, new]}}].
 """
@@ -30,7 +31,7 @@ from growtool.training.schedule import lr_at
 from growtool.training.settings import option, resume_keys, saved_setting
 
 CADENCES = ("eval_every", "save_every", "metrics_every")
-KEPT = ("warmup", "gate_warmup_tokens", *CADENCES)  # defaults derived from the length: kept when not given
+KEPT = ("lr", "warmup", "gate_warmup_tokens", *CADENCES)  # derived defaults: kept when not given
 ADJUSTABLE = ("steps", *CADENCES)
 
 

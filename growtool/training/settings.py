@@ -24,6 +24,16 @@ IDENTITY = ("data_sha256", "val_sha256", "source_sha256")
 SHARES = {"eval_every": 0.05, "metrics_every": 0.1, "save_every": 0.1}
 FLOORS = {"eval_every": 25, "metrics_every": 50, "save_every": 50}
 
+# --lr's default: the peak LR that won for both arms of the budget study (scratch and grown, every seed,
+# d64 x 4 on docs.jsonl: bench/results/budget_d64/WRITEUP.md), per family where it differs from Llama's
+DEFAULT_LR = 3e-3
+FAMILY_LR = {"gpt2": 6e-3}  # GPT-2 (LayerNorm, learned positions, tied head): 6e-3 beat 3e-3 on 9 of 9 pairs
+
+
+def default_lr(family: str) -> float:
+    """``train``'s peak LR for a model of ``family`` when --lr is not given."""
+    return FAMILY_LR.get(family, DEFAULT_LR)
+
 
 def setting(
     default,
@@ -74,7 +84,14 @@ class Settings:
     )
     batch: int = setting(16, "global batch (sequences per step)", low=1)
     seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
-    lr: float = setting(3e-3, "peak learning rate", low=0, low_open=True)
+    lr: float | None = setting(
+        None,
+        f"peak learning rate (default {DEFAULT_LR:g}; "
+        + ", ".join(f"{f} {v:g}" for f, v in FAMILY_LR.items())
+        + ": measured, bench/README section 15)",
+        low=0,
+        low_open=True,
+    )
     min_lr_ratio: float = setting(0.1, "final lr / peak lr", low=0, high=1)
     schedule: str = setting(
         "wsd",
@@ -212,8 +229,11 @@ class Settings:
             raise GrowError("give --tokens or --steps, not both")
         parse_grow_at(self.grow_at)
 
-    def resolve(self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict) -> dict:
-        """The run's saved settings: defaults filled in from the data, the model and the run length."""
+    def resolve(
+        self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict, family: str = ""
+    ) -> dict:
+        """The run's saved settings: defaults filled in from the data, the model (its ``family``: --lr)
+        and the run length."""
         seq = self.seq or min(context, 128)
         per_step = self.batch * seq
         steps = self.steps or math.ceil((self.tokens if self.tokens is not None else n_train) / per_step)
@@ -224,6 +244,7 @@ class Settings:
                 self.gate_warmup_tokens if self.gate_warmup_tokens is not None else default_gate_tokens(steps, per_step)
             )
         auto = {
+            "lr": self.lr if self.lr is not None else default_lr(family),
             "steps": steps,
             "seq": seq,
             "gate_warmup_tokens": gate,
