@@ -121,6 +121,8 @@ OPTIONS = {
     "open": ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.1}, {}),  # new FFN units read the old dims
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
     "mup": (None, {}, {"grow_lr": "mup"}),  # hidden matrices at x first width / width after the growth (muP, Adam)
+    "ramp1": (None, {}, {"gate_ramp_share": 0.01}),  # the gate ramp over 1% of the run's tokens (default 10%)
+    "ramp3": (None, {}, {"gate_ramp_share": 0.03}),
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
 }
 
@@ -248,7 +250,10 @@ def run_one(P, spec: dict, work: Path) -> dict:
         if "plain" in spec.get("opts", []):
             s, recs, curve = plain_path(Q, spec, base, run, tokens)
         else:
-            s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **option_kw(spec, run))
+            kw = option_kw(spec, run)
+            if "gate_ramp_share" in kw:  # a share of this run's tokens
+                kw["gate_warmup_tokens"] = max(1, round(kw.pop("gate_ramp_share") * tokens))
+            s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **kw)
             curve = _curve(recs)
     import shutil
 
