@@ -250,9 +250,7 @@ def run_one(P, spec: dict, work: Path) -> dict:
         if "plain" in spec.get("opts", []):
             s, recs, curve = plain_path(Q, spec, base, run, tokens)
         else:
-            kw = option_kw(spec, run)
-            if "gate_ramp_share" in kw:  # a share of this run's tokens
-                kw["gate_warmup_tokens"] = max(1, round(kw.pop("gate_ramp_share") * tokens))
+            kw = option_kw(spec, run, tokens)
             s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **kw)
             curve = _curve(recs)
     import shutil
@@ -282,8 +280,9 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
 
 
-def option_kw(spec: dict, work: Path) -> dict:
-    """``train`` keywords of a grown run's OPTIONS (a recipe file for the recipe ones)."""
+def option_kw(spec: dict, work: Path, tokens: int = 0) -> dict:
+    """``train`` keywords of a grown run's OPTIONS (a recipe file for the recipe ones; a gate ramp's
+    share of the run in tokens of a run of ``tokens``)."""
     from capacity import _recipe_file
 
     kw, base, over = {}, "srio", {}
@@ -292,6 +291,8 @@ def option_kw(spec: dict, work: Path) -> dict:
         base, over, kw = b or base, {**over, **ov}, {**kw, **k}
     if base != "srio" or over:
         kw["grow_recipe"] = _recipe_file(work, base, over)
+    if "gate_ramp_share" in kw:
+        kw["gate_warmup_tokens"] = max(1, round(kw.pop("gate_ramp_share") * tokens))
     return kw
 
 
