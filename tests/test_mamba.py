@@ -2,7 +2,7 @@
 architecture table (tests/arch_cases.py) go through test_architectures.py's forward, round trip and recipes
 and test_depth.py's depth cases; here, what is particular to the mixer and to per-layer block kinds:
 
-* the mechanisms bite: dt clamped at time_step_min, the gated norm over groups of channels;
+* the mechanisms bite: dt clamped to time_step_limit, the gated norm over groups of channels;
 * width growth keeps the mixer's inner tensors bit for bit (in_proj reads, out_proj writes the residual);
 * depth growth: each copied block keeps its kind (``layers_block_type``, and the 4.x pattern string);
 * a block kind growtool does not run (Nemotron-H's MoE blocks) is refused with one line.
@@ -32,11 +32,12 @@ pytestmark = pytest.mark.usefixtures("one_thread")
 INNER = ("conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight")
 
 
-def test_dt_is_clamped_at_time_step_min(tmp_path):
-    """Nemotron-H clamps dt = softplus(dt + dt_bias) at time_step_min (not at time_step_limit): with one
-    head's dt_bias far below, growtool equals transformers, and without the clamp the logits differ."""
+def test_dt_is_clamped_at_time_step_limit(tmp_path):
+    """Nemotron-H clamps dt = softplus(dt + dt_bias) to time_step_limit, as Mamba-2 does (transformers >=
+    5.25; before, at time_step_min): with one head's dt_bias far below, growtool equals transformers, and
+    without the clamp the logits differ."""
     torch.manual_seed(0)
-    model = perturbed(_nemotron_h(time_step_min=0.01)).eval()
+    model = perturbed(_nemotron_h(time_step_limit=(0.01, float("inf")), time_step_min=0.001)).eval()
     with torch.no_grad():
         model.model.layers[0].mixer.dt_bias[0] = -12.0  # softplus ~ 6e-6, clamped to 0.01
     model.save_pretrained(tmp_path / "src")

@@ -154,7 +154,6 @@ class Features:
     #                                x block_ffn_dim_multiplier, rounded up to block_multiple_of
     ssm_version: int = 2  # the Mamba mixer: 2 (Mamba-2, nn/mamba.Mamba2Mixer) or 1 (Mamba, Mamba1Mixer)
     parallel_mixers: bool = False  # a block's Mamba mixer and attention read one norm, their outputs summed (Falcon-H1)
-    fixed_dt_min: bool = False  # a Mamba mixer clamps dt at time_step_min (Nemotron-H), not at time_step_limit
 
 
 @dataclass(frozen=True)
@@ -1599,7 +1598,7 @@ _NEMOTRON_H_SSM = {
     "conv": "conv_kernel",
     "conv_bias": "use_conv_bias",
     "bias": "use_bias",  # in_proj and out_proj (mamba_proj_bias is read by nothing)
-    "dt_min": "time_step_min",
+    "dt_limit": "time_step_limit",  # dt's clamp (transformers >= 5.25; 5.24 and before clamped at time_step_min)
 }
 
 # Nemotron-H: every block is one norm and one mixer (Mamba-2, attention without positions, or a ReLU^2 MLP)
@@ -1623,7 +1622,7 @@ NEMOTRON_H = Arch(
         "up": "mixer.up_proj",
         "down": "mixer.down_proj",
     },
-    features=Features(positions="none", mlp="plain", fixed_eps=True, fixed_dt_min=True),
+    features=Features(positions="none", mlp="plain", fixed_eps=True),
     keys={
         **{k: v for k, v in _LLAMA_KEYS.items() if k not in ("norm_eps", "tie")},  # never tied (transformers
         #   unties lm_head whatever tie_word_embeddings says)

@@ -56,7 +56,6 @@ def ssm_to_hf(a, m: dict, hf: dict) -> None:
     val = {
         **m,
         "inner": m["heads"] * m["head_dim"],
-        "dt_min": m["dt_limit"][0],
         "norm": m.get("norm", "gated") != "none",
         "before_gate": m.get("norm") == "before_gate",
     }
@@ -66,13 +65,10 @@ def ssm_to_hf(a, m: dict, hf: dict) -> None:
 
 
 def ssm_from_hf(a, hf: dict) -> dict | None:
-    """A Mamba-2 mixer's sizes from the config (``Arch.ssm_keys``); dt is clamped to time_step_limit, or at
-    time_step_min where the family does (``Features.fixed_dt_min``)."""
+    """A Mamba-2 mixer's sizes from the config (``Arch.ssm_keys``); dt is clamped to time_step_limit."""
     if not a.ssm_keys:
         return None
     m = {k: hf[key] if key in hf else hf.get(a.alt_keys.get(key)) for k, key in a.ssm_keys.items()}
-    if a.features.fixed_dt_min:
-        m["dt_limit"] = [m.pop("dt_min", None) or 0.0, float("inf")]
     # transformers writes an infinite limit as {"__float__": "Infinity"}
     m["dt_limit"] = [float(v["__float__"] if isinstance(v, dict) else v) for v in m.get("dt_limit") or (0.0, "inf")]
     m["conv_bias"], m["bias"] = bool(m.get("conv_bias", True)), bool(m.get("bias", False))
