@@ -484,6 +484,16 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
     return rows
 
 
+def plotted(rows) -> list[tuple[str, str]]:
+    """The (family, variant) series the plot draws: those run on 3 or more seeds or at more than one
+    budget (a study's one-seed probes at one budget would bury them; they stay in results.csv), or every
+    series when none is."""
+    series = sorted({(r["family"], r["variant"]) for r in rows if not r["variant"].startswith("g")})
+    of = {s: [r for r in rows if (r["family"], r["variant"]) == s] for s in series}
+    kept = [s for s in series if max(r["seeds"] for r in of[s]) >= 3 or len({r["tokens_per_param"] for r in of[s]}) > 1]
+    return kept or series
+
+
 def plot(rows, path: Path, title: str) -> None:
     import matplotlib
 
@@ -493,7 +503,7 @@ def plot(rows, path: Path, title: str) -> None:
     # scratch's frontier when there is one (right under wsd: each budget its own decay), else first reach
     key = "frontier_mean" if any(r["frontier_mean"] is not None for r in rows) else "saved_mean"
     fig, ax = plt.subplots(figsize=(9, 4.6))
-    for fam, v in sorted({(r["family"], r["variant"]) for r in rows if not r["variant"].startswith("g")}):
+    for fam, v in plotted(rows):
         rs = sorted((r for r in rows if (r["family"], r["variant"]) == (fam, v)), key=lambda r: r["tokens_per_param"])
         xs = [r["tokens_per_param"] for r in rs]
         ys = [100 * r[key] if r[key] is not None else float("nan") for r in rs]

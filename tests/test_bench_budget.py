@@ -146,7 +146,7 @@ def test_the_budget_plot_has_plain_log_ticks(tmp_path, monkeypatch):
     kept = []
     monkeypatch.setattr(plt, "close", kept.append)  # keep the figure to read it back
     rows = [
-        dict(family="gpt2", variant="srio", tokens_per_param=t, frontier_mean=0.2, frontier_std=0.01)
+        dict(family="gpt2", variant="srio", tokens_per_param=t, seeds=1, frontier_mean=0.2, frontier_std=0.01)
         for t in (2, 5, 10, 20)
     ]
     plot(rows, tmp_path / "b.png", "compute saved by growing, per budget: docs.jsonl (first 8 MB)")
@@ -230,3 +230,14 @@ def test_a_staged_variant_at_T_ends_at_T_and_grows_earlier_in_proportion():
     assert depth_spec(P, "stack2x@0.15")["growths"] == [[0.12, 32, 4, "stack"]]
     assert depth_spec(P, "stages4x@0.15")["growths"] == [[0.06, 32, 2, "stack"], [0.12, 32, 4, "stack"]]
     assert depth_spec(P, "stages4x")["base"] == [32, 1]
+
+
+def test_the_plot_draws_the_3_seed_and_multi_budget_series():
+    from budget import plotted
+
+    def row(v, b, seeds):
+        return {"family": "llama", "variant": v, "tokens_per_param": b, "seeds": seeds}
+
+    rows = [row("a", 10, 3), row("b", 10, 1), row("c", 5, 1), row("c", 10, 1), row("g2", 0.02, 1)]
+    assert plotted(rows) == [("llama", "a"), ("llama", "c")]
+    assert plotted([row("b", 10, 1)]) == [("llama", "b")]  # nothing qualifies: every series
