@@ -24,8 +24,9 @@ IDENTITY = ("data_sha256", "val_sha256", "source_sha256")
 SHARES = {"eval_every": 0.05, "metrics_every": 0.1, "save_every": 0.1}
 FLOORS = {"eval_every": 25, "metrics_every": 50, "save_every": 50}
 
-# --lr's default: the peak LR that won for both arms of the budget study (scratch and grown, every seed,
-# d64 x 4 on docs.jsonl: bench/results/budget_d64/WRITEUP.md), per family where it differs from Llama's
+# --lr's default: scratch's best peak LR at 5, 10 and 20 tokens / parameter in the budget study (d64 x 4 on
+# docs.jsonl: bench/results/budget_d64/WRITEUP.md; the grown runs' too, but Llama's at 5 and GPT-2's at 20),
+# per family where it differs from Llama's
 DEFAULT_LR = 3e-3
 FAMILY_LR = {"gpt2": 6e-3}  # GPT-2 (LayerNorm, learned positions, tied head): 6e-3 beat 3e-3 on 9 of 9 pairs
 
