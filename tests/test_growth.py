@@ -11,7 +11,7 @@ from growtool.io import checkpoint
 from growtool.nn.families import expected_shapes
 from growtool.nn.model import LM
 
-from helpers import FIXTURES, cli, sh, verify_json
+from helpers import FIXTURES, cli, make_config, sh, verify_json
 
 EXACT = [r for r in recipes.shipped() if not recipes.load(r)["lossy"]]
 
@@ -473,3 +473,20 @@ def test_workspace_memory_is_advised_as_huge_pages():
     work.recycle(made[2])  # written: the next output of that size is made in the same block
     again = work.output((2048, 2048), torch.bfloat16)
     assert again.untyped_storage().data_ptr() == made[2].untyped_storage().data_ptr()
+
+
+def test_the_tensor_tables_are_kept_per_config_and_never_go_stale():
+    """``tensor_specs`` and ``expected_shapes`` are memoised (a surgery asks once per tensor): a config
+    changed in place gets its own table, a table a caller changes does not change the next one, and the
+    memo gives what a fresh computation gives."""
+    from growtool.nn import families
+
+    cfg = make_config(width=32, layers=2)
+    first = families.expected_shapes(cfg)
+    first["model.embed_tokens.weight"] = (0, 0)  # a caller's change stays in its copy
+    assert families.expected_shapes(cfg)["model.embed_tokens.weight"] == (cfg.vocab_size, 32)
+    cfg.layers, cfg.width = 3, 48  # changed in place: a new key
+    shapes, specs = families.expected_shapes(cfg), families.tensor_specs(cfg)
+    assert shapes == families.expected_shapes.__wrapped__(cfg)
+    assert specs == families.tensor_specs.__wrapped__(cfg)
+    assert "model.layers.2.mlp.down_proj.weight" in specs and shapes["model.embed_tokens.weight"][1] == 48

@@ -24,12 +24,16 @@ from helpers import GROWTOOL, make_config, refused, run, text_file, tree, write_
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
 
-@pytest.fixture
-def w(tmp_path):
+def workdir(tmp_path: Path) -> Path:
     """A working folder: a byte-level checkpoint (vocabulary 256) and a text file."""
     write_ckpt(tmp_path / "a.safetensors", make_config(width=16, heads=2, layers=1, vocab=256, context=8))
     text_file(tmp_path / "t.txt")
     return tmp_path
+
+
+@pytest.fixture
+def w(tmp_path):
+    return workdir(tmp_path)
 
 
 def train(w: Path, *args, out="run", env=None, timeout=1800):
@@ -45,12 +49,17 @@ def refuses_cleanly(w: Path, code: int, *args, fragments=(), env=None, timeout=1
     return line
 
 
-def cache_names(w: Path, data: Path) -> dict[str, str]:
-    """The cache's file names for ``data`` (from a clean run elsewhere): 'tokens', 'json', 'docs'."""
-    r = train(w, "--data", data, out="ref")
+@pytest.fixture(scope="module")
+def ref(tmp_path_factory) -> dict[str, tuple[str, bytes]]:
+    """The cache a clean run builds from ``w``'s checkpoint and text (the same bytes, so the same key),
+    made once for the module: 'tokens', 'json', 'docs' -> (file name, bytes)."""
+    d = workdir(tmp_path_factory.mktemp("ref"))
+    r = train(d, "--data", d / "t.txt", out="ref")
     assert r.returncode == 0, r.stderr
-    names = {p.suffix.lstrip("."): p.name for p in (w / "ref" / "cache").iterdir()}
-    return {"tokens": names["uint16"], "json": names["json"], "docs": names["docs"]}
+    files = {p.suffix.lstrip("."): p for p in (d / "ref" / "cache").iterdir()}
+    return {
+        k: (files[s].name, files[s].read_bytes()) for k, s in (("tokens", "uint16"), ("json", "json"), ("docs", "docs"))
+    }
 
 
 def env_with(**kw) -> dict:
@@ -60,11 +69,11 @@ def env_with(**kw) -> dict:
 # ---- 1: nothing is written through a link planted in the run folder or cache ---------------------
 
 
-def test_cache_partial_files_are_never_written_through_links(w):
+def test_cache_partial_files_are_never_written_through_links(w, ref):
     """1. ``.tokens-KEY.uint16.partial`` and ``.tokens-KEY.docs.partial`` planted as links to a user's
     files: the run writes fresh files of its own, exit 0, and the linked files are unchanged. A run's
     ``cache`` folder that is a link out of the run folder is refused."""
-    names = cache_names(w, w / "t.txt")
+    names = {k: name for k, (name, _) in ref.items()}
     victim, victim2 = w / "victim.txt", w / "victim2.txt"
     victim.write_text("precious\n")
     victim2.write_text("precious too\n")
@@ -78,7 +87,7 @@ def test_cache_partial_files_are_never_written_through_links(w):
     assert victim.read_text() == "precious\n" and victim2.read_text() == "precious too\n"
     made = cache / names["tokens"]
     assert not made.is_symlink() and made.is_file()
-    assert made.read_bytes() == (w / "ref" / "cache" / names["tokens"]).read_bytes()
+    assert made.read_bytes() == ref["tokens"][1]
 
     (w / "outside").mkdir()
     (w / "run2").mkdir()
@@ -109,21 +118,21 @@ def _plant_partial(cache: Path, names: dict, record) -> None:
         {"file": 0, "marker": 0, "tokens": 10, "docs": 0, "max": 3},  # not the partial ids' largest
     ],
 )
-def test_progress_records_that_do_not_fit_are_rebuilt(w, record):
+def test_progress_records_that_do_not_fit_are_rebuilt(w, record, ref):
     """2. A progress record pointing past the inputs (or of a wrong type, or disagreeing with its
     partial file) is not trusted: the cache is built from the start, as a clean run builds it."""
-    names = cache_names(w, w / "t.txt")
+    names = {k: name for k, (name, _) in ref.items()}
     _plant_partial(w / "run" / "cache", names, record)
     r = train(w, "--data", w / "t.txt")
     assert r.returncode == 0, r.stderr
     for k in ("tokens", "json", "docs"):
-        assert (w / "run" / "cache" / names[k]).read_bytes() == (w / "ref" / "cache" / names[k]).read_bytes()
+        assert (w / "run" / "cache" / names[k]).read_bytes() == ref[k][1]
 
 
-def test_a_finished_cache_that_does_not_fit_is_rebuilt(w):
+def test_a_finished_cache_that_does_not_fit_is_rebuilt(w, ref):
     """2. Token ids edited beyond the vocabulary (the record unchanged), then a record whose ``max``
     has the wrong type: ``--resume`` rebuilds the cache each time and finishes, exit 0."""
-    names = cache_names(w, w / "t.txt")
+    names = {k: name for k, (name, _) in ref.items()}
     r = train(w, "--data", w / "t.txt", "--stop-at", 2)
     assert r.returncode == 0, r.stderr
     cache = w / "run" / "cache"
@@ -132,7 +141,7 @@ def test_a_finished_cache_that_does_not_fit_is_rebuilt(w):
     ids.tofile(cache / names["tokens"])
     r = train(w, "--data", w / "t.txt", "--resume", "--stop-at", 3)
     assert r.returncode == 0, r.stderr
-    assert (cache / names["tokens"]).read_bytes() == (w / "ref" / "cache" / names["tokens"]).read_bytes()
+    assert (cache / names["tokens"]).read_bytes() == ref["tokens"][1]
     meta = json.loads((cache / names["json"]).read_text())
     (cache / names["json"]).write_text(json.dumps({**meta, "max": "255"}))
     r = train(w, "--data", w / "t.txt", "--resume")
@@ -239,7 +248,7 @@ def test_a_tokenizer_panic_is_one_line(w):
 # ---- 8, 9: special files and links in a run folder ---------------------------------------------
 
 
-def test_fifos_in_a_run_folder_never_hang(w):
+def test_fifos_in_a_run_folder_never_hang(w, ref):
     """8, 9. A FIFO as ``last.pt`` makes ``--resume`` one line, exit 2 (it hung), and so does a
     ``last.safetensors`` linked out of the run folder; a FIFO as the cache's progress record or a
     partial file is not read: the cache is built afresh, exit 0."""
@@ -259,7 +268,7 @@ def test_fifos_in_a_run_folder_never_hang(w):
     refused(train(w, "--data", w / "t.txt", "--resume", out="run3"), 2, "last.safetensors", "not a regular file")
     assert tree(w) == before
 
-    names = cache_names(w, w / "t.txt")
+    names = {k: name for k, (name, _) in ref.items()}
     key = names["tokens"].rsplit(".", 1)[0]
     cache = w / "fresh" / "cache"
     cache.mkdir(parents=True)
@@ -267,7 +276,7 @@ def test_fifos_in_a_run_folder_never_hang(w):
     os.mkfifo(cache / f".{names['tokens']}.partial")
     r = train(w, "--data", w / "t.txt", out="fresh", timeout=1800)
     assert r.returncode == 0, r.stderr
-    assert (cache / names["tokens"]).read_bytes() == (w / "ref" / "cache" / names["tokens"]).read_bytes()
+    assert (cache / names["tokens"]).read_bytes() == ref["tokens"][1]
 
 
 # ---- 14, 15 ---------------------------------------------------------------------------------

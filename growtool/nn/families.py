@@ -56,6 +56,7 @@ Adding an architecture: one ``Arch`` entry below (plus its parity test against t
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass, field
 
@@ -2335,6 +2336,27 @@ def _gdn_units(cfg) -> dict[str, int]:
     return {"gdn_qkvz": qkv + nv * dv, "gdn_ba": 2 * nv, "gdn_v": nv * dv, "gdn_qkv": qkv, "gdn_h": nv}
 
 
+def per_config(fn):
+    """Memoise ``fn(cfg) -> dict``, a pure function of the config and its architecture, by the config's
+    repr (every field) and the ``Arch`` it names: a surgery asks for a table once per tensor. Each call
+    returns a copy, so a caller may change it."""
+    memo: dict[str, tuple[Arch, dict]] = {}
+
+    def wrapped(cfg) -> dict:
+        if not dataclasses.is_dataclass(cfg):  # its repr need not name its values
+            return fn(cfg)
+        a, key = arch_of(cfg), repr(cfg)
+        hit = memo.get(key)
+        if hit is None or hit[0] is not a:
+            if len(memo) >= 64:
+                memo.clear()
+            hit = memo[key] = (a, fn(cfg))
+        return dict(hit[1])
+
+    return functools.wraps(fn)(wrapped)
+
+
+@per_config
 def tensor_specs(cfg) -> dict[str, TensorSpec]:
     """Every tensor name the config's checkpoint must hold, mapped to its spec (in file order):
     the non-block tensors first, then block after block, then the final norm and head."""
@@ -2395,5 +2417,6 @@ def tensor_shape(name: str, spec: TensorSpec, cfg) -> tuple[int, ...]:
     return tuple(shape)
 
 
+@per_config
 def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
     return {n: tensor_shape(n, s, cfg) for n, s in tensor_specs(cfg).items()}
