@@ -50,16 +50,15 @@ def refuses_cleanly(w: Path, code: int, *args, fragments=(), env=None, timeout=1
 
 
 @pytest.fixture(scope="module")
-def ref(tmp_path_factory) -> dict[str, tuple[str, bytes]]:
+def ref(tmp_path_factory) -> tuple[dict[str, str], dict[str, bytes]]:
     """The cache a clean run builds from ``w``'s checkpoint and text (the same bytes, so the same key),
-    made once for the module: 'tokens', 'json', 'docs' -> (file name, bytes)."""
+    made once for the module: its file names and bytes by kind ('tokens', 'json', 'docs')."""
     d = workdir(tmp_path_factory.mktemp("ref"))
     r = train(d, "--data", d / "t.txt", out="ref")
     assert r.returncode == 0, r.stderr
     files = {p.suffix.lstrip("."): p for p in (d / "ref" / "cache").iterdir()}
-    return {
-        k: (files[s].name, files[s].read_bytes()) for k, s in (("tokens", "uint16"), ("json", "json"), ("docs", "docs"))
-    }
+    files = {"tokens": files["uint16"], "json": files["json"], "docs": files["docs"]}
+    return {k: p.name for k, p in files.items()}, {k: p.read_bytes() for k, p in files.items()}
 
 
 def env_with(**kw) -> dict:
@@ -73,7 +72,7 @@ def test_cache_partial_files_are_never_written_through_links(w, ref):
     """1. ``.tokens-KEY.uint16.partial`` and ``.tokens-KEY.docs.partial`` planted as links to a user's
     files: the run writes fresh files of its own, exit 0, and the linked files are unchanged. A run's
     ``cache`` folder that is a link out of the run folder is refused."""
-    names = {k: name for k, (name, _) in ref.items()}
+    names, clean = ref
     victim, victim2 = w / "victim.txt", w / "victim2.txt"
     victim.write_text("precious\n")
     victim2.write_text("precious too\n")
@@ -87,7 +86,7 @@ def test_cache_partial_files_are_never_written_through_links(w, ref):
     assert victim.read_text() == "precious\n" and victim2.read_text() == "precious too\n"
     made = cache / names["tokens"]
     assert not made.is_symlink() and made.is_file()
-    assert made.read_bytes() == ref["tokens"][1]
+    assert made.read_bytes() == clean["tokens"]
 
     (w / "outside").mkdir()
     (w / "run2").mkdir()
@@ -121,18 +120,18 @@ def _plant_partial(cache: Path, names: dict, record) -> None:
 def test_progress_records_that_do_not_fit_are_rebuilt(w, record, ref):
     """2. A progress record pointing past the inputs (or of a wrong type, or disagreeing with its
     partial file) is not trusted: the cache is built from the start, as a clean run builds it."""
-    names = {k: name for k, (name, _) in ref.items()}
+    names, clean = ref
     _plant_partial(w / "run" / "cache", names, record)
     r = train(w, "--data", w / "t.txt")
     assert r.returncode == 0, r.stderr
     for k in ("tokens", "json", "docs"):
-        assert (w / "run" / "cache" / names[k]).read_bytes() == ref[k][1]
+        assert (w / "run" / "cache" / names[k]).read_bytes() == clean[k]
 
 
 def test_a_finished_cache_that_does_not_fit_is_rebuilt(w, ref):
     """2. Token ids edited beyond the vocabulary (the record unchanged), then a record whose ``max``
     has the wrong type: ``--resume`` rebuilds the cache each time and finishes, exit 0."""
-    names = {k: name for k, (name, _) in ref.items()}
+    names, clean = ref
     r = train(w, "--data", w / "t.txt", "--stop-at", 2)
     assert r.returncode == 0, r.stderr
     cache = w / "run" / "cache"
@@ -141,7 +140,7 @@ def test_a_finished_cache_that_does_not_fit_is_rebuilt(w, ref):
     ids.tofile(cache / names["tokens"])
     r = train(w, "--data", w / "t.txt", "--resume", "--stop-at", 3)
     assert r.returncode == 0, r.stderr
-    assert (cache / names["tokens"]).read_bytes() == ref["tokens"][1]
+    assert (cache / names["tokens"]).read_bytes() == clean["tokens"]
     meta = json.loads((cache / names["json"]).read_text())
     (cache / names["json"]).write_text(json.dumps({**meta, "max": "255"}))
     r = train(w, "--data", w / "t.txt", "--resume")
@@ -268,7 +267,7 @@ def test_fifos_in_a_run_folder_never_hang(w, ref):
     refused(train(w, "--data", w / "t.txt", "--resume", out="run3"), 2, "last.safetensors", "not a regular file")
     assert tree(w) == before
 
-    names = {k: name for k, (name, _) in ref.items()}
+    names, clean = ref
     key = names["tokens"].rsplit(".", 1)[0]
     cache = w / "fresh" / "cache"
     cache.mkdir(parents=True)
@@ -276,7 +275,7 @@ def test_fifos_in_a_run_folder_never_hang(w, ref):
     os.mkfifo(cache / f".{names['tokens']}.partial")
     r = train(w, "--data", w / "t.txt", out="fresh", timeout=1800)
     assert r.returncode == 0, r.stderr
-    assert (cache / names["tokens"]).read_bytes() == ref["tokens"][1]
+    assert (cache / names["tokens"]).read_bytes() == clean["tokens"]
 
 
 # ---- 14, 15 ---------------------------------------------------------------------------------
