@@ -124,6 +124,7 @@ OPTIONS = {
     "ramp1": (None, {}, {"gate_ramp_share": 0.01}),  # the gate ramp over 1% of the run's tokens (default 10%)
     "ramp3": (None, {}, {"gate_ramp_share": 0.03}),
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
+    "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
 }
 
 
@@ -167,6 +168,8 @@ def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
 def depth_spec(P, variant: str) -> dict:
     """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
     name, t, opts = parse_variant(variant)
+    if "base2" in opts and "plain" not in opts:
+        raise SystemExit(f"{variant}: /base2 sets the plain path's base phase; add /plain")
     (bw, bl), gs = DEPTH[name]
     if t is not None:
         stable = 1.0 - 0.2 if P["schedule"] == "wsd" else 1.0  # the trainer's --decay-fraction default
@@ -272,7 +275,8 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
 
     ((f, w, L, m),) = spec["growths"]
     first = round(f * tokens)
-    s1, r1 = train_phase(Q, base, str(run / "base-out"), first, spec["seed"])
+    Qb = {**Q, "lr": 2 * Q["lr"]} if "base2" in spec["opts"] else Q
+    s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"])
     kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
     kw |= {"width": w} if w != spec["base"][0] else {}  # expand refuses a "growth" to the same size
     grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **kw)

@@ -241,3 +241,25 @@ def test_the_plot_draws_the_3_seed_and_multi_budget_series():
     rows = [row("a", 10, 3), row("b", 10, 1), row("c", 5, 1), row("c", 10, 1), row("g2", 0.02, 1)]
     assert plotted(rows) == [("llama", "a"), ("llama", "c")]
     assert plotted([row("b", 10, 1)]) == [("llama", "b")]  # nothing qualifies: every series
+
+
+def test_base2_trains_the_plain_paths_base_at_twice_the_lr_and_needs_plain(tmp_path, monkeypatch):
+    """``/plain/base2``: the base phase at 2x the run's LR, the grown phase at the run's LR; ``/base2``
+    without ``/plain`` is refused (``--grow-at`` has no base phase of its own to set)."""
+    import budget
+
+    lrs = []
+
+    def phase(Q, ckpt, out, tokens, seed, **kw):
+        lrs.append(Q["lr"])
+        return {"final": ckpt}, [{"flops": 1.0}]
+
+    monkeypatch.setattr(budget, "train_phase", phase)
+    monkeypatch.setattr(budget, "_curve", lambda recs, start=0.0: [])
+    monkeypatch.setattr("growtool.surgery.expand", lambda src, out, **kw: out)
+    spec = {"seed": 0, "base": [32, 2], "growths": [[0.12, 32, 4, "stack"]], "opts": ["plain", "base2"]}
+    budget.plain_path({"lr": 0.003}, spec, "base.safetensors", tmp_path, 1000)
+    budget.plain_path({"lr": 0.003}, {**spec, "opts": ["plain"]}, "base.safetensors", tmp_path, 1000)
+    assert lrs == [0.006, 0.003, 0.003, 0.003]
+    with pytest.raises(SystemExit, match="add /plain"):
+        budget.depth_spec({**QUICK, "layers": 4, "schedule": "wsd"}, "stack2x@0.15/base2")
