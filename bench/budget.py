@@ -123,6 +123,8 @@ OPTIONS = {
     "mup": (None, {}, {"grow_lr": "mup"}),  # hidden matrices at x first width / width after the growth (muP, Adam)
     "ramp1": (None, {}, {"gate_ramp_share": 0.01}),  # the gate ramp over 1% of the run's tokens (default 10%)
     "ramp3": (None, {}, {"gate_ramp_share": 0.03}),
+    "ramp25": (None, {}, {"gate_ramp_share": 0.25}),
+    "ramp0": (None, {}, {"gate_ramp_share": 0.0}),  # gates open at once (1 token): G_stack's ungated stack
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
 }
