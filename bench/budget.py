@@ -28,7 +28,10 @@ second measure (``frontier_*``) compares whole runs instead: 1 - (the grown run'
 at which scratch, each budget a whole run at its best LR, would end at the grown run's final loss,
 log FLOPs interpolated between the two budgets that bracket it; "> x" / "< x" beyond the budgets
 run), negative when growth costs compute. Δ = grown final loss - tuned scratch final loss, paired by
-seed. ``--schedule`` is the trainer's LR schedule for every run
+seed. Each arm draws its own batches (data seed 3000 + seed for scratch, seed for grown runs), so
+seed i pairs two independent runs; ``--paired 1`` makes scratch draw the grown runs' batches
+(common random numbers: the data order's part of the seed spread cancels in Δ and saved) and
+compares with those scratch runs alone. ``--schedule`` is the trainer's LR schedule for every run
 (cosine here unless given; the trainer's own default is wsd).
 
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
@@ -76,6 +79,7 @@ FULL = dict(
     gamma=0.5,
     llama_tie=0,
     data_mb=8,
+    paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
 )
 QUICK = dict(
     FULL,
@@ -222,6 +226,11 @@ def spec_key(spec: dict) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
+def scratch_data_seed(spec: dict) -> int:
+    """The seed of a scratch run's batches: the grown runs' own (``--paired``), else 3000 + seed."""
+    return spec.get("data_seed", 3000 + spec["seed"])
+
+
 def run_one(P, spec: dict, work: Path) -> dict:
     """One training run (``spec``: kind scratch | grown, family, target, budget, lr, seed, growths)."""
     import torch
@@ -236,7 +245,7 @@ def run_one(P, spec: dict, work: Path) -> dict:
     t0 = time.time()
     if spec["kind"] == "scratch":
         init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
-        s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), 3000 + seed)
+        s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), scratch_data_seed(spec))
         curve = _curve(recs)
     else:
         deep = "base" in spec  # a depth variant: shapes [width, layers]
@@ -341,7 +350,8 @@ def plan_runs(P) -> list[dict]:
                 )
             for target, b in sorted(targets):
                 for lr in lrs:
-                    out.append(dict(kind="scratch", family=fam, target=target, budget=b, lr=lr, seed=seed))
+                    s = dict(kind="scratch", family=fam, target=target, budget=b, lr=lr, seed=seed)
+                    out.append({**s, "data_seed": seed} if P.get("paired") else s)
     return out
 
 
@@ -415,6 +425,8 @@ def frontier_saved(scratch: dict, fam: str, target: int, seed: int, r: dict) -> 
 def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
     scratch, grown = {}, {}
     for spec, r in results:
+        if spec["kind"] == "scratch" and ("data_seed" in spec) != bool(P.get("paired")):
+            continue  # --paired compares with the scratch runs that drew the grown runs' batches, else the others
         if spec["kind"] == "scratch":
             scratch.setdefault((spec["family"], spec["target"], spec["budget"]), {}).setdefault(spec["lr"], {})[
                 spec["seed"]

@@ -265,3 +265,27 @@ def test_base2_trains_the_plain_paths_base_at_twice_the_lr_and_needs_plain(tmp_p
     assert lrs == [0.006, 0.003, 0.003, 0.003]
     with pytest.raises(SystemExit, match="add /plain"):
         budget.depth_spec({**QUICK, "layers": 4, "schedule": "wsd"}, "stack2x@0.15/base2")
+
+
+def test_paired_scratch_draws_the_grown_runs_batches_and_is_compared_alone(tmp_path):
+    """``--paired 1``: scratch specs carry data_seed = seed (the grown runs' batches; a cache key of
+    their own), and aggregation compares grown runs with paired scratch runs only; without it, with
+    the unpaired ones only (data seed 3000 + seed), so neither study's rows mix the two."""
+    from budget import FULL, aggregate, plan_runs, scratch_data_seed
+
+    P = dict(FULL, width=64, layers=4, seeds=2, budgets="10", lrs="0.003", grow_lrs="0.003", variants="stack2x@0.15")
+    assert all("data_seed" not in r for r in plan_runs(P))
+    paired = [r for r in plan_runs({**P, "paired": 1}) if r["kind"] == "scratch"]
+    assert [r["data_seed"] for r in paired] == [r["seed"] for r in paired] == [0, 1]
+    assert [scratch_data_seed(r) for r in paired] == [0, 1]  # what run_one trains scratch with
+    assert scratch_data_seed({"kind": "scratch", "seed": 1}) == 3001
+
+    def res(val, flops):
+        return {"val": val, "flops": flops, "curve": [[0.0, 5.0], [flops, val]]}
+
+    s = {"kind": "scratch", "family": "llama", "target": 64, "budget": 10.0, "lr": 0.003, "seed": 0}
+    g = {"kind": "grown", "family": "llama", "variant": "stack2x@0.15", "target": 64, "budget": 10.0}
+    results = [(s, res(2.0, 100.0)), ({**s, "data_seed": 0}, res(1.9, 100.0))]
+    results.append(({**g, "lr": 0.003, "seed": 0, "base": [64, 2]}, res(1.95, 100.0)))
+    assert abs(aggregate(P, results)[0]["d_val"] - (1.95 - 2.0)) < 1e-12
+    assert abs(aggregate({**P, "paired": 1}, results)[0]["d_val"] - (1.95 - 1.9)) < 1e-12
