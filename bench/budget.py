@@ -129,6 +129,7 @@ OPTIONS = {
     "ramp3": (None, {}, {"gate_ramp_share": 0.03}),
     "ramp25": (None, {}, {"gate_ramp_share": 0.25}),
     "ramp0": (None, {}, {"gate_ramp_share": 0.0}),  # gates open at once (1 token): G_stack's ungated stack
+    "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
 }

@@ -180,6 +180,7 @@ def test_variants_take_a_growth_time_options_and_a_grown_lr_sweep(tmp_path):
     assert option_kw({"opts": ["ramp1"]}, tmp_path, tokens=250_000) == {"gate_warmup_tokens": 2500}
     assert option_kw({"opts": ["ramp25"]}, tmp_path, tokens=250_000) == {"gate_warmup_tokens": 62500}
     assert option_kw({"opts": ["ramp0"]}, tmp_path, tokens=250_000) == {"gate_warmup_tokens": 1}
+    assert option_kw({"opts": ["paper", "continue"]}, tmp_path)["grow_schedule"] == "continue"
 
 
 def test_each_arm_takes_its_best_lr_on_the_seeds_every_lr_ran():
