@@ -6,9 +6,10 @@ One prepared script for a lent GPU machine (it fits about 8 minutes of one H200 
 2. a byte-level BPE tokenizer of ``--vocab`` ids trained on it (the tokenizers library), cached;
 3. scratch: a Llama of ``--width`` x ``--layers`` from init, ``--budget`` x its parameters tokens,
    and again at half that budget (two whole wsd runs: scratch's loss-compute frontier between them);
-4. grown: the same Llama at ``--base-width`` grown to ``--width`` inside one ``train`` run
-   (``--grow-at``) at ``--grow-time`` of the stable phase, with every other option at the trainer's
-   default, at the FLOPs of the full scratch run (the base phase counted).
+4. grown: the best schedule of the CPU study (bench/results/budget_d64/WRITEUP.md): the same Llama
+   at ``--base-layers`` (and ``--base-width``) stacked to ``--layers`` (and widened to ``--width``)
+   inside one ``train`` run (``--grow-at``) at ``--grow-time`` of the stable phase, with every other
+   option at the trainer's default, at the FLOPs of the full scratch run (the base phase counted).
 
 Reports compute saved = 1 - grown FLOPs / the FLOPs at which scratch ends at the grown run's final
 loss (log FLOPs interpolated between scratch's two budgets; a bound outside them), and the final
@@ -31,11 +32,11 @@ from common import machine, parse_args, table, write_json
 from growth_pays import _curve
 
 FULL = dict(
-    width=512, base_width=256, layers=8, head_dim=64, vocab=8192, batch=64, seq=256, budget=10.0,
-    lr=3e-3, grow_lr=3e-3, grow_time=0.4, data_mb=32, evals=10, device="cuda",
+    width=512, base_width=512, layers=8, base_layers=4, head_dim=64, vocab=8192, batch=64, seq=256, budget=10.0,
+    lr=3e-3, grow_lr=3e-3, grow_time=0.15, data_mb=32, evals=10, device="cuda",
 )  # fmt: skip
-QUICK = dict(FULL, width=32, base_width=16, layers=2, head_dim=8, vocab=300, batch=2, seq=16, budget=0.1, data_mb=1,
-             evals=3, device="cpu")  # fmt: skip
+QUICK = dict(FULL, width=32, base_width=32, layers=2, base_layers=1, head_dim=8, vocab=300, batch=2, seq=16,
+             budget=0.1, data_mb=1, evals=3, device="cpu")  # fmt: skip
 
 
 def options(p):
@@ -63,24 +64,24 @@ def tokenizer(text: str, vocab: int, cache: Path) -> str:
     return str(out)
 
 
-def model(P, width: int):
+def model(P, width: int, layers: int):
     from growtool.nn.config import ModelConfig
 
     heads = width // P["head_dim"]
     return ModelConfig(
-        family="llama", vocab_size=P["vocab"], width=width, layers=P["layers"], heads=heads, kv_heads=heads,
+        family="llama", vocab_size=P["vocab"], width=width, layers=layers, heads=heads, kv_heads=heads,
         head_dim=P["head_dim"], ffn=4 * width, context=P["seq"], norm_eps=1e-6, tie=False,
     )  # fmt: skip
 
 
-def run(P, name: str, width: int, tokens: int, work: Path, **kw) -> dict:
-    """One ``train`` run from a fresh init at ``width``: its final loss, FLOPs and curve."""
+def run(P, name: str, shape: tuple[int, int], tokens: int, work: Path, **kw) -> dict:
+    """One ``train`` run from a fresh init of ``shape`` (width, layers): its final loss, FLOPs and curve."""
     from growtool.init import init_model
     from growtool.io import checkpoint
     from growtool.training.loop import train
     from growtool.training.run_folder import read_metrics
 
-    cfg = model(P, width)
+    cfg = model(P, *shape)
     lineage = [{"op": "init", "gamma": 0.5, "seed": 1}]
     init = checkpoint.save_tensors(
         str(work / f"{name}-init.safetensors"), cfg, lineage, init_model(cfg, seed=1).tensors()
@@ -113,25 +114,31 @@ def main():
     d = args.dir
     P["text"] = text_file(args.data, d / "cache", P["data_mb"])
     P["tokenizer"] = tokenizer(P["text"], P["vocab"], d / "cache")
-    n_t, n_b = model(P, P["width"]).n_params(), model(P, P["base_width"]).n_params()
+    target, base = (P["width"], P["layers"]), (P["base_width"], P["base_layers"])
+    if base == target or base[0] > target[0] or base[1] > target[1]:
+        raise SystemExit(f"bench/gpu_budget.py: the base {base} must be smaller than the target {target}")
+    n_t, n_b = model(P, *target).n_params(), model(P, *base).n_params()
+    grow = [f"width={P['width']}"] * (base[0] < target[0]) + [f"layers={P['layers']},method=stack"] * (
+        base[1] < target[1]
+    )
     frac = round(P["grow_time"] * 0.8, 6)  # of the stable phase: wsd decays over the last 20% (its default)
     grown_tokens = round(P["budget"] * n_t * n_t / (frac * n_b + (1 - frac) * n_t))  # scratch's FLOPs
     spec = {k: v for k, v in P.items() if k not in ("text", "tokenizer", "evals")} | {"data": Path(args.data).name}
     work = Path(tempfile.mkdtemp(prefix="growtool-gpu-budget-"))
     res = {}
-    for name, width, tokens, kw in (
-        ("scratch", P["width"], round(P["budget"] * n_t), {"lr": P["lr"]}),
-        ("scratch_half", P["width"], round(P["budget"] * n_t / 2), {"lr": P["lr"]}),
-        ("grown", P["base_width"], grown_tokens, {"lr": P["grow_lr"], "grow_at": (f"{frac}:{P['width']}",)}),
+    for name, shape, tokens, kw in (
+        ("scratch", target, round(P["budget"] * n_t), {"lr": P["lr"]}),
+        ("scratch_half", target, round(P["budget"] * n_t / 2), {"lr": P["lr"]}),
+        ("grown", base, grown_tokens, {"lr": P["grow_lr"], "grow_at": (f"{frac}:{','.join(grow)}",)}),
     ):
-        make = lambda n=name, w=width, t=tokens, k=kw: run(P, n, w, t, work, **dict(k))  # noqa: E731
+        make = lambda n=name, w=shape, t=tokens, k=kw: run(P, n, w, t, work, **dict(k))  # noqa: E731
         res[name] = cached(d, {**spec, "run": name}, make)
         print(f"  {name}: val {res[name]['val']:.4f}, {res[name]['steps']} steps, {res[name]['seconds']:.0f} s")
     g = res["grown"]
     c, bound = scratch_compute_for([(res[k]["flops"], res[k]["val"]) for k in ("scratch", "scratch_half")], g["val"])
     saved = 1 - g["flops"] / c
     row = {
-        "target_params": n_t, "base_params": n_b, "budget": P["budget"], "grow_at": frac,
+        "target_params": n_t, "base_params": n_b, "budget": P["budget"], "grow_at": f"{frac}:{','.join(grow)}",
         "scratch_val": res["scratch"]["val"], "scratch_half_val": res["scratch_half"]["val"], "grown_val": g["val"],
         "d_val": g["val"] - res["scratch"]["val"], "saved": f"{bound}{100 * saved:.1f}%",
     }  # fmt: skip

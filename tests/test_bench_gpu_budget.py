@@ -34,6 +34,7 @@ def test_gpu_budget_dry_run_on_cpu(tmp_path):
     assert abs(runs["scratch_half"]["flops"] / runs["scratch"]["flops"] - 0.5) < 0.05
     assert abs(runs["grown"]["flops"] / runs["scratch"]["flops"] - 1) < 0.05  # the base phase counted
     assert row["saved"].rstrip("%").lstrip("<>") and row["grown_val"] == runs["grown"]["val"]
+    assert row["grow_at"] == "0.12:layers=2,method=stack"  # the best schedule: stacking 1 -> 2 layers at 12%
     assert len(list((tmp_path / "gpu_budget" / "cached").glob("*.json"))) == 3
     assert any(f.name.startswith("bpe-300-") for f in (tmp_path / "gpu_budget" / "cache").iterdir())
     p = subprocess.run(cmd, capture_output=True, text=True)  # every run cached: nothing trains again
