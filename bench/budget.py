@@ -301,7 +301,7 @@ def option_kw(spec: dict, work: Path, tokens: int = 0) -> dict:
     share of the run in tokens of a run of ``tokens``)."""
     from capacity import _recipe_file
 
-    kw, base, over = {}, "srio", {}
+    kw, base, over = {"grow_schedule": "rewarm"}, "srio", {}  # the cached runs' (the default before round 24)
     for o in spec.get("opts", []):
         b, ov, k = OPTIONS[o]  # "plain" adds nothing: its runs take every default
         base, over, kw = b or base, {**over, **ov}, {**kw, **k}

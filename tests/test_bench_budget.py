@@ -172,14 +172,15 @@ def test_variants_take_a_growth_time_options_and_a_grown_lr_sweep(tmp_path):
     assert w["base"] == [32, 4] and w["growths"] == [[0.12, 64, 4, None]] and w["opts"] == ["paper"]
     s = next(r for r in grown if r["variant"].startswith("stack2x"))
     assert s["base"] == [64, 2] and s["growths"][0][0] == 0.5 and s["opts"] == ["pairs"]
-    assert option_kw(w, tmp_path) == {"new_lr_mult": 1.0, "new_rewarm_steps": 0}
+    rewarm = {"grow_schedule": "rewarm"}  # pinned: what every cached run without /continue ran with
+    assert option_kw(w, tmp_path) == {**rewarm, "new_lr_mult": 1.0, "new_rewarm_steps": 0}
     kw = option_kw(s, tmp_path)
-    assert set(kw) == {"grow_recipe"} and yaml.safe_load(open(kw["grow_recipe"]))["pair_noise"] == 0.3
-    assert option_kw({"opts": []}, tmp_path) == {}  # the trainer's defaults
+    assert set(kw) == {"grow_recipe", "grow_schedule"} and yaml.safe_load(open(kw["grow_recipe"]))["pair_noise"] == 0.3
+    assert option_kw({"opts": []}, tmp_path) == rewarm  # the trainer's defaults, its LR at the growth pinned
     assert option_kw({"opts": ["paper", "mup"]}, tmp_path)["grow_lr"] == "mup"
-    assert option_kw({"opts": ["ramp1"]}, tmp_path, tokens=250_000) == {"gate_warmup_tokens": 2500}
-    assert option_kw({"opts": ["ramp25"]}, tmp_path, tokens=250_000) == {"gate_warmup_tokens": 62500}
-    assert option_kw({"opts": ["ramp0"]}, tmp_path, tokens=250_000) == {"gate_warmup_tokens": 1}
+    assert option_kw({"opts": ["ramp1"]}, tmp_path, tokens=250_000) == {**rewarm, "gate_warmup_tokens": 2500}
+    assert option_kw({"opts": ["ramp25"]}, tmp_path, tokens=250_000) == {**rewarm, "gate_warmup_tokens": 62500}
+    assert option_kw({"opts": ["ramp0"]}, tmp_path, tokens=250_000) == {**rewarm, "gate_warmup_tokens": 1}
     assert option_kw({"opts": ["paper", "continue"]}, tmp_path)["grow_schedule"] == "continue"
 
 

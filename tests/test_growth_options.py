@@ -141,6 +141,30 @@ def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F81
     assert lrs[-1] < 0.25 * KW["lr"]  # and a second cosine down towards the floor
 
 
+def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
+    """--grow-schedule's default (settings.default_grow_schedule): one schedule for growths in depth
+    alone under wsd (stacking ended lower without the re-warm in 14 of 17 seed pairs,
+    bench/results/budget_d64/WRITEUP.md), a re-warm for a width growth or under another schedule; a
+    value given wins. End to end: a stacked run under wsd keeps its LR through the growth."""
+    from growtool.training.settings import Settings
+
+    def resolved(**kw):
+        return Settings(steps=20, **kw).resolve(10**4, 64, True, "byte", {})["grow_schedule"]
+
+    depth = ("0.2:layers=4,method=stack",)
+    assert resolved(grow_at=depth) == "continue" and Settings().schedule == "wsd"
+    assert resolved(grow_at=depth, schedule="cosine") == resolved(grow_at=depth, schedule="constant") == "rewarm"
+    for widths in (("0.2:96",), ("0.2:width=96,layers=4",), (*depth, "0.6:96")):
+        assert resolved(grow_at=widths) == "rewarm", widths
+    assert resolved() == "rewarm" and resolved(grow_at=depth, grow_schedule="rewarm") == "rewarm"
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=12, grow_at=("0.5:layers=4",), gate_warmup_tokens=256, warmup=2)  # wsd: the default
+    s = train(base, [text], d / "stacked", **kw)
+    lrs = [r["lr"] for r in read_metrics(d / "stacked" / "metrics.jsonl")[1:]]
+    assert s["settings"]["grow_schedule"] == "continue" and lrs == [lr_at(i, s["settings"]) for i in range(12)]
+    assert lrs[5:8] == [KW["lr"]] * 3  # the peak through the growth at step 6: no second warm-up
+
+
 def test_width_and_layers_take_ratios_of_the_source(tmp_path):
     src = FIXTURES["llama-gqa"]  # width 64, 2 layers
     by_ratio, by_number = tmp_path / "r.safetensors", tmp_path / "n.safetensors"

@@ -145,3 +145,21 @@ def test_a_resumed_run_keeps_its_lr_unless_given():
     given = Settings(steps=16, lr=6e-3)
     with pytest.raises(GrowError, match="--lr 0.006 differs from the run's 0.001"):
         merge(saved, given.resolve(1000, 64, False, "byte", ident, "gpt2"), given)
+
+
+def test_a_resumed_run_keeps_its_grow_schedule_unless_given():
+    """--grow-schedule's default depends on the growths and changed in round 24 (rewarm -> continue for
+    depth alone under wsd): a run started under the old default resumes with its re-warm; a different
+    value given is refused."""
+    from growtool.training.resume import merge
+
+    ident = {"data_sha256": "d", "val_sha256": [], "source_sha256": "s"}
+    depth = ("0.5:layers=4",)
+    saved = Settings(steps=16, grow_at=depth, grow_schedule="rewarm").resolve(1000, 64, True, "byte", ident)
+    opts = Settings(steps=16, grow_at=depth)
+    assert opts.resolve(1000, 64, True, "byte", ident)["grow_schedule"] == "continue"  # today's default
+    s, changes = merge(saved, opts.resolve(1000, 64, True, "byte", ident), opts)
+    assert (s["grow_schedule"], changes) == ("rewarm", {})
+    given = Settings(steps=16, grow_at=depth, grow_schedule="continue")
+    with pytest.raises(GrowError, match="--grow-schedule continue differs from the run's rewarm"):
+        merge(saved, given.resolve(1000, 64, True, "byte", ident), given)

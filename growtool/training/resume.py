@@ -18,8 +18,9 @@ What it may change:
 
 Settings not given on resume keep the run's values, where the default would be re-derived from the
 new length: the length itself (neither ``--steps`` nor ``--tokens``), ``--warmup``,
-``--gate-warmup-tokens`` and the cadences; and ``--lr`` (its default is the family's, which a later
-release may change: the run keeps the one it started with). So ``--resume --steps 2N`` keeps the warm-up and gate ramp
+``--gate-warmup-tokens`` and the cadences; and ``--lr`` and ``--grow-schedule`` (their defaults
+depend on the family and the growths, and a later release may change them: the run keeps the ones it
+started with). So ``--resume --steps 2N`` keeps the warm-up and gate ramp
 the run started with; an uninterrupted 2N-step run matches it when it is given the same values.
 Every accepted change is recorded in ``last.pt``'s ``history``: [{step, changed: {name: [old, new]}}].
 """
@@ -31,7 +32,7 @@ from growtool.training.schedule import lr_at
 from growtool.training.settings import option, resume_keys, saved_setting
 
 CADENCES = ("eval_every", "save_every", "metrics_every")
-KEPT = ("lr", "warmup", "gate_warmup_tokens", *CADENCES)  # derived defaults: kept when not given
+KEPT = ("lr", "warmup", "gate_warmup_tokens", "grow_schedule", *CADENCES)  # derived defaults: kept when not given
 ADJUSTABLE = ("steps", *CADENCES)
 
 

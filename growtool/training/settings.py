@@ -195,10 +195,11 @@ class Settings:
         "muP's rule for Adam; embedding, head, norms and biases keep --lr)",
         choices=("same", "mup"),
     )
-    grow_schedule: str = setting(
-        "rewarm",
-        "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left; "
-        "measured better, bench/README.md) or continue (one warm-up and one schedule over the whole run)",
+    grow_schedule: str | None = setting(
+        None,
+        "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left) or continue "
+        "(one warm-up and one schedule over the whole run); default continue when every growth is in depth "
+        "alone under wsd, rewarm otherwise (measured: bench/README.md)",
         choices=("continue", "rewarm"),
     )
     new_lr_mult: float = setting(
@@ -255,6 +256,7 @@ class Settings:
             "metrics_every": int(self.metrics_every or default_every("metrics_every", steps)),
             "save_every": int(self.save_every or default_every("save_every", steps)),
             "grow_at": resolve_grow_at(self.grow_at, steps),
+            "grow_schedule": self.grow_schedule or default_grow_schedule(self.schedule, self.grow_at),
             "new_rewarm_steps": (
                 self.new_rewarm_steps
                 if self.new_rewarm_steps is not None
@@ -291,6 +293,17 @@ def check_field(f, v) -> None:
 def default_gate_tokens(steps: int, per_step: int) -> int:
     """The gate ramp when --gate-warmup-tokens is not given: 10% of the run's tokens."""
     return max(1, round(0.1 * steps * per_step))
+
+
+def default_grow_schedule(schedule: str, grow_at) -> str:
+    """The LR at --grow-at growths when --grow-schedule is not given: continue (no re-warm) when the
+    schedule is wsd and every growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
+    Measured (bench/results/budget_d64/WRITEUP.md): under wsd, stacking ended lower without the re-warm
+    in 14 of 17 seed pairs (Llama at 10 and 20, GPT-2 at 10 tokens / parameter); a width growth ended
+    lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md, section 6)."""
+    growths = parse_grow_at(grow_at)
+    depth_only = bool(growths) and all(isinstance(t, dict) and "width" not in t for _, t in growths)
+    return "continue" if schedule == "wsd" and depth_only else "rewarm"
 
 
 # settings added after runs were already being saved: what a saved run without them meant
