@@ -143,7 +143,7 @@ def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F81
 
 def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
     """--grow-schedule's default (settings.default_grow_schedule): one schedule for growths in depth
-    alone under wsd (stacking ended lower without the re-warm in 14 of 17 seed pairs,
+    alone under wsd (stacking ended lower without the re-warm in 17 of 20 seed pairs,
     bench/results/budget_d64/WRITEUP.md), a re-warm for a width growth or under another schedule; a
     value given wins. End to end: a stacked run under wsd keeps its LR through the growth."""
     from growtool.training.settings import Settings

@@ -299,8 +299,9 @@ def default_grow_schedule(schedule: str, grow_at) -> str:
     """The LR at --grow-at growths when --grow-schedule is not given: continue (no re-warm) when the
     schedule is wsd and every growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
     Measured (bench/results/budget_d64/WRITEUP.md): under wsd, stacking ended lower without the re-warm
-    in 14 of 17 seed pairs (Llama at 10 and 20, GPT-2 at 10 tokens / parameter); a width growth ended
-    lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md, section 6)."""
+    in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5); a
+    width growth ended lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md,
+    section 6)."""
     growths = parse_grow_at(grow_at)
     depth_only = bool(growths) and all(isinstance(t, dict) and "width" not in t for _, t in growths)
     return "continue" if schedule == "wsd" and depth_only else "rewarm"
