@@ -118,10 +118,11 @@ def main():
     if base == target or base[0] > target[0] or base[1] > target[1]:
         raise SystemExit(f"bench/gpu_budget.py: the base {base} must be smaller than the target {target}")
     n_t, n_b = model(P, *target).n_params(), model(P, *base).n_params()
-    grow = [f"width={P['width']}"] * (base[0] < target[0]) + [f"layers={P['layers']},method=stack"] * (
-        base[1] < target[1]
-    )
     frac = round(P["grow_time"] * 0.8, 6)  # of the stable phase: wsd decays over the last 20% (its default)
+    grow = ([f"width={P['width']}"] if base[0] < target[0] else []) + (
+        [f"layers={P['layers']},method=stack"] if base[1] < target[1] else []
+    )
+    grow_at = f"{frac}:{','.join(grow)}"  # one --grow-at item: stack, widen, or both
     grown_tokens = round(P["budget"] * n_t * n_t / (frac * n_b + (1 - frac) * n_t))  # scratch's FLOPs
     spec = {k: v for k, v in P.items() if k not in ("text", "tokenizer", "evals")} | {"data": Path(args.data).name}
     work = Path(tempfile.mkdtemp(prefix="growtool-gpu-budget-"))
@@ -129,7 +130,7 @@ def main():
     for name, shape, tokens, kw in (
         ("scratch", target, round(P["budget"] * n_t), {"lr": P["lr"]}),
         ("scratch_half", target, round(P["budget"] * n_t / 2), {"lr": P["lr"]}),
-        ("grown", base, grown_tokens, {"lr": P["grow_lr"], "grow_at": (f"{frac}:{','.join(grow)}",)}),
+        ("grown", base, grown_tokens, {"lr": P["grow_lr"], "grow_at": (grow_at,)}),
     ):
         make = lambda n=name, w=shape, t=tokens, k=kw: run(P, n, w, t, work, **dict(k))  # noqa: E731
         res[name] = cached(d, {**spec, "run": name}, make)
@@ -138,7 +139,7 @@ def main():
     c, bound = scratch_compute_for([(res[k]["flops"], res[k]["val"]) for k in ("scratch", "scratch_half")], g["val"])
     saved = 1 - g["flops"] / c
     row = {
-        "target_params": n_t, "base_params": n_b, "budget": P["budget"], "grow_at": f"{frac}:{','.join(grow)}",
+        "target_params": n_t, "base_params": n_b, "budget": P["budget"], "grow_at": grow_at,
         "scratch_val": res["scratch"]["val"], "scratch_half_val": res["scratch_half"]["val"], "grown_val": g["val"],
         "d_val": g["val"] - res["scratch"]["val"], "saved": f"{bound}{100 * saved:.1f}%",
     }  # fmt: skip

@@ -303,7 +303,7 @@ def default_grow_schedule(schedule: str, grow_at) -> str:
     width growth ended lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md,
     section 6)."""
     growths = parse_grow_at(grow_at)
-    depth_only = bool(growths) and all(isinstance(t, dict) and "width" not in t for _, t in growths)
+    depth_only = bool(growths) and all(target_width(t) is None for _, t in growths)
     return "continue" if schedule == "wsd" and depth_only else "rewarm"
 
 
