@@ -1,6 +1,6 @@
 """Issue 40's budget study on one GPU: scratch against the best grown schedule at 10 tokens per parameter.
 
-One prepared script for a lent GPU machine (about 8 minutes of one H200 at the defaults, ``--deadline``):
+One prepared script for a lent GPU machine (about 6 minutes of one H200 at the defaults; ``--deadline``):
 
 1. text: the first ``--data-mb`` MB of a .jsonl's "text" fields (default ../shared/data/docs.jsonl);
 2. a byte-level BPE tokenizer of ``--vocab`` ids trained on it (the tokenizers library), cached;
