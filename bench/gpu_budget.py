@@ -119,9 +119,9 @@ def cached(d: Path, spec: dict, make) -> dict:
     return json.loads(path.read_text())["result"]
 
 
-def plan(P, target, base, grow_at, grown_tokens) -> list[tuple]:
-    """The runs, most needed first: at each peak LR of ``--lrs`` scratch (whole budget, half) and grown."""
-    n_t = model(P, *target).n_params()
+def plan(P, target, n_t, base, grow_at, grown_tokens) -> list[tuple]:
+    """The runs, most needed first: at each peak LR of ``--lrs`` scratch (whole budget, half) and grown;
+    ``n_t``: the target's parameters (scratch's budget is ``P["budget"]`` tokens per parameter)."""
     return [
         (f"{name}@{lr:g}", shape, tokens, {"lr": lr} | kw)
         for lr in map(float, P["lrs"].split(","))
@@ -182,9 +182,11 @@ def main():
         print(f"  warning: the budget is {epochs:.1f} passes over the text: d256 x 8 at 11 passes overfit here")
     spec = {k: v for k, v in P.items() if k not in ("text", "tokenizer", "evals", "lrs", "deadline")}
     spec |= {"data": Path(args.data).name}
+    info = machine() | {"target_params": n_t, "base_params": n_b, "corpus_tokens": corpus,
+                        "epochs": round(epochs, 2), "gpu": gpu_name()}  # fmt: skip
     work = Path(tempfile.mkdtemp(prefix="growtool-gpu-budget-"))
     res, rate = {}, 0.0  # rate: the slowest seconds per token seen so far (an estimate for what is left)
-    for name, shape, tokens, kw in plan(P, target, base, grow_at, grown_tokens):
+    for name, shape, tokens, kw in plan(P, target, n_t, base, grow_at, grown_tokens):
         left = P["deadline"] - (time.time() - t0)
         if P["deadline"] and rate and rate * tokens > left and not is_cached(d, {**spec, "run": name}):
             print(f"  {name}: skipped, about {rate * tokens:.0f} s of training with {left:.0f} s left (--deadline)")
@@ -194,11 +196,7 @@ def main():
         rate = max(rate, res[name]["seconds"] / tokens)
         r = res[name]
         print(f"  {name}: val {r['val']:.4f}, {r['steps']} steps, {r['seconds']:.0f} s", flush=True)
-        info = {"target_params": n_t, "base_params": n_b, "corpus_tokens": corpus,
-                "epochs": round(epochs, 2), "gpu": gpu_name()}  # fmt: skip
-        write_json(
-            d / "results.json", {"settings": spec, "machine": machine() | info, "runs": res, "rows": rows(res, grow_at)}
-        )
+        write_json(d / "results.json", {"settings": spec, "machine": info, "runs": res, "rows": rows(res, grow_at)})
     title = f"compute saved at {P['budget']:g} tokens/parameter (frontier of scratch's two budgets)"
     print(table(rows(res, grow_at), title))
     print(f"wrote {d}/results.json")
