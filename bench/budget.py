@@ -27,7 +27,10 @@ run's loss falls in its final decay, so that first reach comes late and understa
 second measure (``frontier_*``) compares whole runs instead: 1 - (the grown run's FLOPs) / (the FLOPs
 at which scratch, each budget a whole run at its best LR, would end at the grown run's final loss,
 log FLOPs interpolated between the two budgets that bracket it; "> x" / "< x" beyond the budgets
-run), negative when growth costs compute. Δ = grown final loss - tuned scratch final loss, paired by
+run), negative when growth costs compute. Loss falls ever slower in log FLOPs, so that straight line
+lies above scratch's curve and overstates the saving: by 8% of scratch's compute half-way between 10
+and 20 tokens / parameter at d64 x 4 (6 seeds); ``--scratch-budgets 14,28`` adds scratch runs (no
+grown ones) where the grown runs end. Δ = grown final loss - tuned scratch final loss, paired by
 seed. Each arm draws its own batches (data seed 3000 + seed for scratch, seed for grown runs), so
 seed i pairs two independent runs; ``--paired 1`` makes scratch draw the grown runs' batches
 (common random numbers: the data order's part of the seed spread cancels in Δ and saved) and
@@ -80,6 +83,7 @@ FULL = dict(
     llama_tie=0,
     data_mb=8,
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
+    scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
 )
 QUICK = dict(
     FULL,
@@ -349,6 +353,8 @@ def plan_runs(P) -> list[dict]:
                         growths=g,
                     )
                 )
+            widths = {t for t, _ in targets} or {P["width"]}  # scratch-only budgets: every target's frontier
+            targets |= {(t, float(b)) for t in widths for b in P.get("scratch_budgets", "").split(",") if b}
             for target, b in sorted(targets):
                 for lr in lrs:
                     s = dict(kind="scratch", family=fam, target=target, budget=b, lr=lr, seed=seed)

@@ -291,3 +291,34 @@ def test_paired_scratch_draws_the_grown_runs_batches_and_is_compared_alone(tmp_p
     results.append(({**g, "lr": 0.003, "seed": 0, "base": [64, 2]}, res(1.95, 100.0)))
     assert abs(aggregate(P, results)[0]["d_val"] - (1.95 - 2.0)) < 1e-12
     assert abs(aggregate({**P, "paired": 1}, results)[0]["d_val"] - (1.95 - 1.9)) < 1e-12
+
+
+def test_scratch_budgets_add_scratch_runs_alone_and_points_on_its_frontier():
+    """``--scratch-budgets 14``: scratch at 14 tokens / parameter at every LR and seed, no grown run
+    there and no row of its own; the frontier then interpolates between 10 and 14, not 10 and 20."""
+    from budget import FULL, aggregate, plan_runs
+
+    P = dict(FULL, width=64, layers=4, seeds=2, budgets="10,20", lrs="0.003", grow_lrs="0.003")
+    P.update(variants="stack2x@0.15", paired=1, scratch_budgets="14")
+    runs = plan_runs(P)
+    at14 = [r for r in runs if r["budget"] == 14.0]
+    assert [(r["kind"], r["target"], r["seed"], r["data_seed"]) for r in at14] == [
+        ("scratch", 64, 0, 0),
+        ("scratch", 64, 1, 1),
+    ]
+    assert {r["budget"] for r in runs if r["kind"] == "grown"} == {10.0, 20.0}
+    alone = plan_runs({**P, "budgets": "", "variants": ""})  # scratch at the extra budgets only
+    assert [(r["kind"], r["budget"], r["target"]) for r in alone] == [("scratch", 14.0, 64)] * 2
+
+    def res(val, flops):
+        return {"val": val, "flops": flops, "curve": [[0.0, 5.0], [flops, val]]}
+
+    s = {"kind": "scratch", "family": "llama", "target": 64, "lr": 0.003, "seed": 0, "data_seed": 0}
+    results = [({**s, "budget": b}, res(v, c)) for b, v, c in ((10.0, 2.0, 100.0), (20.0, 1.8, 200.0))]
+    g = {"kind": "grown", "family": "llama", "variant": "stack2x@0.15", "target": 64, "budget": 10.0, "lr": 0.003}
+    results.append(({**g, "seed": 0, "base": [64, 2]}, res(1.95, 100.0)))
+    (row,) = aggregate(P, results)
+    assert abs(row["frontier_mean"] - (1 - 1 / 2**0.25)) < 1e-9  # a quarter of the way from 10 to 20 in loss
+    results.append(({**s, "budget": 14.0}, res(1.9, 140.0)))
+    (row,) = aggregate(P, results)  # no row at 14: it has no grown run
+    assert abs(row["frontier_mean"] - (1 - 1 / 1.4**0.5)) < 1e-9  # half-way from 10 to 14 in loss
