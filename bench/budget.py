@@ -120,7 +120,8 @@ DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, wi
     "width2x+depth2x": ((0.5, 0.5), [(0.5, 1, 1, "stack")]),
 }
 # "/name" after a variant: the growth's recipe (base, overrides) and train options (issue 40's breakers
-# and optimizer treatments); the trainer's defaults otherwise (srio, --new-lr-mult 2, re-warmed new params)
+# and optimizer treatments); the trainer's defaults otherwise (srio, --new-lr-mult 1; runs cached before
+# that default changed in round 18 took x 2 re-warmed under the same key: the WRITEUP marks their rows †)
 OPTIONS = {
     "paper": (None, {}, {"new_lr_mult": 1.0, "new_rewarm_steps": 0}),  # one LR for all (the papers' setting)
     "reset": (None, {}, {"grow_optimizer": "reset"}),  # a fresh AdamW at the growth (G_stack's code)
