@@ -28,10 +28,11 @@ second measure (``frontier_*``) compares whole runs instead: 1 - (the grown run'
 at which scratch, each budget a whole run at its best LR, would end at the grown run's final loss,
 log FLOPs interpolated between the two budgets that bracket it; "> x" / "< x" beyond the budgets
 run), negative when growth costs compute. Loss falls ever slower in log FLOPs, so that straight line
-lies above scratch's curve and overstates the saving: by 6.5% of scratch's compute half-way between 10
-and 20 tokens / parameter at d64 x 4 (7 seeds); ``--scratch-budgets 14,28`` adds scratch runs (no
-grown ones) where the grown runs end. Δ = grown final loss - tuned scratch final loss, paired by
-seed. Each arm draws its own batches (data seed 3000 + seed for scratch, seed for grown runs), so
+lies above scratch's curve and overstates the saving: by 3.5-11% of scratch's compute half-way
+between two budgets, in six of seven held-out checks at d64 x 4 and d64 x 8 (seed means);
+``--scratch-budgets 7,14,28`` adds scratch runs (no grown ones) where the grown runs end.
+Δ = grown final loss - tuned scratch final loss, paired by seed.
+Each arm draws its own batches (data seed 3000 + seed for scratch, seed for grown runs), so
 seed i pairs two independent runs; ``--paired 1`` makes scratch draw the grown runs' batches
 (common random numbers: the data order's part of the seed spread cancels in Δ and saved) and
 compares with those scratch runs alone. ``--schedule`` is the trainer's LR schedule for every run
