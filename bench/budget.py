@@ -1,7 +1,7 @@
 """Compute saved against budget: growth against an LR-tuned scratch baseline, per tokens per parameter.
 
-On real text (byte level; default ../shared/data/docs.jsonl, its "text" fields, or any plain-text
-file), for each family, seed and budget B (tokens per parameter of the *target* model):
+On real text (byte level, or ``--vocab N``: a byte-level BPE of N ids trained on the text; default
+../shared/data/docs.jsonl, its "text" fields, or any plain-text file), for each family, seed and budget B (tokens per parameter of the *target* model):
 
   scratch     the target model from init, B x its parameters tokens, at every peak LR of ``--lrs``;
               the baseline at B is the LR with the lowest final validation loss (mean over seeds)
@@ -57,7 +57,7 @@ import time
 import warnings
 from pathlib import Path
 
-from common import machine, parse_args, table, train_phase, write_csv, write_json
+from common import machine, parse_args, table, tokenizer, train_phase, write_csv, write_json
 from growth_pays import _config, _curve, _init, diag_series, flops_to_reach
 
 DATA = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "docs.jsonl")  # ../shared/data
@@ -85,6 +85,7 @@ FULL = dict(
     data_mb=8,
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
+    vocab=0,  # 0: bytes; N: a byte-level BPE of N ids trained on the text (cached; part of the cache key)
 )
 QUICK = dict(
     FULL,
@@ -371,7 +372,7 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
     out = []
     for f in sorted(cached.glob("*.json")):
         c = json.loads(f.read_text())
-        if all(c["spec"].get(k) == v for k, v in want.items()):
+        if all(c["spec"].get(k) == v for k, v in want.items()) and c["spec"].get("vocab", 0) == P["vocab"]:
             out.append((c["spec"], c["result"]))
     return out
 
@@ -379,7 +380,8 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
 def with_sizes(P, spec: dict) -> dict:
     """What defines a run beyond its own fields: sizes, data, schedule (part of the cache key)."""
     keys = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
-    return {**spec, **{k: P[k] for k in keys}, "data": P["data_id"]}
+    bpe = {"vocab": P["vocab"]} if P["vocab"] else {}  # byte-level runs keep their keys
+    return {**spec, **{k: P[k] for k in keys}, "data": P["data_id"], **bpe}
 
 
 # ---- aggregation -----------------------------------------------------------------------------------
@@ -588,6 +590,8 @@ def main():
     cached.mkdir(exist_ok=True)
     P["data"] = text_file(args.data, d / "cache", P["data_mb"])
     P["data_id"] = f"{Path(args.data).name}:{Path(args.data).stat().st_size}:{P['data_mb']}mb"
+    if P["vocab"]:
+        P["tokenizer"] = tokenizer(P["data"], P["vocab"], d / "cache")
     specs = [with_sizes(P, s) for s in plan_runs(P)]
     todo = [s for s in specs if not (cached / f"{spec_key(s)}.json").exists()]
     try:  # a part is fixed by each run's place among all runs, not among the missing ones (they change)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import hashlib
 import json
 import math
 import os
@@ -146,8 +147,9 @@ MB = 1024 * 1024
 def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict, list[dict]]:
     """One ``growtool.train`` phase of a benchmark on ``P``'s data and sizes (batch, seq, lr, evals,
     eval_batches, work): enough steps for ``tokens``, one save at the end, no condensation metrics.
-    ``kw`` go to ``train`` as they are; the LR schedule is ``P["schedule"]``, else cosine (the
-    trainer's default when most results in bench/results were recorded; its default is wsd now).
+    ``kw`` go to ``train`` as they are (``P["tokenizer"]``, when set, too); the LR schedule is
+    ``P["schedule"]``, else cosine (the trainer's default when most results in bench/results were
+    recorded; its default is wsd now).
     Returns (train's summary, the run's metrics records)."""
     from growtool.training.loop import train
     from growtool.training.run_folder import read_metrics
@@ -170,6 +172,27 @@ def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict,
         device="cpu",
         progress=False,
         cache_dir=P["work"] + "/cache",
+        **({"tokenizer": P["tokenizer"]} if P.get("tokenizer") else {}),
         **kw,
     )
     return s, read_metrics(Path(out) / "metrics.jsonl")
+
+
+def tokenizer(text: str, vocab: int, cache: Path) -> str:
+    """A byte-level BPE tokenizer.json of ``vocab`` ids trained on the file ``text``, written once into ``cache``."""
+    key = hashlib.sha256(f"{Path(text).read_bytes()}:{vocab}".encode()).hexdigest()[:12]
+    out = cache / f"bpe-{vocab}-{key}.json"
+    if not out.exists():
+        cache.mkdir(parents=True, exist_ok=True)
+        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+        tok = Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=alphabet, special_tokens=["<|endoftext|>"])
+        tok.train([text], trainer)
+        tmp = out.with_suffix(".tmp")
+        tok.save(str(tmp))
+        tmp.replace(out)
+    return str(out)

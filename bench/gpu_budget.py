@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from budget import DATA, scratch_compute_for, text_file
-from common import machine, parse_args, table, write_json
+from common import machine, parse_args, table, tokenizer, write_json
 from growth_pays import _curve
 
 FULL = dict(
@@ -48,26 +48,6 @@ def options(p):
     p.add_argument("--data", default=DATA, help=f"a .jsonl (its text fields) or a text file (default {DATA})")
     for k, v in FULL.items():
         p.add_argument("--" + k.replace("_", "-"), type=type(v), default=None, help=f"default {v} (quick {QUICK[k]})")
-
-
-def tokenizer(text: str, vocab: int, cache: Path) -> str:
-    """A byte-level BPE tokenizer.json of ``vocab`` ids trained on the file ``text``, written once into ``cache``."""
-    key = hashlib.sha256(f"{Path(text).read_bytes()}:{vocab}".encode()).hexdigest()[:12]
-    out = cache / f"bpe-{vocab}-{key}.json"
-    if not out.exists():
-        cache.mkdir(parents=True, exist_ok=True)
-        from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-
-        tok = Tokenizer(models.BPE())
-        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-        tok.decoder = decoders.ByteLevel()
-        alphabet = pre_tokenizers.ByteLevel.alphabet()
-        trainer = trainers.BpeTrainer(vocab_size=vocab, initial_alphabet=alphabet, special_tokens=["<|endoftext|>"])
-        tok.train([text], trainer)
-        tmp = out.with_suffix(".tmp")
-        tok.save(str(tmp))
-        tmp.replace(out)
-    return str(out)
 
 
 def model(P, width: int, layers: int):

@@ -146,7 +146,14 @@ def _config(P, family, width):
     from growtool.nn.config import ModelConfig
 
     heads = width // P["head_dim"]
-    common = dict(vocab_size=256, width=width, layers=P["layers"], heads=heads, head_dim=P["head_dim"], ffn=4 * width)
+    common = dict(
+        vocab_size=P.get("vocab") or 256,
+        width=width,
+        layers=P["layers"],
+        heads=heads,
+        head_dim=P["head_dim"],
+        ffn=4 * width,
+    )
     if family == "gpt2":  # LayerNorm, tied head, learned positions: the family where the angle decides exactness
         return ModelConfig(family="gpt2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=True, **common)
     return ModelConfig(

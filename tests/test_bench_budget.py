@@ -322,3 +322,33 @@ def test_scratch_budgets_add_scratch_runs_alone_and_points_on_its_frontier():
     results.append(({**s, "budget": 14.0}, res(1.9, 140.0)))
     (row,) = aggregate(P, results)  # no row at 14: it has no grown run
     assert abs(row["frontier_mean"] - (1 - 1 / 1.4**0.5)) < 1e-9  # half-way from 10 to 14 in loss
+
+
+def test_vocab_makes_bpe_runs_a_study_of_their_own(tmp_path):
+    """``--vocab N``: a BPE tokenizer of N ids trained on the text, models of N ids, and "vocab" in
+    every run's cache key, so BPE and byte-level runs never share a key or a table; at the default
+    (0, bytes) the keys are the ones every cached byte-level run was saved under."""
+    from budget import FULL, cached_runs, with_sizes
+    from common import tokenizer
+
+    saved = sorted((ROOT / "bench" / "results" / "budget_d64" / "cached").glob("*.json"))[0]
+    old = json.loads(saved.read_text())["spec"]  # a byte-level run cached before the option existed
+    sizes = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
+    P = dict(FULL, **{k: old[k] for k in sizes}, data_id=old["data"])
+    assert spec_key(with_sizes(P, {k: v for k, v in old.items() if k not in (*sizes, "data")})) == saved.stem
+    byte = with_sizes(P, {"kind": "scratch", "seed": 0})
+    assert "vocab" not in byte
+    bpe = with_sizes({**P, "vocab": 300}, {"kind": "scratch", "seed": 0})
+    assert bpe == {**byte, "vocab": 300} and spec_key(bpe) != spec_key(byte)
+    assert _config({**P, "vocab": 300}, "llama", 64).vocab_size == 300
+    assert _config(P, "llama", 64).vocab_size == 256
+    cached = tmp_path / "cached"
+    cached.mkdir()
+    for s in (byte, bpe):
+        (cached / f"{spec_key(s)}.json").write_text(json.dumps({"spec": s, "result": {}}))
+    assert [s for s, _ in cached_runs(P, cached)] == [byte]
+    assert [s for s, _ in cached_runs({**P, "vocab": 300}, cached)] == [bpe]
+    text = tmp_path / "t.txt"
+    text.write_text(" ".join(f"the quick brown fox {i % 13} jumps" for i in range(400)))
+    tok = json.loads(Path(tokenizer(str(text), 300, tmp_path / "cache")).read_text())
+    assert 256 < len(tok["model"]["vocab"]) <= 300  # the byte alphabet and merges learned on the text
