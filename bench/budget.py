@@ -630,7 +630,7 @@ def main():
     write_csv(d / "results.csv", main_rows)
     if sweep_rows:
         write_csv(d / "sweep.csv", sweep_rows)
-    settings = {k: v for k, v in P.items() if k != "data"}
+    settings = {k: v for k, v in P.items() if k not in ("data", "tokenizer")}  # local paths
     write_json(d / "results.json", {"settings": settings, "machine": machine(), "rows": rows})
     name, _, mb = P["data_id"].rsplit(":", 2)
     title = (
