@@ -1,7 +1,8 @@
 """Compute saved against budget: growth against an LR-tuned scratch baseline, per tokens per parameter.
 
 On real text (byte level, or ``--vocab N``: a byte-level BPE of N ids trained on the text; default
-../shared/data/docs.jsonl, its "text" fields, or any plain-text file), for each family, seed and budget B (tokens per parameter of the *target* model):
+../shared/data/docs.jsonl, its "text" fields, or any plain-text file), for each family, seed and
+budget B (tokens per parameter of the *target* model):
 
   scratch     the target model from init, B x its parameters tokens, at every peak LR of ``--lrs``;
               the baseline at B is the LR with the lowest final validation loss (mean over seeds)
