@@ -378,11 +378,13 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
     return out
 
 
+SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
+
+
 def with_sizes(P, spec: dict) -> dict:
-    """What defines a run beyond its own fields: sizes, data, schedule (part of the cache key)."""
-    keys = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
+    """What defines a run beyond its own fields: sizes (``SIZES``), data, BPE (part of the cache key)."""
     bpe = {"vocab": P["vocab"]} if P["vocab"] else {}  # byte-level runs keep their keys
-    return {**spec, **{k: P[k] for k in keys}, "data": P["data_id"], **bpe}
+    return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **bpe}
 
 
 # ---- aggregation -----------------------------------------------------------------------------------

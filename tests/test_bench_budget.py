@@ -328,14 +328,13 @@ def test_vocab_makes_bpe_runs_a_study_of_their_own(tmp_path):
     """``--vocab N``: a BPE tokenizer of N ids trained on the text, models of N ids, and "vocab" in
     every run's cache key, so BPE and byte-level runs never share a key or a table; at the default
     (0, bytes) the keys are the ones every cached byte-level run was saved under."""
-    from budget import FULL, cached_runs, with_sizes
+    from budget import FULL, SIZES, cached_runs, with_sizes
     from common import tokenizer
 
     saved = sorted((ROOT / "bench" / "results" / "budget_d64" / "cached").glob("*.json"))[0]
     old = json.loads(saved.read_text())["spec"]  # a byte-level run cached before the option existed
-    sizes = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
-    P = dict(FULL, **{k: old[k] for k in sizes}, data_id=old["data"])
-    assert spec_key(with_sizes(P, {k: v for k, v in old.items() if k not in (*sizes, "data")})) == saved.stem
+    P = dict(FULL, **{k: old[k] for k in SIZES}, data_id=old["data"])
+    assert spec_key(with_sizes(P, {k: v for k, v in old.items() if k not in (*SIZES, "data")})) == saved.stem
     byte = with_sizes(P, {"kind": "scratch", "seed": 0})
     assert "vocab" not in byte
     bpe = with_sizes({**P, "vocab": 300}, {"kind": "scratch", "seed": 0})
