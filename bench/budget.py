@@ -140,6 +140,8 @@ OPTIONS = {
     "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
+    "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
+    "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
 }
 
 
@@ -183,8 +185,9 @@ def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
 def depth_spec(P, variant: str) -> dict:
     """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
     name, t, opts = parse_variant(variant)
-    if "base2" in opts and "plain" not in opts:
-        raise SystemExit(f"{variant}: /base2 sets the plain path's base phase; add /plain")
+    for o in ("base2", "stable", "nowarm"):
+        if o in opts and "plain" not in opts:
+            raise SystemExit(f"{variant}: /{o} sets a phase of the plain path; add /plain")
     (bw, bl), gs = DEPTH[name]
     if t is not None:
         stable = 1.0 - 0.2 if P["schedule"] == "wsd" else 1.0  # the trainer's --decay-fraction default
@@ -296,11 +299,13 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     ((f, w, L, m),) = spec["growths"]
     first = round(f * tokens)
     Qb = {**Q, "lr": 2 * Q["lr"]} if "base2" in spec["opts"] else Q
-    s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"])
+    kb = {"decay_fraction": 0.0} if "stable" in spec["opts"] else {}
+    s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"], **kb)
     kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
     kw |= {"width": w} if w != spec["base"][0] else {}  # expand refuses a "growth" to the same size
     grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **kw)
-    s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"])
+    kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
+    s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"], **kg)
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
 
 

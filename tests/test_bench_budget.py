@@ -269,6 +269,32 @@ def test_base2_trains_the_plain_paths_base_at_twice_the_lr_and_needs_plain(tmp_p
         budget.depth_spec({**QUICK, "layers": 4, "schedule": "wsd"}, "stack2x@0.15/base2")
 
 
+def test_stable_and_nowarm_set_one_phase_of_the_plain_path_each(tmp_path, monkeypatch):
+    """``/plain/stable``: the base phase without wsd's decay (what a run's checkpoint from before its
+    decay holds); ``/plain/nowarm``: ``train GROWN --warmup 0``. Each touches its own phase only, and
+    neither is accepted without ``/plain``."""
+    import budget
+
+    kws = []
+
+    def phase(Q, ckpt, out, tokens, seed, **kw):
+        kws.append(kw)
+        return {"final": ckpt}, [{"flops": 1.0}]
+
+    monkeypatch.setattr(budget, "train_phase", phase)
+    monkeypatch.setattr(budget, "_curve", lambda recs, start=0.0: [])
+    monkeypatch.setattr("growtool.surgery.expand", lambda src, out, **kw: out)
+    spec = {"seed": 0, "base": [32, 2], "growths": [[0.2, 32, 4, "stack"]]}
+    for opts in (["plain"], ["plain", "stable"], ["plain", "nowarm"]):
+        budget.plain_path({"lr": 0.003}, {**spec, "opts": opts}, "base.safetensors", tmp_path, 1000)
+    assert kws == [{}, {}, {"decay_fraction": 0.0}, {}, {}, {"warmup": 0}]
+    P = {**QUICK, "layers": 4, "schedule": "wsd"}
+    for o in ("stable", "nowarm"):
+        with pytest.raises(SystemExit, match="add /plain"):
+            budget.depth_spec(P, f"stack2x@0.25/{o}")
+        assert budget.depth_spec(P, f"stack2x@0.25/plain/{o}")["opts"] == ["plain", o]
+
+
 def test_paired_scratch_draws_the_grown_runs_batches_and_is_compared_alone(tmp_path):
     """``--paired 1``: scratch specs carry data_seed = seed (the grown runs' batches; a cache key of
     their own), and aggregation compares grown runs with paired scratch runs only; without it, with
