@@ -196,3 +196,35 @@ def test_library_expand_grows_a_run_folder_as_the_cli_does(world, tmp_path):
         with pytest.raises(GrowError, match=msg):
             growtool.expand(tmp_path / "run", width=48, **kw)
     assert not (tmp_path / "x").exists()
+
+
+def lrs_of(run) -> dict:
+    return {r["step"]: r["lr"] for r in read_metrics(run / "metrics.jsonl") if "lr" in r}
+
+
+def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp_path):
+    """``expand RUN --layers 2x`` then ``train --resume``, no --grow-schedule anywhere: under wsd a growth in
+    depth alone continues the run's LR schedule, as ``--grow-at`` does by default (re-warming after a
+    stacking cost 6.8 and 3.9 points of compute on BPE, 3 of 3 seeds each: bench/results/budget_d64/
+    WRITEUP.md, thirteenth session). A width growth re-warms, as with --grow-at; and ``--resume
+    --grow-schedule rewarm`` re-warms the depth growth too."""
+    d, text, base = tmp_path, world["text"], world["base"]
+    kw = dict(KW, steps=20, schedule="wsd", warmup=4)
+    train(base, [text], d / "src", stop_at=10, **kw)
+    shutil.copytree(d / "src", d / "on")
+    train(base, [text], d / "on", resume=True, **kw)
+    ref = lrs_of(d / "on")
+    for name, args in (("deep", ["--layers", "2x"]), ("deep2", ["--layers", "2x"]), ("wide", ["--width", 48])):
+        r = cli("expand", d / "src", *args, "-o", d / name, "-q")
+        assert r.exit_code == 0, r.stderr
+    saved = {n: torch.load(d / n / STATE, weights_only=True)["settings"]["grow_schedule"] for n in ("deep", "wide")}
+    assert saved == {"deep": "continue", "wide": "rewarm"}
+    lrs = {}
+    for name, extra in (("deep", {}), ("deep2", {"grow_schedule": "rewarm"}), ("wide", {})):
+        train(base, [text], d / name, resume=True, **kw, **extra)
+        lrs[name] = lrs_of(d / name)
+    after = range(11, 21)  # records of updates 10..19 (a record's step counts the updates done)
+    assert [lrs["deep"][s] for s in after] == [ref[s] for s in after]  # one schedule
+    assert lrs["deep"][11] == ref[11] == kw["lr"]  # at the peak, stable phase
+    for name in ("deep2", "wide"):
+        assert lrs[name][11] == kw["lr"] / 4, (name, lrs[name][11])  # warming up again from the growth

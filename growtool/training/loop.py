@@ -251,8 +251,10 @@ def restore(run: Run, resume: bool) -> None:
     if resume:
         state = run_folder.load_state(run.out / STATE)  # weights_only, checked: a damaged one is one line
         saved = state["settings"]
-        run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"))  # resume.py: what may change
         growths = list(state.get("growths", []))
+        fresh = bool(growths) and all(g["step"] == state["step"] for g in growths)  # expand RUN, not yet trained
+        free = ("grow_schedule",) if fresh else ()
+        run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"), free)  # resume.py: what may change
         resuming.check_length(saved, run.s, state["step"], lambda s, t: lr_start(s, growths, t))
         run.history = list(state.get("history", []))
         if changes:  # recorded in last.pt from the next save on

@@ -36,10 +36,12 @@ KEPT = ("lr", "warmup", "gate_warmup_tokens", "grow_schedule", *CADENCES)  # der
 ADJUSTABLE = ("steps", *CADENCES)
 
 
-def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None) -> tuple[dict, dict]:
+def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None, free=()) -> tuple[dict, dict]:
     """(the resumed run's settings, the accepted changes {name: [old, new]}); refuses, in the words of
     the command line, a change that would alter the math already done. ``opts``: the Settings given;
-    ``inputs``: the run's saved ``--data`` / ``--val-data`` as given (named in the refusals)."""
+    ``inputs``: the run's saved ``--data`` / ``--val-data`` as given (named in the refusals); ``free``:
+    settings that may change here too (``--grow-schedule`` for a run folder whose only growths are at
+    the step it resumes from: ``expand RUN`` just made them, and no update has used the schedule yet)."""
     s = dict(resolved)
     for k in KEPT:
         if getattr(opts, k) is None and k in saved:
@@ -53,9 +55,9 @@ def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None) -> tupl
         )
     for k in resume_keys():
         old, new = saved_setting(saved, k), s[k]
-        if old != new:
+        if old != new and k not in free:
             raise GrowError(refusal(k, old, new, inputs or {}))
-    changes = {k: [saved.get(k), s[k]] for k in ADJUSTABLE if saved.get(k) != s[k]}
+    changes = {k: [saved.get(k), s[k]] for k in (*ADJUSTABLE, *free) if saved.get(k) != s[k]}
     return s, changes
 
 

@@ -302,9 +302,26 @@ def default_grow_schedule(schedule: str, grow_at) -> str:
     in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5); a
     width growth ended lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md,
     section 6)."""
-    growths = parse_grow_at(grow_at)
-    depth_only = bool(growths) and all(target_width(t) is None for _, t in growths)
-    return "continue" if schedule == "wsd" and depth_only else "rewarm"
+    return schedule_for(schedule, [target_width(t) is None for _, t in parse_grow_at(grow_at)])
+
+
+def schedule_for(schedule: str, depth_only: list[bool]) -> str:
+    """The default rule itself, on one flag per growth (True: in depth alone)."""
+    return "continue" if schedule == "wsd" and depth_only and all(depth_only) else "rewarm"
+
+
+def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
+    """--grow-schedule for a run folder grown by ``expand RUN`` (``growths``: the run's growth records, the
+    new one included): the rule above over every growth the run now has, unless the run's saved value is
+    not the rule's for the growths it had planned (``--grow-schedule`` given: kept; a given value equal to
+    the rule's reads as the rule, and ``train --resume --grow-schedule`` sets it). A run started without
+    --grow-at resolved "rewarm"; grown in depth under wsd it continues its schedule, as --grow-at would."""
+    schedule, planned = saved_setting(saved, "schedule"), saved_setting(saved, "grow_at")
+    flags = [target_width(t) is None for _, t in planned]
+    if saved_setting(saved, "grow_schedule") != schedule_for(schedule, flags):
+        return saved_setting(saved, "grow_schedule")
+    done = ["layers" in g and g["width"] == g.get("from", g["width"]) for g in growths]
+    return schedule_for(schedule, flags + done)
 
 
 # settings added after runs were already being saved: what a saved run without them meant

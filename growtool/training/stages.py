@@ -40,6 +40,7 @@ from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes,
 from growtool.training.schedule import mup, run_gate, run_gate_for
 from growtool.training.settings import (
     default_gate_tokens,
+    grow_schedule_after,
     parse_grow_at,
     saved_setting,
     target_layers,
@@ -256,6 +257,7 @@ def expand_run(src: Path, out: Path, growth: Growth, force: bool = False) -> tup
     if growth.depth is not None:
         record.update(layers=plan.cfg.layers, layers_from=plan.src.layers)
     growths.append(record)
+    s["grow_schedule"] = grow_schedule_after(s, growths)  # a growth in depth under wsd: no re-warm
     new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
     lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
     records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
