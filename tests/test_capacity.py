@@ -80,8 +80,9 @@ def test_the_defaults_that_make_it_so():
 def test_the_plain_paths_defaults(tmp_path):
     """Issue 40, must-show 4: the plain path (``init``, ``train``, ``expand --layers 2x``, ``train
     GROWN``, every default) saved within the seed spread of the best schedule (``train --grow-at``
-    stacking 2 -> 4 layers at 12% of the run) at 10 tokens / parameter, Llama and GPT-2, 3 seeds
-    (bench/results/budget_d64/WRITEUP.md). These are the defaults it ran with: ``expand`` stacks
+    stacking 2 -> 4 layers at 12% of the run) at 10 tokens / parameter, Llama and GPT-2, 3 seeds, on
+    bytes (bench/results/budget_d64/WRITEUP.md; on a 512-id BPE it saved 10-11 points less than
+    ``--grow-at``: the thirteenth session there). These are the defaults it ran with: ``expand`` stacks
     (G_stack), the grown model's new blocks open over a gate ramp of 10% of the run, and ``train`` warms
     up over 5% of its steps to its family's peak LR (3e-3; GPT-2 6e-3) and decays linearly over its
     last 20% (wsd: the base run ends decayed, the grown run starts its own schedule; under cosine the
