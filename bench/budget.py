@@ -142,6 +142,7 @@ OPTIONS = {
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
     "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
     "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
+    "runfolder": (None, {}, {}),  # train BASE --stop-at K, expand RUN (moments grown), train --resume (run_folder_path)
 }
 
 
@@ -275,6 +276,9 @@ def run_one(P, spec: dict, work: Path) -> dict:
             grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
         if "plain" in spec.get("opts", []):
             s, recs, curve = plain_path(Q, spec, base, run, tokens)
+        elif "runfolder" in spec.get("opts", []):
+            s, recs = run_folder_path(Q, spec, base, run, tokens)
+            curve = _curve(recs)
         else:
             kw = option_kw(spec, run, tokens)
             s, recs = train_phase(Q, base, str(run / "out"), tokens, seed, grow_at=grow_at, **kw)
@@ -307,6 +311,22 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
     s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"], **kg)
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
+
+
+def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict]]:
+    """The growth made on a run folder, every option at its default: ``train BASE`` for the whole run's
+    length, stopped at the growth (``--stop-at``), ``expand RUN`` (model and AdamW moments grown into a
+    new run folder), ``train --resume``. (summary, the records: the source's up to the growth, then the
+    grown run's)."""
+    from growtool import surgery
+
+    ((f, w, L, m),) = spec["growths"]
+    k = round(f * math.ceil(tokens / (Q["batch"] * Q["seq"])))  # train_phase's steps for these tokens
+    train_phase(Q, base, str(run / "src"), tokens, spec["seed"], stop_at=k)
+    kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
+    kw |= {"width": w} if w != spec["base"][0] else {}
+    surgery.expand(str(run / "src"), out=str(run / "out"), **kw)
+    return train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
 
 
 def option_kw(spec: dict, work: Path, tokens: int = 0) -> dict:

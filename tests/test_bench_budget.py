@@ -377,3 +377,28 @@ def test_vocab_makes_bpe_runs_a_study_of_their_own(tmp_path):
     text.write_text(" ".join(f"the quick brown fox {i % 13} jumps" for i in range(400)))
     tok = json.loads(Path(tokenizer(str(text), 300, tmp_path / "cache")).read_text())
     assert 256 < len(tok["model"]["vocab"]) <= 300  # the byte alphabet and merges learned on the text
+
+
+def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
+    """``/runfolder``: ``train BASE`` for the whole run's steps, stopped at the growth's step; ``expand`` of
+    that run folder (model and moments) into the run's folder; ``train --resume`` there to the end."""
+    import budget
+
+    calls = []
+
+    def phase(Q, ckpt, out, tokens, seed, **kw):
+        calls.append(("train", Path(out).name, tokens, kw))
+        return {"final": ckpt}, [{"flops": 1.0}]
+
+    def expand(src, out, **kw):
+        calls.append(("expand", Path(src).name, Path(out).name, kw))
+
+    monkeypatch.setattr(budget, "train_phase", phase)
+    monkeypatch.setattr("growtool.surgery.expand", expand)
+    spec = {"seed": 0, "base": [32, 2], "growths": [[0.2, 32, 4, "stack"]], "opts": ["runfolder"]}
+    budget.run_folder_path({"lr": 0.003, "batch": 4, "seq": 25}, spec, "base.safetensors", tmp_path, 10_000)
+    assert calls == [
+        ("train", "src", 10_000, {"stop_at": 20}),  # 100 steps of 4 x 25 tokens; the growth at 20% of them
+        ("expand", "src", "out", {"layers": 4, "depth_method": "stack"}),
+        ("train", "out", 10_000, {"resume": True}),
+    ]
