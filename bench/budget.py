@@ -294,20 +294,26 @@ def run_one(P, spec: dict, work: Path) -> dict:
     return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
 
 
+def expand_kw(spec: dict) -> dict:
+    """``expand``'s keywords for a one-growth variant: only the sizes that change (``expand`` refuses a
+    "growth" to the same size)."""
+    ((_, w, L, m),) = spec["growths"]
+    kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
+    return kw | ({"width": w} if w != spec["base"][0] else {})
+
+
 def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict], list]:
     """What a user types, every option at its default: ``train BASE`` for the growth's share of the
     tokens, ``expand`` its final checkpoint (the library's ``surgery.expand``), ``train GROWN`` for
     the rest. (summary, the grown run's records, the whole curve with the base phase's FLOPs)."""
     from growtool import surgery
 
-    ((f, w, L, m),) = spec["growths"]
+    ((f, *_),) = spec["growths"]  # one growth
     first = round(f * tokens)
     Qb = {**Q, "lr": 2 * Q["lr"]} if "base2" in spec["opts"] else Q
     kb = {"decay_fraction": 0.0} if "stable" in spec["opts"] else {}
     s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"], **kb)
-    kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
-    kw |= {"width": w} if w != spec["base"][0] else {}  # expand refuses a "growth" to the same size
-    grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **kw)
+    grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **expand_kw(spec))
     kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
     s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"], **kg)
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
@@ -320,12 +326,10 @@ def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[d
     grown run's)."""
     from growtool import surgery
 
-    ((f, w, L, m),) = spec["growths"]
+    ((f, *_),) = spec["growths"]  # one growth
     k = round(f * math.ceil(tokens / (Q["batch"] * Q["seq"])))  # train_phase's steps for these tokens
     train_phase(Q, base, str(run / "src"), tokens, spec["seed"], stop_at=k)
-    kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
-    kw |= {"width": w} if w != spec["base"][0] else {}
-    surgery.expand(str(run / "src"), out=str(run / "out"), **kw)
+    surgery.expand(str(run / "src"), out=str(run / "out"), **expand_kw(spec))
     return train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
 
 
