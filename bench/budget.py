@@ -143,6 +143,7 @@ OPTIONS = {
     "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
     "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
     "runfolder": (None, {}, {}),  # train BASE --stop-at K, expand RUN (moments grown), train --resume (run_folder_path)
+    "branch": (None, {}, {}),  # train BASE to the end of its decay, expand RUN/pre-decay, train --resume (branch_path)
 }
 
 
@@ -276,6 +277,8 @@ def run_one(P, spec: dict, work: Path) -> dict:
             grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
         if "plain" in spec.get("opts", []):
             s, recs, curve = plain_path(Q, spec, base, run, tokens)
+        elif "branch" in spec.get("opts", []):
+            s, recs, curve = branch_path(Q, spec, base, run, tokens)
         elif "runfolder" in spec.get("opts", []):
             s, recs = run_folder_path(Q, spec, base, run, tokens)
             curve = _curve(recs)
@@ -331,6 +334,34 @@ def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[d
     train_phase(Q, base, str(run / "src"), tokens, spec["seed"], stop_at=k)
     surgery.expand(str(run / "src"), out=str(run / "out"), **expand_kw(spec))
     return train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
+
+
+def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict], list]:
+    """A finished base run grown from the state where its decay began, every option at its default:
+    ``train BASE`` for the length whose wsd decay begins at the growth's step (its decay run and
+    counted: a user who did not plan the growth has paid for it), ``expand RUN/pre-decay`` (model and
+    AdamW moments grown), ``train --resume --tokens`` the whole run's. (summary, the grown run's records,
+    the whole curve: the base run's, then the grown run's with the base's decay FLOPs added)."""
+    from growtool import surgery
+    from growtool.training.schedule import decay_start
+
+    ((f, *_),) = spec["growths"]  # one growth
+    per_step = Q["batch"] * Q["seq"]
+    k = round(f * math.ceil(tokens / per_step))  # the growth's step in the whole run
+    nb = next(n for n in range(k, 2 * k + 2) if decay_start(base_settings(n)) == k)
+    s1, r1 = train_phase(Q, base, str(run / "src"), nb * per_step, spec["seed"])
+    surgery.expand(str(run / "src" / "pre-decay"), out=str(run / "out"), **expand_kw(spec))
+    s, recs = train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
+    wasted = r1[-1]["flops"] - next(r["flops"] for r in r1 if r["step"] == k)  # the base's decay
+    return s, recs, _curve(r1) + _curve([r for r in recs if r["step"] > k], wasted)
+
+
+def base_settings(steps: int) -> dict:
+    """The saved settings that decide where a default wsd run of ``steps`` begins its decay."""
+    from growtool.training.settings import Settings, default_warmup
+
+    warm, decay = default_warmup(steps), Settings.decay_fraction
+    return {"schedule": "wsd", "steps": steps, "warmup": warm, "decay_fraction": decay}
 
 
 def option_kw(spec: dict, work: Path, tokens: int = 0) -> dict:
@@ -610,6 +641,8 @@ def main():
             die(f"unknown variant {v!r} (known: {', '.join([*VARIANTS, *DEPTH])}, each [@T][/OPTION...])")
         if name in DEPTH and any(o not in OPTIONS for o in opts):
             die(f"variant {v!r}: unknown option (known: {', '.join(OPTIONS)})")
+        if "branch" in opts and (P.get("schedule") or "cosine") != "wsd":
+            die(f"variant {v!r}: /branch grows the state where a wsd run's decay begins (give --schedule wsd)")
         if name in DEPTH and t is not None and not 0 < t < 1:
             die(f"variant {v!r}: @T needs 0 < T < 1")
         if name in DEPTH:  # every growth must change the shape: a base of the target's shape cannot grow

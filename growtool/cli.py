@@ -572,6 +572,8 @@ def train(ckpt, data_files, val_data, out, resume, quiet, **settings):
             + f"): {r['final']}",
             soft_wrap=True,
         )
+        if r["pre_decay"]:  # docs/training.md, "Grow a finished run"
+            err.print(f"the state before the decay (to extend or grow): {r['pre_decay']}", soft_wrap=True)
         click.echo(r["final"])
     else:
         err.print(f"stopped at step {r['steps']}: resume with the same command and --resume", soft_wrap=True)

@@ -402,3 +402,44 @@ def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes
         ("expand", "src", "out", {"layers": 4, "depth_method": "stack"}),
         ("train", "out", 10_000, {"resume": True}),
     ]
+
+
+def test_branch_trains_a_base_whose_decay_begins_at_the_growth_and_counts_the_decay(tmp_path, monkeypatch):
+    """``/branch``: ``train BASE`` for the length whose wsd decay begins at the growth's step (default
+    warm-up and decay), ``expand RUN/pre-decay`` into the run's folder, ``train --resume`` to the end; the
+    curve is the base run's, then the grown run's after the growth with the base's decay FLOPs added."""
+    import budget
+
+    from growtool.training.schedule import decay_start
+
+    calls = []
+
+    def phase(Q, ckpt, out, tokens, seed, **kw):
+        calls.append(("train", Path(out).name, tokens, kw))
+        n = tokens // 100
+        if Path(out).name == "src":  # the base: 1 FLOP a step, validated at its growth step and its end
+            recs = [{"step": t, "flops": float(t)} for t in range(n + 1)]
+            return {}, [{**r, "val_loss": 3.0} if r["step"] in (20, n) else r for r in recs]
+        return {}, [{"step": t, "flops": 10.0 * t, "val_loss": 2.0} for t in (20, 60, 100)]
+
+    def expand(src, out, **kw):
+        calls.append(("expand", Path(src).parent.name + "/" + Path(src).name, Path(out).name, kw))
+
+    monkeypatch.setattr(budget, "train_phase", phase)
+    monkeypatch.setattr("growtool.surgery.expand", expand)
+    spec = {"seed": 0, "base": [32, 2], "growths": [[0.2, 32, 4, "stack"]], "opts": ["branch"]}
+    _, _, curve = budget.branch_path({"lr": 0.003, "batch": 4, "seq": 25}, spec, "b.safetensors", tmp_path, 10_000)
+    assert calls == [
+        ("train", "src", 2_500, {}),  # 25 steps: warm-up 1, decay over the last 5, so it begins after 20
+        ("expand", "src/pre-decay", "out", {"layers": 4, "depth_method": "stack"}),
+        ("train", "out", 10_000, {"resume": True}),
+    ]
+    assert decay_start(budget.base_settings(25)) == 20 != decay_start(budget.base_settings(24))
+    assert curve == [(20.0, 3.0), (25.0, 3.0), (605.0, 2.0), (1005.0, 2.0)]  # + the 5 decay steps' FLOPs
+
+
+def test_branch_needs_wsd(tmp_path):
+    (tmp_path / "x.txt").write_text("some text\n" * 50)
+    args = [sys.executable, str(ROOT / "bench" / "budget.py"), str(tmp_path / "x.txt"), "--out", str(tmp_path / "o")]
+    r = subprocess.run([*args, "--variants", "stack2x/branch", "--schedule", "cosine"], capture_output=True, text=True)
+    assert r.returncode != 0 and "/branch grows the state where a wsd run's decay begins" in r.stderr, r.stderr

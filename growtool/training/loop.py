@@ -66,6 +66,7 @@ from growtool.training.readers import expand_inputs
 from growtool.training.run_folder import (
     FINAL,
     MODEL,
+    PRE_DECAY,
     STATE,
     append_metrics,
     plot,
@@ -73,8 +74,8 @@ from growtool.training.run_folder import (
     save_bytes,
     write_metrics,
 )
-from growtool.training.schedule import lr_at, lr_start, mup, run_gate, width_lr_scale
-from growtool.training.settings import Settings
+from growtool.training.schedule import decay_start, lr_at, lr_start, mup, run_gate, width_lr_scale
+from growtool.training.settings import Settings, saved_setting
 
 # ---- pieces -----------------------------------------------------------------------------------
 
@@ -315,13 +316,15 @@ def parallel(run: Run) -> tuple[torch.nn.Module, bool]:
     return module, own_group
 
 
-def save_state(run: Run, step: int) -> None:
-    """The resumable pair (rank 0): the unfolded model, and the optimiser, RNG, step and settings.
-    With --fsdp the model and optimiser also go, sharded, into ``last-<step>.dcp`` (every rank writes
-    its shards; ``last.pt`` names the folder instead of holding the optimiser)."""
+def save_state(run: Run, step: int, out: Path | None = None) -> None:
+    """The resumable pair (rank 0) in ``out`` (default: the run folder): the unfolded model, and the
+    optimiser, RNG, step and settings. With --fsdp the model and optimiser also go, sharded, into
+    ``last-<step>.dcp`` (every rank writes its shards; ``last.pt`` names the folder instead of holding
+    the optimiser)."""
+    out = out or run.out
     sharded = run.opts.fsdp
     tensors = cpu_tensors(run.model) if sharded else None  # a collective gather when sharded
-    folder = fsdp.save_state(run.model, run.opt, run.out, step) if sharded else None
+    folder = fsdp.save_state(run.model, run.opt, out, step) if sharded else None
     if not run.lead:
         return
     s, B, T, dev = run.s, run.s["batch"], run.s["seq"], run.dev
@@ -338,12 +341,12 @@ def save_state(run: Run, step: int) -> None:
     }
     tensors = tensors if sharded else cpu_tensors(run.model)
     rng = {"torch": torch.get_rng_state(), "cuda": torch.cuda.get_rng_state(dev) if dev.type == "cuda" else None}
-    optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(run.out / folder)} if sharded else {}
+    optim = {"sharded": folder, "sharded_sha256": dcp_safe.metadata_sha256(out / folder)} if sharded else {}
     optim = optim or {"optimizer": run.opt.state_dict()}
     state = {"step": step, "data_step": step, "settings": s, **optim, "rng": rng, "growths": run.growths}
     state.update(inputs=run.inputs, history=run.history)
     run_folder.commit_pair(  # both written, then both renamed: a failed write leaves the old pair, resumable
-        run.out,
+        out,
         MODEL,
         STATE,
         lambda p: checkpoint.save_tensors(
@@ -351,7 +354,42 @@ def save_state(run: Run, step: int) -> None:
         ),
         lambda p: save_bytes(p, state),
     )
-    fsdp.drop_old_states(run.out, folder)
+    fsdp.drop_old_states(out, folder)
+
+
+def keep_pre_decay(run: Run, step: int) -> None:
+    """With ``step`` updates done, where a wsd run's decay begins (every update so far at the peak
+    learning rate, or in the warm-up): its resumable state, with the metrics so far, as the run
+    folder ``OUT/pre-decay``, written beside and renamed into place (a resumed run that passes the
+    point again replaces it). ``train --resume --steps M`` on a copy extends the run exactly (the
+    decay moves to the new end, resume.py); ``expand OUT/pre-decay`` grows it into a new run folder
+    that ``train --resume`` continues under one LR schedule, as ``--grow-at`` does at that step.
+    A run without a decay, with --grow-at (its length is fixed) or with --no-pre-decay keeps none."""
+    s = run.s
+    if run.opts.no_pre_decay or saved_setting(s, "grow_at") or step >= s["steps"]:
+        return
+    if step != decay_start(s, lr_start(s, run.growths, step)):
+        return
+    final, tmp = run.out / PRE_DECAY, run.out / (PRE_DECAY + ".tmp")
+    if run.lead:
+        for p in (tmp, run.out / (PRE_DECAY + ".old")):
+            if p.is_symlink() or p.is_file():
+                p.unlink()
+            elif p.exists():
+                shutil.rmtree(p)
+        tmp.mkdir()
+    if dist.is_initialized():
+        dist.barrier()
+    save_state(run, step, tmp)
+    if not run.lead:
+        return
+    write_metrics(tmp / "metrics.jsonl", [r for r in run.records if r["step"] <= step])
+    if final.is_symlink() or final.is_file():
+        final.unlink()
+    elif final.exists():
+        final.rename(run.out / (PRE_DECAY + ".old"))
+    tmp.rename(final)
+    shutil.rmtree(run.out / (PRE_DECAY + ".old"), ignore_errors=True)
 
 
 def one_step(run: Run, module, params, step: int) -> dict:
@@ -448,6 +486,7 @@ def loop(run: Run, module, progress: bool) -> int:
             bar.update(step, rec)
             if step % s["save_every"] == 0 or step == end:
                 save_state(run, step)
+            keep_pre_decay(run, step)
     finally:
         bar.close()
         if fh:
@@ -472,6 +511,7 @@ def finish(run: Run, step: int, seconds: float) -> dict:
         "gate": run_gate(run, step),
         "settings": s,
         "history": run.history,
+        "pre_decay": str(run.out / PRE_DECAY) if (run.out / PRE_DECAY / STATE).is_file() else None,
     }
     last = step == s["steps"]
     full = cpu_tensors(run.model) if last and (run.lead or fsdp.is_sharded(run.model)) else None  # FSDP: collective

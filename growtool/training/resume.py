@@ -13,8 +13,9 @@ What it may change:
   run. A run already in its decay is refused with one line: its learning rates so far belong to the
   old length, so no run of the new length has them, and a re-paced decay would be a schedule no
   single run has (not reproducible from a command line). ``constant`` extends at any step;
-  ``cosine`` only within its warm-up. To train on from a run in its decay, train its
-  ``final.safetensors`` in a new run folder.
+  ``cosine`` only within its warm-up. To train on from a run in its decay, resume a copy of its
+  ``pre-decay`` folder (a wsd run keeps its state where the decay begins: ``loop.keep_pre_decay``)
+  with the new length, or train its ``final.safetensors`` in a new run folder.
 
 Settings not given on resume keep the run's values, where the default would be re-derived from the
 new length: the length itself (neither ``--steps`` nor ``--tokens``), ``--warmup``,
@@ -28,6 +29,7 @@ Every accepted change is recorded in ``last.pt``'s ``history``: [{step, changed:
 from __future__ import annotations
 
 from growtool.nn.errors import GrowError
+from growtool.training.run_folder import PRE_DECAY
 from growtool.training.schedule import lr_at
 from growtool.training.settings import option, resume_keys, saved_setting
 
@@ -75,7 +77,8 @@ def check_length(saved: dict, s: dict, step: int, lr_start) -> None:
             raise GrowError(
                 f"--steps {s['steps']}: the run is already {where} at step {step} ({kind} over {saved['steps']} "
                 f"steps; update {t} would get another learning rate), so it cannot be extended exactly: "
-                f"resume it with --steps {saved['steps']}, then train its final.safetensors in a new run"
+                f"resume it with --steps {saved['steps']}, then train its final.safetensors in a new run, "
+                f"or resume a copy of its {PRE_DECAY} folder (the state before the decay) with --steps {s['steps']}"
             )
 
 

@@ -27,6 +27,7 @@ from growtool.io.files import atomic_file, fsync_dir
 from growtool.nn.errors import GrowError
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
+PRE_DECAY = "pre-decay"  # a wsd run's resumable state where its decay begins (loop.keep_pre_decay)
 PENDING_MODEL, PENDING_STATE = ".last.pending.safetensors", ".last.pending.pt"
 
 

@@ -40,6 +40,16 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def decay_start(s: dict, start: int = 0) -> int | None:
+    """Updates done when a ``wsd`` schedule that began at step ``start`` starts its decay (the next
+    update is the first below the peak); None for the other schedules and for a wsd run without a decay."""
+    if saved_setting(s, "schedule") != "wsd":
+        return None
+    n = s["steps"] - start
+    d = min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - min(s["warmup"], n))
+    return s["steps"] - d if d > 0 else None
+
+
 def gate_at(step: int, s: dict, start: int = 0) -> float | None:
     """Growth-gate value in force after ``step`` updates of a ramp that began at step ``start``
     (None for a plain model)."""

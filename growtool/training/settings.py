@@ -221,6 +221,13 @@ class Settings:
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )
+    no_pre_decay: bool = setting(
+        False,
+        "--schedule wsd: do not keep OUT/pre-decay (the resumable state where the decay begins: a run folder "
+        "to extend with --resume --steps, or to grow with expand, under one LR schedule)",
+        flag=True,
+        resume="decides what is written, not what the run computes",
+    )
 
     def check(self) -> None:
         """Every field of its type (``None`` only where that is the default), every number finite and
@@ -251,7 +258,7 @@ class Settings:
             "seq": seq,
             "gate_warmup_tokens": gate,
             "tokenizer": tokenizer_key,
-            "warmup": min(int(self.warmup if self.warmup is not None else max(1, round(0.05 * steps))), steps),
+            "warmup": min(int(self.warmup if self.warmup is not None else default_warmup(steps)), steps),
             "eval_every": int(self.eval_every or default_every("eval_every", steps)),
             "metrics_every": int(self.metrics_every or default_every("metrics_every", steps)),
             "save_every": int(self.save_every or default_every("save_every", steps)),
@@ -288,6 +295,11 @@ def check_field(f, v) -> None:
         args.real(name, v, m["low"], m["high"], m["low_open"])
     else:
         args.text(name, v, m["choices"])
+
+
+def default_warmup(steps: int) -> int:
+    """The LR warm-up when --warmup is not given: 5% of the run's steps."""
+    return max(1, round(0.05 * steps))
 
 
 def default_gate_tokens(steps: int, per_step: int) -> int:
