@@ -339,7 +339,7 @@ def test_a_full_disk_during_train_leaves_a_run_that_resumes_or_restarts(tmp_path
         return save_bytes
 
     args = ["train", src, "--data", text, "--out", tmp_path / "run", "--save-every", 2, *TRAIN]
-    monkeypatch.setattr(train_mod, "save_bytes", full_disk_at(2))
+    monkeypatch.setattr(train_mod, "save_bytes", full_disk_at(3))  # steps 2, 3 (pre-decay/: wsd decays at 3), 4
     refused(cli(*args), 2, "no space left on device")
     after = tree(tmp_path / "run")
     assert pair["last.pt"] is not None and {k: after[k] for k in pair} == pair  # the step-2 pair, as it was

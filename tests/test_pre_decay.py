@@ -113,3 +113,27 @@ def test_the_cli_names_it_and_the_refusal_to_extend_a_decayed_run_points_to_it(w
     assert f"the state before the decay (to extend or grow): {tmp_path / 'c' / PRE_DECAY}" in r.stderr
     with pytest.raises(GrowError, match=r"already in its decay at step 20 .*resume a copy of its pre-decay folder"):
         train(world["base"], world["data"], tmp_path / "c", resume=True, steps=40, **KW)
+
+
+def test_a_full_disk_while_it_is_written_leaves_nothing_pending_and_the_run_resumes(world, tmp_path, monkeypatch):
+    import errno
+
+    from growtool.training import loop
+    from growtool.training.run_folder import save_bytes as real
+
+    calls = []
+
+    def full_disk(path, obj):  # the second state written: the one where the decay begins (the first: step 10)
+        calls.append(path)
+        if len(calls) == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", str(path))
+        return real(path, obj)
+
+    monkeypatch.setattr(loop, "save_bytes", full_disk)
+    with pytest.raises(OSError, match="No space left"):
+        train(world["base"], world["data"], tmp_path / "r", steps=20, save_every=10, **KW)
+    assert sorted(p.name for p in (tmp_path / "r").iterdir() if "pre-decay" in p.name) == []
+    assert torch.load(tmp_path / "r" / STATE, weights_only=False)["step"] == 10  # the run's own pair, as saved
+    monkeypatch.setattr(loop, "save_bytes", real)
+    r = train(world["base"], world["data"], tmp_path / "r", resume=True, **KW)
+    assert r["pre_decay"] and tensors_equal(r["final"], world["run"]["final"])

@@ -370,26 +370,14 @@ def keep_pre_decay(run: Run, step: int) -> None:
         return
     if step != decay_start(s, lr_start(s, run.growths, step)):
         return
-    final, tmp = run.out / PRE_DECAY, run.out / (PRE_DECAY + ".tmp")
-    if run.lead:
-        for p in (tmp, run.out / (PRE_DECAY + ".old")):
-            if p.is_symlink() or p.is_file():
-                p.unlink()
-            elif p.exists():
-                shutil.rmtree(p)
-        tmp.mkdir()
-    if dist.is_initialized():
-        dist.barrier()
-    save_state(run, step, tmp)
-    if not run.lead:
-        return
-    write_metrics(tmp / "metrics.jsonl", [r for r in run.records if r["step"] <= step])
-    if final.is_symlink() or final.is_file():
-        final.unlink()
-    elif final.exists():
-        final.rename(run.out / (PRE_DECAY + ".old"))
-    tmp.rename(final)
-    shutil.rmtree(run.out / (PRE_DECAY + ".old"), ignore_errors=True)
+
+    def write(tmp: Path) -> None:
+        save_state(run, step, tmp)
+        if run.lead:
+            write_metrics(tmp / "metrics.jsonl", [r for r in run.records if r["step"] <= step])
+
+    sync = dist.barrier if dist.is_initialized() else (lambda: None)
+    run_folder.write_folder(run.out / PRE_DECAY, write, run.lead, sync)
 
 
 def one_step(run: Run, module, params, step: int) -> dict:

@@ -46,6 +46,41 @@ def commit_pair(out: Path, model: str, state: str, write_model: Callable, write_
     fsync_dir(out)
 
 
+def write_folder(folder: Path, write: Callable[[Path], None], lead: bool, sync: Callable[[], None]) -> None:
+    """Write ``folder`` whole or not at all: ``write(tmp)`` fills ``folder.tmp`` (every rank calls it;
+    ``sync`` after the lead made the folder), which then replaces ``folder``. A failed write leaves
+    neither ``.tmp`` nor a changed ``folder``; a link planted at any of the names is removed, never
+    followed."""
+    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    if lead:
+        remove(tmp, old)
+        tmp.mkdir()
+    sync()
+    try:
+        write(tmp)
+    except BaseException:
+        if lead:
+            remove(tmp)
+        raise
+    if not lead:
+        return
+    if folder.is_symlink() or folder.is_file():
+        folder.unlink()
+    elif folder.exists():
+        folder.rename(old)
+    tmp.rename(folder)
+    remove(old)
+
+
+def remove(*paths: Path) -> None:
+    """Remove each path: a link or file unlinked (never followed), a folder with its contents."""
+    for p in paths:
+        if p.is_symlink() or p.is_file():
+            p.unlink()
+        elif p.exists():
+            shutil.rmtree(p)
+
+
 def recover(out: Path, state: str) -> None:
     """Finish a commit cut between its two renames; drop pending files of one that never finished."""
     pm, ps = out / PENDING_MODEL, out / PENDING_STATE
