@@ -6,6 +6,7 @@ in backward: neither may change the losses beyond round-off."""
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -95,6 +96,13 @@ def test_fsdp_two_processes_match_one(grown_run):
         la = final.model()(x)
         lb = checkpoint.load(grown_run["one"]["final"]).model()(x)
     assert float((la - lb).abs().max()) < 1e-4 * float(lb.std())
+    # the state where wsd's decay begins (20 steps, decay over the last 4), sharded too; a copy resumes on one rank
+    pre = torch.load(d / "fsdp" / "pre-decay" / STATE, weights_only=True)
+    assert pre["step"] == 16 and pre["sharded"] == "last-16.dcp" and (d / "fsdp" / "pre-decay" / "last-16.dcp").is_dir()
+    shutil.copytree(d / "fsdp" / "pre-decay", d / "pre-copy")
+    r = one_process(grown_run["grown"], grown_run["text"], d / "pre-copy", fsdp=True, resume=True)
+    assert r["steps"] == 20
+    same_losses(metrics(d / "pre-copy" / "metrics.jsonl"), ref, range(21))
 
 
 def test_fsdp_state_resumes_on_two_ranks_then_one(grown_run):
