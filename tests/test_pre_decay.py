@@ -137,3 +137,19 @@ def test_a_full_disk_while_it_is_written_leaves_nothing_pending_and_the_run_resu
     monkeypatch.setattr(loop, "save_bytes", real)
     r = train(world["base"], world["data"], tmp_path / "r", resume=True, **KW)
     assert r["pre_decay"] and tensors_equal(r["final"], world["run"]["final"])
+
+
+SPANS = [(20, 2, 0.2, 0), (7, 3, 0.5, 0), (100, 5, 0.1, 40), (9, 9, 0.3, 0)]  # steps, warm-up, decay share, start
+
+
+@pytest.mark.parametrize("steps,warmup,frac,start", SPANS)
+def test_decay_start_is_where_the_learning_rate_first_falls(steps, warmup, frac, start):
+    from growtool.training.schedule import decay_start, lr_at
+
+    s = {"schedule": "wsd", "steps": steps, "warmup": warmup, "decay_fraction": frac, "lr": 1.0, "min_lr_ratio": 0.1}
+    k = decay_start(s, start)
+    lrs = [lr_at(t, s, start) for t in range(start, steps)]
+    if k is None:  # the warm-up leaves no room for a decay
+        assert lrs[-1] == 1.0
+    else:
+        assert lrs[k - start] == 1.0 and all(x < 1.0 for x in lrs[k - start + 1 :]) and lrs[k - start - 1] == 1.0

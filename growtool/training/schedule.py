@@ -32,7 +32,7 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     if kind == "constant":
         return lr
     if kind == "wsd":
-        d = min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - warm)
+        d = decay_steps(s, n)
         if d <= 0 or t < n - d:
             return lr
         return lr * (1 - (1 - r) * (t - (n - d)) / d)
@@ -40,13 +40,17 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
+def decay_steps(s: dict, n: int) -> int:
+    """wsd: the updates in the decay of a schedule span of ``n`` updates (after its warm-up at most)."""
+    return min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - min(s["warmup"], n))
+
+
 def decay_start(s: dict, start: int = 0) -> int | None:
     """Updates done when a ``wsd`` schedule that began at step ``start`` starts its decay (the next
     update is the first below the peak); None for the other schedules and for a wsd run without a decay."""
     if saved_setting(s, "schedule") != "wsd":
         return None
-    n = s["steps"] - start
-    d = min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - min(s["warmup"], n))
+    d = decay_steps(s, s["steps"] - start)
     return s["steps"] - d if d > 0 else None
 
 
