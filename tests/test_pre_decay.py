@@ -113,6 +113,8 @@ def test_the_cli_names_it_and_the_refusal_to_extend_a_decayed_run_points_to_it(w
     assert f"the state before the decay (to extend or grow): {tmp_path / 'c' / PRE_DECAY}" in r.stderr
     with pytest.raises(GrowError, match=r"already in its decay at step 20 .*resume a copy of its pre-decay folder"):
         train(world["base"], world["data"], tmp_path / "c", resume=True, steps=40, **KW)
+    r = cli("expand", tmp_path / "c", "--layers", "2x", "-o", tmp_path / "g")  # the finished run itself: refused
+    assert r.exit_code == 2 and f"grow {tmp_path / 'c' / PRE_DECAY} (the state before its decay)" in r.stderr, r.stderr
 
 
 def test_a_full_disk_while_it_is_written_leaves_nothing_pending_and_the_run_resumes(world, tmp_path, monkeypatch):

@@ -36,7 +36,7 @@ from growtool.grow.plan import Units, build_plan, lineage_entry
 from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
-from growtool.training.run_folder import MODEL, STATE, read_metrics, save_bytes, write_metrics
+from growtool.training.run_folder import MODEL, PRE_DECAY, STATE, read_metrics, save_bytes, write_metrics
 from growtool.training.schedule import mup, run_gate, run_gate_for
 from growtool.training.settings import (
     default_gate_tokens,
@@ -297,9 +297,15 @@ def _read_run(src: Path) -> tuple:
         raise GrowError(f"{src}: {MODEL} and {STATE} are from different steps")
     s = state["settings"]
     if step >= s["steps"]:
+        pre = src / PRE_DECAY
+        how = (
+            f"grow {pre} (the state before its decay) and resume it with the whole length, or "
+            if (pre / STATE).is_file()
+            else ""
+        )
         raise GrowError(
             f"{src}: the run is finished (step {step} of {s['steps']}): nothing left to train after a growth; "
-            "grow its final.safetensors with expand and train that"
+            f"{how}grow its final.safetensors with expand and train that"
         )
     return state, last
 
