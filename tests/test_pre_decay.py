@@ -24,12 +24,7 @@ from helpers import cli, make_text, tiny_cfg
 KW = dict(batch=4, seq=16, eval_batches=2, device="cpu", progress=False, lr=3e-3, warmup=2, gate_warmup_tokens=256)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
 
 
 @pytest.fixture(scope="module")
