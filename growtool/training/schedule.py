@@ -46,8 +46,9 @@ def decay_steps(s: dict, n: int) -> int:
 
 
 def decay_start(s: dict, start: int = 0) -> int | None:
-    """Updates done when a ``wsd`` schedule that began at step ``start`` starts its decay (the next
-    update is the first below the peak); None for the other schedules and for a wsd run without a decay."""
+    """Updates done when a ``wsd`` schedule that began at step ``start`` starts its decay (every update
+    so far in the warm-up or at the peak; the next is the decay's first, itself still at the peak, and
+    the ones after it fall); None for the other schedules and for a wsd run without a decay."""
     if saved_setting(s, "schedule") != "wsd":
         return None
     d = decay_steps(s, s["steps"] - start)
