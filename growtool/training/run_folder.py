@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from growtool.io import checkpoint, confine
-from growtool.io.files import atomic_file, fsync_dir
+from growtool.io.files import _replace, atomic_file, fsync_dir
 from growtool.nn.errors import GrowError
 
 STATE, MODEL, FINAL = "last.pt", "last.safetensors", "final.safetensors"
@@ -48,37 +48,30 @@ def commit_pair(out: Path, model: str, state: str, write_model: Callable, write_
 
 def write_folder(folder: Path, write: Callable[[Path], None], lead: bool, sync: Callable[[], None]) -> None:
     """Write ``folder`` whole or not at all: ``write(tmp)`` fills ``folder.tmp`` (every rank calls it;
-    ``sync`` after the lead made the folder), which then replaces ``folder``. A failed write leaves
-    neither ``.tmp`` nor a changed ``folder``; a link planted at any of the names is removed, never
-    followed."""
-    tmp, old = folder.with_name(folder.name + ".tmp"), folder.with_name(folder.name + ".old")
+    ``sync`` after the lead made the folder; one name every rank knows), which then replaces
+    ``folder`` (``files._replace``). A failed write leaves neither ``.tmp`` nor a changed ``folder``; a
+    link planted at either name is removed, never followed."""
+    tmp = folder.with_name(folder.name + ".tmp")
     if lead:
-        remove(tmp, old)
+        _remove(tmp)
         tmp.mkdir()
     sync()
     try:
         write(tmp)
     except BaseException:
         if lead:
-            remove(tmp)
+            _remove(tmp)
         raise
-    if not lead:
-        return
-    if folder.is_symlink() or folder.is_file():
-        folder.unlink()
-    elif folder.exists():
-        folder.rename(old)
-    tmp.rename(folder)
-    remove(old)
+    if lead:
+        _replace(tmp, folder)
 
 
-def remove(*paths: Path) -> None:
-    """Remove each path: a link or file unlinked (never followed), a folder with its contents."""
-    for p in paths:
-        if p.is_symlink() or p.is_file():
-            p.unlink()
-        elif p.exists():
-            shutil.rmtree(p)
+def _remove(p: Path) -> None:
+    """A link or file unlinked (never followed), a folder removed with its contents."""
+    if p.is_symlink() or p.is_file():
+        p.unlink()
+    elif p.exists():
+        shutil.rmtree(p)
 
 
 def recover(out: Path, state: str) -> None:
