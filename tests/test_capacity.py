@@ -96,6 +96,7 @@ def test_the_plain_paths_defaults(tmp_path):
     assert method.default == "stack"
     s = Settings()
     assert (s.lr, s.schedule, s.decay_fraction, s.warmup, s.gate_warmup_tokens) == (None, "wsd", 0.2, None, None)
+    assert s.no_pre_decay is False  # every wsd run keeps pre-decay/: a finished run grows under one schedule
     auto = Settings(steps=1000, batch=4, seq=16).resolve(10_000, 64, True, "byte", {}, "llama")
     assert (auto["warmup"], auto["gate_warmup_tokens"]) == (50, 6400)  # 5% of the steps; 10% of the tokens
     # the peak LR each family's arms won at: Llama's scratch at 14 and 20 tokens / parameter (bytes and BPE),

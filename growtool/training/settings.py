@@ -27,7 +27,7 @@ FLOORS = {"eval_every": 25, "metrics_every": 50, "save_every": 50}
 # --lr's default: the peak LR the budget study's arms were best at (d64 x 4 on docs.jsonl, bytes and a BPE of
 # 512 ids: bench/results/budget_d64/WRITEUP.md), per family where it differs from Llama's. The best LR falls
 # as a run grows longer (Bjorck et al., ICLR 2025); Llama's 3e-3 is scratch's best at 14 and 20 tokens /
-# parameter (4.5e-3 wins at 5 and 10 on BPE), GPT-2's 4.5e-3 its best on BPE at 10 and 20 (6e-3 on bytes)
+# parameter (4.5e-3 wins at 5 on BPE), GPT-2's 4.5e-3 its best on BPE at 10 and 20 (6e-3 on bytes)
 DEFAULT_LR = 3e-3
 FAMILY_LR = {"gpt2": 4.5e-3}  # GPT-2 (LayerNorm, learned positions, tied head)
 
