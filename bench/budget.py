@@ -144,6 +144,7 @@ OPTIONS = {
     "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
     "runfolder": (None, {}, {}),  # train BASE --stop-at K, expand RUN (moments grown), train --resume (run_folder_path)
     "branch": (None, {}, {}),  # train BASE to the end of its decay, expand RUN/pre-decay, train --resume (branch_path)
+    "deflr": (None, {}, {}),  # with /plain or /branch: no --lr, each phase at train's default (the LR labels it)
 }
 
 
@@ -190,6 +191,8 @@ def depth_spec(P, variant: str) -> dict:
     for o in ("base2", "stable", "nowarm"):
         if o in opts and "plain" not in opts:
             raise SystemExit(f"{variant}: /{o} sets a phase of the plain path; add /plain")
+    if "deflr" in opts and not {"plain", "branch"} & set(opts):
+        raise SystemExit(f"{variant}: /deflr leaves --lr to train's default in each phase; add /plain or /branch")
     (bw, bl), gs = DEPTH[name]
     if t is not None:
         stable = 1.0 - 0.2 if P["schedule"] == "wsd" else 1.0  # the trainer's --decay-fraction default
@@ -255,7 +258,8 @@ def run_one(P, spec: dict, work: Path) -> dict:
     n_t = _config(P, fam, spec["target"]).n_params()
     run = work / spec_key(spec)
     run.mkdir(parents=True, exist_ok=True)
-    Q = {**P, "lr": spec["lr"], "work": str(work)}
+    deflr = "deflr" in spec.get("opts", [])
+    Q = run_settings(P, spec, work)
     t0 = time.time()
     if spec["kind"] == "scratch":
         init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
@@ -294,7 +298,15 @@ def run_one(P, spec: dict, work: Path) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     out = {"val": s["val_loss"], "curve": curve, "flops": curve[-1][0], "seconds": time.time() - t0}
     out["final"], out["final_params"] = [final.width, final.layers, final.heads], final.n_params()
+    if deflr:  # the peak LR train chose for the grown run
+        out["peak_lr"] = max(r["lr"] for r in recs if "lr" in r)
     return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
+
+
+def run_settings(P, spec: dict, work: Path) -> dict:
+    """The phases' settings of run ``spec``: ``P`` at the spec's LR, or with ``/deflr`` no LR (each phase
+    takes ``train``'s default; the spec's LR only labels the run)."""
+    return {**P, "lr": None if "deflr" in spec.get("opts", []) else spec["lr"], "work": str(work)}
 
 
 def expand_kw(spec: dict) -> dict:

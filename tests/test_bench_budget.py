@@ -443,3 +443,18 @@ def test_branch_needs_wsd(tmp_path):
     args = [sys.executable, str(ROOT / "bench" / "budget.py"), str(tmp_path / "x.txt"), "--out", str(tmp_path / "o")]
     r = subprocess.run([*args, "--variants", "stack2x/branch", "--schedule", "cosine"], capture_output=True, text=True)
     assert r.returncode != 0 and "/branch grows the state where a wsd run's decay begins" in r.stderr, r.stderr
+
+
+def test_deflr_leaves_each_phase_at_trains_default_lr(tmp_path):
+    """``/deflr`` (with ``/plain`` or ``/branch``): no --lr reaches ``train`` in any phase, so each takes
+    its default (settings.default_lr: by family and the run's tokens per parameter); the spec's LR only
+    labels the run. Without a path of its own (``--grow-at``) it is refused."""
+    import budget
+
+    spec = {"lr": 0.003, "opts": ["branch", "deflr"]}
+    assert budget.run_settings({"batch": 4}, spec, tmp_path)["lr"] is None
+    assert budget.run_settings({"batch": 4}, {**spec, "opts": ["branch"]}, tmp_path)["lr"] == 0.003
+    P = {**QUICK, "layers": 4, "schedule": "wsd"}
+    assert budget.depth_spec(P, "stack2x@0.25/plain/deflr")["opts"] == ["plain", "deflr"]
+    with pytest.raises(SystemExit, match="add /plain or /branch"):
+        budget.depth_spec(P, "stack2x@0.25/deflr")

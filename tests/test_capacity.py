@@ -85,10 +85,11 @@ def test_the_plain_paths_defaults(tmp_path):
     ``--grow-at``: the thirteenth session there; grown from ``pre-decay/`` it ends within the best row's
     spread at 20 tokens / parameter, the sixteenth). These are the defaults it ran with: ``expand`` stacks
     (G_stack), the grown model's new blocks open over a gate ramp of 10% of the run, and ``train`` warms
-    up over 5% of its steps to its family's peak LR (3e-3; GPT-2 4.5e-3, 6e-3 on bytes before the
-    sixteenth session) and decays linearly over its last 20% (wsd: the base run ends decayed, the grown
-    run starts its own schedule; under cosine the plain path saved ~10 points less, bench/README
-    section 10)."""
+    up over 5% of its steps to its family's peak LR (3e-3, and 4.5e-3 under 12 tokens / parameter since the
+    seventeenth session: the LR a short base, and the run grown from its ``pre-decay/``, train best at; GPT-2
+    4.5e-3, 6e-3 before the sixteenth) and decays linearly over its last 20% (wsd: the base run ends
+    decayed, the grown run starts its own schedule; under cosine the plain path saved ~10 points less,
+    bench/README section 10)."""
     from growtool import cli as cli_module
     from growtool.training.settings import Settings
 
@@ -99,11 +100,20 @@ def test_the_plain_paths_defaults(tmp_path):
     assert s.no_pre_decay is False  # every wsd run keeps pre-decay/: a finished run grows under one schedule
     auto = Settings(steps=1000, batch=4, seq=16).resolve(10_000, 64, True, "byte", {}, "llama")
     assert (auto["warmup"], auto["gate_warmup_tokens"]) == (50, 6400)  # 5% of the steps; 10% of the tokens
-    # the peak LR each family's arms won at: Llama's scratch at 14 and 20 tokens / parameter (bytes and BPE),
-    # GPT-2's on BPE at 10 and 20 (its plain path at 4.5e-3 ended below 6e-3 on 3 of 3 seeds; on bytes above)
-    lrs = {f: Settings(steps=10).resolve(100, 64, False, "byte", {}, f)["lr"] for f in ("llama", "gpt2", "qwen3")}
-    assert lrs == {"llama": 3e-3, "gpt2": 4.5e-3, "qwen3": 3e-3}
-    assert Settings(steps=10, lr=1e-3).resolve(100, 64, False, "byte", {}, "gpt2")["lr"] == 1e-3
+
+    # the peak LR each family's arms won at, by the run's tokens per parameter (of the model it ends with):
+    # Llama's scratch at 14 and 20 (bytes and BPE) 3e-3; below 12, 4.5e-3, which the base of the plain path
+    # runs at (4-9 tokens / parameter) and what a run grown from its pre-decay/ keeps; GPT-2's on BPE at 10
+    # and 20, 4.5e-3 (its plain path at 4.5e-3 ended below 6e-3 on 3 of 3 seeds; on bytes above)
+    def lrs(tokens_per_param):
+        s = Settings(steps=100, batch=1, seq=10)  # 1,000 tokens
+        return {f: s.resolve(10, 64, False, "byte", {}, f, round(1000 / tokens_per_param))["lr"] for f in FAMS}
+
+    FAMS = ("llama", "gpt2", "qwen3")
+    assert lrs(20) == lrs(12) == {"llama": 3e-3, "gpt2": 4.5e-3, "qwen3": 3e-3}
+    assert lrs(11.5) == lrs(4) == {"llama": 4.5e-3, "gpt2": 4.5e-3, "qwen3": 4.5e-3}
+    assert Settings(steps=10).resolve(100, 64, False, "byte", {}, "llama")["lr"] == 3e-3  # no size: the long run's
+    assert Settings(steps=10, lr=1e-3).resolve(100, 64, False, "byte", {}, "gpt2", 10)["lr"] == 1e-3
     # and what expand writes with them: the base's blocks stacked, verify PASS at gate 0
     cfg = _cfg("llama")
     src = checkpoint.save_tensors(str(tmp_path / "b.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
@@ -112,3 +122,28 @@ def test_the_plain_paths_defaults(tmp_path):
     grown = checkpoint.load(tmp_path / "g.safetensors")
     assert grown.config.layers == 4 and grown.lineage[-1]["depth_method"] == "stack", grown.lineage[-1]
     assert cli("verify", src, tmp_path / "g.safetensors", "--samples", 2, "-q").exit_code == 0
+
+
+@pytest.mark.parametrize("target", ["0.5:128", "0.5:layers=4"])
+def test_trains_default_lr_reads_the_runs_length_against_the_model_it_ends_with(tmp_path, target):
+    """--lr's default (settings.default_lr) depends on the run's tokens per parameter, counted on the
+    model the run ends with: a --grow-at run's grown model (about: stages.run_params scales the count by
+    the estimate of both shapes), so a run that ends large over few tokens gets the short-run LR."""
+    import torch
+
+    from growtool.training import stages
+    from growtool.training.run_folder import STATE
+    from growtool.training.settings import SHORT_RUN, default_lr
+
+    cfg = _cfg("llama")
+    init = checkpoint.save_tensors(str(tmp_path / "i.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
+    text = tmp_path / "t.txt"
+    text.write_text(make_text(600))
+    out = train(init, [text], tmp_path / "run", steps=8, grow_at=(target,), **KW)
+    grown = checkpoint.load(out["final"]).config
+    est = stages.run_params((target,), cfg)
+    assert grown.n_params() > 1.5 * cfg.n_params() and abs(est / grown.n_params() - 1) < 0.05, (est, grown.n_params())
+    assert stages.run_params((), cfg) == cfg.n_params()
+    saved = torch.load(tmp_path / "run" / STATE, weights_only=False)["settings"]
+    assert saved["lr"] == default_lr("llama", 8 * 2 * 16 / est) == 4.5e-3  # 256 tokens: a short run
+    assert default_lr("llama", SHORT_RUN) == 3e-3  # at SHORT_RUN and beyond, the long run's

@@ -102,7 +102,7 @@ def test_a_link_planted_there_is_replaced_not_written_through(world, tmp_path):
 
 def test_the_cli_names_it_and_the_refusal_to_extend_a_decayed_run_points_to_it(world, tmp_path):
     args = [world["base"], "--data", world["data"][0], "--out", tmp_path / "c", "--steps", 20, "-q"]
-    args += ["--batch", 4, "--seq", 16, "--eval-batches", 2, "--device", "cpu", "--warmup", 2]
+    args += ["--batch", 4, "--seq", 16, "--eval-batches", 2, "--device", "cpu", "--warmup", 2, "--lr", 3e-3]
     r = cli("train", *args)
     assert r.exit_code == 0, r.stderr
     assert f"the state before the decay (to extend or grow): {tmp_path / 'c' / PRE_DECAY}" in r.stderr

@@ -236,7 +236,8 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
             or bool(opts.grow_at)
             or (resume and (out / MODEL).exists() and checkpoint.load(confine.run_file(out / MODEL)).config.gated)
         )
-        s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity, cfg.family)
+        params = stages.run_params(opts.grow_at, cfg)  # the model the run ends with: --lr's default
+        s = opts.resolve(ds.n_train, cfg.context, gated, tok.key, identity, cfg.family, params)
         s["data_start"] = data.stream_start(ck.lineage) if opts.data_start is None else opts.data_start  # data.py
         stages.check_schedule(s, cfg.width)
     except GrowError:

@@ -20,9 +20,9 @@ What it may change:
 Settings not given on resume keep the run's values, where the default would be re-derived from the
 new length: the length itself (neither ``--steps`` nor ``--tokens``), ``--warmup``,
 ``--gate-warmup-tokens`` and the cadences; and ``--lr`` and ``--grow-schedule`` (their defaults
-depend on the family and the growths, and a later release may change them: the run keeps the ones it
-started with). So ``--resume --steps 2N`` keeps the warm-up and gate ramp
-the run started with; an uninterrupted 2N-step run matches it when it is given the same values.
+depend on the family, the run's length and the growths, and a later release may change them: the
+run keeps the ones it started with). So ``--resume --steps 2N`` keeps the warm-up, gate ramp and
+peak LR the run started with; an uninterrupted 2N-step run matches it when it is given the same values.
 Every accepted change is recorded in ``last.pt``'s ``history``: [{step, changed: {name: [old, new]}}].
 """
 

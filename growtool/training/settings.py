@@ -26,15 +26,20 @@ FLOORS = {"eval_every": 25, "metrics_every": 50, "save_every": 50}
 
 # --lr's default: the peak LR the budget study's arms were best at (d64 x 4 on docs.jsonl, bytes and a BPE of
 # 512 ids: bench/results/budget_d64/WRITEUP.md), per family where it differs from Llama's. The best LR falls
-# as a run grows longer (Bjorck et al., ICLR 2025); Llama's 3e-3 is scratch's best at 14 and 20 tokens /
-# parameter (4.5e-3 wins at 5 on BPE), GPT-2's 4.5e-3 its best on BPE at 10 and 20 (6e-3 on bytes)
-DEFAULT_LR = 3e-3
-FAMILY_LR = {"gpt2": 4.5e-3}  # GPT-2 (LayerNorm, learned positions, tied head)
+# as a run grows longer (Bjorck et al., ICLR 2025), so a family has two: one for a run of at least SHORT_RUN
+# tokens per parameter, one for a shorter run. Llama's 3e-3 is scratch's best at 14 and 20 tokens / parameter,
+# 4.5e-3 its best at 5 (ties at 10) and the grown runs' at 10, a short base's included; GPT-2's 4.5e-3 is its
+# best on BPE at 10 and 20 (6e-3 on bytes) and ties 6e-3 on short bases
+SHORT_RUN = 12  # tokens per parameter: between the 10 where Llama's two LRs tie and the 14 where 3e-3 wins
+DEFAULT_LR = (3e-3, 4.5e-3)  # (a run of SHORT_RUN tokens / parameter or more, a shorter run)
+FAMILY_LR = {"gpt2": (4.5e-3, 4.5e-3)}  # GPT-2 (LayerNorm, learned positions, tied head)
 
 
-def default_lr(family: str) -> float:
-    """``train``'s peak LR for a model of ``family`` when --lr is not given."""
-    return FAMILY_LR.get(family, DEFAULT_LR)
+def default_lr(family: str, tokens_per_param: float | None = None) -> float:
+    """``train``'s peak LR for a model of ``family`` trained on ``tokens_per_param`` tokens per parameter
+    (of the model the run ends with) when --lr is not given; a run of unknown length gets the long-run LR."""
+    long, short = FAMILY_LR.get(family, DEFAULT_LR)
+    return short if tokens_per_param is not None and tokens_per_param < SHORT_RUN else long
 
 
 def setting(
@@ -88,8 +93,9 @@ class Settings:
     seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
     lr: float | None = setting(
         None,
-        f"peak learning rate (default {DEFAULT_LR:g}; "
-        + ", ".join(f"{f} {v:g}" for f, v in FAMILY_LR.items())
+        f"peak learning rate (default {DEFAULT_LR[0]:g}, {DEFAULT_LR[1]:g} for a run of under {SHORT_RUN} tokens "
+        "per parameter; "
+        + ", ".join(f"{f} {a:g}" + (f" and {b:g}" if b != a else "") for f, (a, b) in FAMILY_LR.items())
         + ": measured, bench/README section 15)",
         low=0,
         low_open=True,
@@ -240,10 +246,17 @@ class Settings:
         parse_grow_at(self.grow_at)
 
     def resolve(
-        self, n_train: int, context: int, gated: bool, tokenizer_key: str, identity: dict, family: str = ""
+        self,
+        n_train: int,
+        context: int,
+        gated: bool,
+        tokenizer_key: str,
+        identity: dict,
+        family: str = "",
+        params: int | None = None,
     ) -> dict:
-        """The run's saved settings: defaults filled in from the data, the model (its ``family``: --lr)
-        and the run length."""
+        """The run's saved settings: defaults filled in from the data, the model (its ``family`` and
+        ``params``, those of the model the run ends with: --lr) and the run length."""
         seq = self.seq or min(context, 128)
         per_step = self.batch * seq
         steps = self.steps or math.ceil((self.tokens if self.tokens is not None else n_train) / per_step)
@@ -254,7 +267,7 @@ class Settings:
                 self.gate_warmup_tokens if self.gate_warmup_tokens is not None else default_gate_tokens(steps, per_step)
             )
         auto = {
-            "lr": self.lr if self.lr is not None else default_lr(family),
+            "lr": self.lr if self.lr is not None else default_lr(family, steps * per_step / params if params else None),
             "steps": steps,
             "seq": seq,
             "gate_warmup_tokens": gate,

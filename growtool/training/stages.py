@@ -69,6 +69,20 @@ def precheck(grow_at, recipe: str, cfg, fsdp: bool = False, device=None) -> None
         recipes.load(recipe)
 
 
+def run_params(grow_at, cfg) -> int:
+    """The parameters of the model a run of ``cfg`` ends with (--lr's default depends on them): ``cfg``'s,
+    or for a run with --grow-at about those of its last target (``cfg``'s count scaled by
+    grow/limits.py's estimate of the two shapes)."""
+    width, layers = cfg.width, cfg.layers
+    for _, w in parse_grow_at(grow_at):
+        width, layers = target_width(w) or width, target_layers(w) or layers
+    n = cfg.n_params()
+    if (width, layers) == (cfg.width, cfg.layers):
+        return n
+    est = limits.estimate_bytes
+    return round(n * est(cfg, width, None, 1, layers) / est(cfg, cfg.width, None, 1, cfg.layers))
+
+
 def check_schedule(s: dict, width: int) -> None:
     """Refuse a schedule that cannot run: a width not above the previous one, or a gate ramp longer
     than a stage (a model grows again only once its gates are fully open)."""
