@@ -347,6 +347,17 @@ def is_run_folder(src) -> bool:
     return Path(src).is_dir() and (Path(src) / "last.pt").exists()
 
 
+def pre_decay_beside(src) -> Path | None:
+    """The run folder's ``pre-decay/`` when ``src`` is a run folder's last or final checkpoint and the
+    run kept its state before its decay (docs/training.md, "Grow a finished run"): growing that state and
+    resuming it ends lower than training the decayed model (bench/results/budget_d64/WRITEUP.md)."""
+    p = Path(str(src))
+    pre = p.parent / "pre-decay"
+    if p.name in ("final.safetensors", "last.safetensors") and (pre / "last.pt").is_file():
+        return pre
+    return None
+
+
 @dataclass
 class RunGrowth:
     """What ``grow_run_folder`` did: the plan, the step the run is at, the new run folder."""

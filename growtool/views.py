@@ -77,6 +77,15 @@ def grew_run_line(src, step: int, plan, out) -> str:
     )
 
 
+def pre_decay_note(pre) -> str:
+    """What ``expand`` says when its source is a finished run's checkpoint that kept ``pre-decay/``."""
+    return (
+        f"note: this model is decayed; {pre} holds the run before its decay. Growing that instead "
+        f"(growtool expand {pre} -o NEW, then growtool train <its checkpoint> --data ... --out NEW --resume "
+        '--tokens <the whole run\'s>) ends lower: docs/training.md, "Grow a finished run"'
+    )
+
+
 def grew_line(src, cfg) -> str:
     """What ``expand`` says once written: the family, widths (and layers), parameters."""
     deep = cfg.layers != src.layers
