@@ -290,9 +290,6 @@ def expand(
     job = surgery.prepare_expand(ckpt, request)
     plan, out = job.plan, job.out
     views.show_plan(err, plan, quiet)
-    pre = surgery.pre_decay_beside(ckpt)
-    if pre is not None and not quiet:
-        err.print(views.pre_decay_note(pre), soft_wrap=True)
     if job.untied and not quiet:
         head = arch_of(job.ck.config).modules["head"] + ".weight"
         err.print(f"untied (--untie): the tied embedding is also written as {head}, a head of its own", soft_wrap=True)

@@ -120,6 +120,11 @@ class Expansion:
     def note(self) -> str | None:
         return self.carry.note
 
+    @property
+    def pre_decay(self) -> Path | None:
+        """The source run's state before its decay, when the source is its final checkpoint."""
+        return pre_decay_beside(self.src)
+
 
 @dataclass(frozen=True)
 class Request:

@@ -77,15 +77,6 @@ def grew_run_line(src, step: int, plan, out) -> str:
     )
 
 
-def pre_decay_note(pre) -> str:
-    """What ``expand`` says when its source is a finished run's checkpoint that kept ``pre-decay/``."""
-    return (
-        f"note: this model is decayed; {pre} holds the run before its decay. Growing that instead "
-        f"(growtool expand {pre} -o NEW, then growtool train <its checkpoint> --data ... --out NEW --resume "
-        '--tokens <the whole run\'s>) ends lower: docs/training.md, "Grow a finished run"'
-    )
-
-
 def grew_line(src, cfg) -> str:
     """What ``expand`` says once written: the family, widths (and layers), parameters."""
     deep = cfg.layers != src.layers
@@ -230,9 +221,18 @@ def show_dry_run(err, plan, out: str, quiet: bool) -> None:
 
 
 def show_expanded(err, job) -> None:
-    """What ``expand`` says once written: the tokenizer note, a lossy plan's measured loss, the sizes."""
+    """What ``expand`` says once written: the tokenizer note, where a finished run's state before its decay
+    is (a better start), a lossy plan's measured loss, the sizes."""
     if job.note:
         err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
+    if job.pre_decay is not None:  # docs/training.md, "Grow a finished run"
+        pre = job.pre_decay
+        err.print(
+            f"note: this model is decayed; {pre} holds the run before its decay. Growing that instead "
+            f"(growtool expand {pre} -o NEW, then growtool train <its checkpoint> --data ... --out NEW --resume "
+            '--tokens <the whole run\'s>) ends lower: docs/training.md, "Grow a finished run"',
+            soft_wrap=True,
+        )
     if job.loss is not None:
         c = job.loss
         err.print(
