@@ -258,7 +258,6 @@ def run_one(P, spec: dict, work: Path) -> dict:
     n_t = _config(P, fam, spec["target"]).n_params()
     run = work / spec_key(spec)
     run.mkdir(parents=True, exist_ok=True)
-    deflr = "deflr" in spec.get("opts", [])
     Q = run_settings(P, spec, work)
     t0 = time.time()
     if spec["kind"] == "scratch":
@@ -298,7 +297,7 @@ def run_one(P, spec: dict, work: Path) -> dict:
     shutil.rmtree(run, ignore_errors=True)
     out = {"val": s["val_loss"], "curve": curve, "flops": curve[-1][0], "seconds": time.time() - t0}
     out["final"], out["final_params"] = [final.width, final.layers, final.heads], final.n_params()
-    if deflr:  # the peak LR train chose for the grown run
+    if Q["lr"] is None:  # /deflr: the peak LR train chose for the grown run
         out["peak_lr"] = max(r["lr"] for r in recs if "lr" in r)
     return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
 

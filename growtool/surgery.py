@@ -356,11 +356,11 @@ def pre_decay_beside(src) -> Path | None:
     """The run folder's ``pre-decay/`` when ``src`` is a run folder's last or final checkpoint and the
     run kept its state before its decay (docs/training.md, "Grow a finished run"): growing that state and
     resuming it ends lower than training the decayed model (bench/results/budget_d64/WRITEUP.md)."""
+    from growtool.training.run_folder import FINAL, MODEL, PRE_DECAY, STATE
+
     p = Path(str(src))
-    pre = p.parent / "pre-decay"
-    if p.name in ("final.safetensors", "last.safetensors") and (pre / "last.pt").is_file():
-        return pre
-    return None
+    pre = p.parent / PRE_DECAY
+    return pre if p.name in (FINAL, MODEL) and (pre / STATE).is_file() else None
 
 
 @dataclass
