@@ -14,6 +14,8 @@ the papers' one step for all, pinned below, and the new units still write a real
 block's output with it.
 """
 
+import math
+
 import pytest
 
 from growtool.init import init_model
@@ -85,9 +87,10 @@ def test_the_plain_paths_defaults(tmp_path):
     ``--grow-at``: the thirteenth session there; grown from ``pre-decay/`` it ends within the best row's
     spread at 20 tokens / parameter, the sixteenth). These are the defaults it ran with: ``expand`` stacks
     (G_stack), the grown model's new blocks open over a gate ramp of 10% of the run, and ``train`` warms
-    up over 5% of its steps to its family's peak LR (3e-3, and 4.5e-3 under 12 tokens / parameter since the
-    seventeenth session: the LR a short base, and the run grown from its ``pre-decay/``, train best at; GPT-2
-    4.5e-3, 6e-3 before the sixteenth) and decays linearly over its last 20% (wsd: the base run ends
+    up over 5% of its steps (at least 50, since the eighteenth session) to its family's peak LR by the run's
+    length (Llama 3e-3, 4.5e-3 under 12 tokens / parameter since the seventeenth session, 6e-3 under 4 since
+    the eighteenth: the LRs a short base, and the run grown from its ``pre-decay/``, train best at; GPT-2
+    4.5e-3, and 6e-3 under 7 since the eighteenth) and decays linearly over its last 20% (wsd: the base run ends
     decayed, the grown run starts its own schedule; under cosine the plain path saved ~10 points less,
     bench/README section 10)."""
     from growtool import cli as cli_module
@@ -103,15 +106,25 @@ def test_the_plain_paths_defaults(tmp_path):
 
     # the peak LR each family's arms won at, by the run's tokens per parameter (of the model it ends with):
     # Llama's scratch at 14 and 20 (bytes and BPE) 3e-3; below 12, 4.5e-3, which the base of the plain path
-    # runs at (4-9 tokens / parameter) and what a run grown from its pre-decay/ keeps; GPT-2's on BPE at 10
-    # and 20, 4.5e-3 (its plain path at 4.5e-3 ended below 6e-3 on 3 of 3 seeds; on bytes above)
+    # runs at 10 (7.6 tokens / parameter) and what a run grown from its pre-decay/ keeps; below 4, 6e-3 (scratch
+    # at 3.5; the base of the plain path at 5 runs 3.8); GPT-2's on BPE at 20, 4.5e-3; below 7, 6e-3 (scratch
+    # at 3.5 and 5, 3 of 3 seeds each)
     def lrs(tokens_per_param):
         s = Settings(steps=100, batch=1, seq=10)  # 1,000 tokens
         return {f: s.resolve(10, 64, False, "byte", {}, f, round(1000 / tokens_per_param))["lr"] for f in FAMS}
 
     FAMS = ("llama", "gpt2", "qwen3")
     assert lrs(20) == lrs(12) == {"llama": 3e-3, "gpt2": 4.5e-3, "qwen3": 3e-3}
-    assert lrs(11.5) == lrs(4) == {"llama": 4.5e-3, "gpt2": 4.5e-3, "qwen3": 4.5e-3}
+    assert lrs(11.5) == lrs(7.5) == {"llama": 4.5e-3, "gpt2": 4.5e-3, "qwen3": 4.5e-3}
+    assert lrs(6.9) == lrs(4) == {"llama": 4.5e-3, "gpt2": 6e-3, "qwen3": 4.5e-3}
+    assert lrs(3.9) == lrs(1) == {"llama": 6e-3, "gpt2": 6e-3, "qwen3": 6e-3}
+    # the LR warm-up: 5% of the steps, at least 50, or 10% of a run of under 500 steps
+    assert [Settings(steps=n).resolve(10, 64, False, "byte", {}, "llama")["warmup"] for n in (20, 400, 700, 2000)] == [
+        2,
+        40,
+        50,
+        100,
+    ]
     assert Settings(steps=10).resolve(100, 64, False, "byte", {}, "llama")["lr"] == 3e-3  # no size: the long run's
     assert Settings(steps=10, lr=1e-3).resolve(100, 64, False, "byte", {}, "gpt2", 10)["lr"] == 1e-3
     # and what expand writes with them: the base's blocks stacked, verify PASS at gate 0
@@ -125,25 +138,27 @@ def test_the_plain_paths_defaults(tmp_path):
 
 
 @pytest.mark.parametrize("target", ["0.5:128", "0.5:layers=4"])
-def test_trains_default_lr_reads_the_runs_length_against_the_model_it_ends_with(tmp_path, target):
+def test_trains_default_lr_reads_the_runs_length_against_the_model_it_ends_with(tmp_path, target, monkeypatch):
     """--lr's default (settings.default_lr) depends on the run's tokens per parameter, counted on the
     model the run ends with: a --grow-at run's grown model (about: stages.run_params scales the count by
     the estimate of both shapes), so a run that ends large over few tokens gets the short-run LR."""
     import torch
 
-    from growtool.training import stages
+    from growtool.training import settings, stages
     from growtool.training.run_folder import STATE
-    from growtool.training.settings import SHORT_RUN, default_lr
 
     cfg = _cfg("llama")
     init = checkpoint.save_tensors(str(tmp_path / "i.safetensors"), cfg, [], init_model(cfg, seed=0).tensors())
     text = tmp_path / "t.txt"
     text.write_text(make_text(600))
+    est = stages.run_params((target,), cfg)
+    # a rung between the run's tokens per parameter of the base (256 tokens) and of the grown model
+    mid = 256 / (cfg.n_params() * est) ** 0.5
+    monkeypatch.setitem(settings.LR_LADDER, "llama", ((mid, 1e-3), (math.inf, 2e-3)))
     out = train(init, [text], tmp_path / "run", steps=8, grow_at=(target,), **KW)
     grown = checkpoint.load(out["final"]).config
-    est = stages.run_params((target,), cfg)
     assert grown.n_params() > 1.5 * cfg.n_params() and abs(est / grown.n_params() - 1) < 0.05, (est, grown.n_params())
     assert stages.run_params((), cfg) == cfg.n_params()
     saved = torch.load(tmp_path / "run" / STATE, weights_only=False)["settings"]
-    assert saved["lr"] == default_lr("llama", 8 * 2 * 16 / est) == 4.5e-3  # 256 tokens: a short run
-    assert default_lr("llama", SHORT_RUN) == 3e-3  # at SHORT_RUN and beyond, the long run's
+    assert saved["lr"] == 1e-3  # under the rung counted on the grown model; the base's count is above it
+    assert settings.default_lr("llama", 256 / cfg.n_params()) == 2e-3

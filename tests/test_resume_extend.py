@@ -133,7 +133,7 @@ def test_default_cadences_have_floors(steps, expect):
 
 
 def test_a_resumed_run_keeps_its_lr_unless_given():
-    """--lr's default depends on the family (settings.FAMILY_LR): a run resumed without --lr keeps the LR
+    """--lr's default depends on the family (settings.LR_LADDER): a run resumed without --lr keeps the LR
     it started with (so a changed default never refuses an old run); a different --lr is refused."""
     from growtool.training.resume import merge
 

@@ -25,21 +25,36 @@ SHARES = {"eval_every": 0.05, "metrics_every": 0.1, "save_every": 0.1}
 FLOORS = {"eval_every": 25, "metrics_every": 50, "save_every": 50}
 
 # --lr's default: the peak LR the budget study's arms were best at (d64 x 4 on docs.jsonl, bytes and a BPE of
-# 512 ids: bench/results/budget_d64/WRITEUP.md), per family where it differs from Llama's. The best LR falls
-# as a run grows longer (Bjorck et al., ICLR 2025), so a family has two: one for a run of at least SHORT_RUN
-# tokens per parameter, one for a shorter run. Llama's 3e-3 is scratch's best at 14 and 20 tokens / parameter,
-# 4.5e-3 its best at 5 (ties at 10) and the grown runs' at 10, a short base's included; GPT-2's 4.5e-3 is its
-# best on BPE at 10 and 20 (6e-3 on bytes) and ties 6e-3 on short bases
-SHORT_RUN = 12  # tokens per parameter: between the 10 where Llama's two LRs tie and the 14 where 3e-3 wins
-DEFAULT_LR = (3e-3, 4.5e-3)  # (a run of SHORT_RUN tokens / parameter or more, a shorter run)
-FAMILY_LR = {"gpt2": (4.5e-3, 4.5e-3)}  # GPT-2 (LayerNorm, learned positions, tied head)
+# 512 ids: bench/results/budget_d64/WRITEUP.md). The best LR falls as a run grows longer (Bjorck et al., ICLR
+# 2025), so each family has a ladder: (the tokens per parameter a run stays under, its LR), shortest runs first,
+# the last rung for any longer run. Llama (and the families without a ladder of their own): 6e-3 under 4
+# (scratch at 3.5 lower on 2 of 3 seeds; the base of a plain path at 5 runs 3.8 and its growth ended lower on
+# 4 of 5), 4.5e-3 under 12 (scratch's best at 5; ties at 10; the grown runs' at 10, a short base's included),
+# 3e-3 from 12 (scratch's best at 14 and 20). GPT-2: 6e-3 under 7 (scratch at 3.5 and 5 lower on 3 of 3
+# seeds; ties at 7 and 10), 4.5e-3 beyond (its best on BPE at 20; 6e-3 on bytes)
+LR_LADDER = {
+    "llama": ((4, 6e-3), (12, 4.5e-3), (math.inf, 3e-3)),
+    "gpt2": ((7, 6e-3), (math.inf, 4.5e-3)),  # GPT-2 (LayerNorm, learned positions, tied head)
+}
+WARMUP_MIN = 50  # steps: a run's LR warm-up is no shorter, unless that is more than 10% of the run
 
 
 def default_lr(family: str, tokens_per_param: float | None = None) -> float:
     """``train``'s peak LR for a model of ``family`` trained on ``tokens_per_param`` tokens per parameter
-    (of the model the run ends with) when --lr is not given; a run of unknown length gets the long-run LR."""
-    long, short = FAMILY_LR.get(family, DEFAULT_LR)
-    return short if tokens_per_param is not None and tokens_per_param < SHORT_RUN else long
+    (of the model the run ends with) when --lr is not given; a run of unknown length gets the longest rung's."""
+    ladder = LR_LADDER.get(family, LR_LADDER["llama"])
+    if tokens_per_param is None:
+        return ladder[-1][1]
+    return next(lr for below, lr in ladder if tokens_per_param < below)
+
+
+def ladder_text() -> str:
+    """The LR ladders in words, for --lr's help."""
+
+    def one(ladder):
+        return ", ".join(f"{lr:g} under {below:g}" if below < math.inf else f"{lr:g} beyond" for below, lr in ladder)
+
+    return "; ".join(f"{'Llama and the others' if f == 'llama' else f} {one(l)}" for f, l in LR_LADDER.items())
 
 
 def setting(
@@ -93,10 +108,8 @@ class Settings:
     seq: int | None = setting(None, "sequence length (default min(context, 128))", low=1)
     lr: float | None = setting(
         None,
-        f"peak learning rate (default {DEFAULT_LR[0]:g}, {DEFAULT_LR[1]:g} for a run of under {SHORT_RUN} tokens "
-        "per parameter; "
-        + ", ".join(f"{f} {a:g}" + (f" and {b:g}" if b != a else "") for f, (a, b) in FAMILY_LR.items())
-        + ": measured, bench/README section 15)",
+        f"peak learning rate (default by the run's tokens per parameter: {ladder_text()}; measured, "
+        "bench/README section 15)",
         low=0,
         low_open=True,
     )
@@ -108,7 +121,9 @@ class Settings:
         choices=("cosine", "wsd", "constant"),
     )
     decay_fraction: float = setting(0.2, "--schedule wsd: fraction of the steps in the final decay", low=0, high=1)
-    warmup: int | None = setting(None, "lr warm-up steps (default 5% of the steps)", low=0)
+    warmup: int | None = setting(
+        None, f"lr warm-up steps (default 5% of the steps, at least {WARMUP_MIN} or 10% of them if fewer)", low=0
+    )
     weight_decay: float = setting(0.1, "AdamW weight decay (matrices only)", low=0)
     clip: float = setting(1.0, "gradient-norm clip", low=0, low_open=True)
     gate_warmup_tokens: int | None = setting(None, "grown models: gate ramp 0->1 (default 10% of the run)", low=0)
@@ -312,8 +327,10 @@ def check_field(f, v) -> None:
 
 
 def default_warmup(steps: int) -> int:
-    """The LR warm-up when --warmup is not given: 5% of the run's steps."""
-    return max(1, round(0.05 * steps))
+    """The LR warm-up when --warmup is not given: 5% of the run's steps, and at least WARMUP_MIN steps
+    or 10% of the run if that is fewer (a 559-step GPT-2 base warmed up over 28 steps ended 0.03 and
+    0.06 higher than over 64, its growth too: bench/results/budget_d64/WRITEUP.md, eighteenth session)."""
+    return max(1, round(0.05 * steps), min(WARMUP_MIN, round(0.1 * steps)))
 
 
 def default_gate_tokens(steps: int, per_step: int) -> int:
