@@ -119,12 +119,8 @@ def test_the_plain_paths_defaults(tmp_path):
     assert lrs(6.9) == lrs(4) == {"llama": 4.5e-3, "gpt2": 6e-3, "qwen3": 4.5e-3}
     assert lrs(3.9) == lrs(1) == {"llama": 6e-3, "gpt2": 6e-3, "qwen3": 6e-3}
     # the LR warm-up: 5% of the steps, at least 50, or 10% of a run of under 500 steps
-    assert [Settings(steps=n).resolve(10, 64, False, "byte", {}, "llama")["warmup"] for n in (20, 400, 700, 2000)] == [
-        2,
-        40,
-        50,
-        100,
-    ]
+    warm = [Settings(steps=n).resolve(10, 64, False, "byte", {}, "llama")["warmup"] for n in (20, 400, 700, 2000)]
+    assert warm == [2, 40, 50, 100]
     assert Settings(steps=10).resolve(100, 64, False, "byte", {}, "llama")["lr"] == 3e-3  # no size: the long run's
     assert Settings(steps=10, lr=1e-3).resolve(100, 64, False, "byte", {}, "gpt2", 10)["lr"] == 1e-3
     # and what expand writes with them: the base's blocks stacked, verify PASS at gate 0

@@ -51,10 +51,10 @@ def default_lr(family: str, tokens_per_param: float | None = None) -> float:
 def ladder_text() -> str:
     """The LR ladders in words, for --lr's help."""
 
-    def one(ladder):
+    def rungs(ladder):
         return ", ".join(f"{lr:g} under {below:g}" if below < math.inf else f"{lr:g} beyond" for below, lr in ladder)
 
-    return "; ".join(f"{'Llama and the others' if f == 'llama' else f} {one(l)}" for f, l in LR_LADDER.items())
+    return "; ".join(f"{'Llama and the others' if f == 'llama' else f} {rungs(x)}" for f, x in LR_LADDER.items())
 
 
 def setting(
