@@ -225,8 +225,7 @@ def show_expanded(err, job) -> None:
     is (a better start), a lossy plan's measured loss, the sizes."""
     if job.note:
         err.print(f"[yellow]warning:[/] {job.note}", soft_wrap=True)
-    if job.pre_decay is not None:  # docs/training.md, "Grow a finished run"
-        pre = job.pre_decay
+    if (pre := job.pre_decay) is not None:  # docs/training.md, "Grow a finished run"
         err.print(
             f"note: this model is decayed; {pre} holds the run before its decay. Growing that instead "
             f"(growtool expand {pre} -o NEW, then growtool train <its checkpoint> --data ... --out NEW --resume "
