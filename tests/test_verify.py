@@ -181,9 +181,10 @@ def test_deep_float32_lossy_growth_fails(tmp_path, one_thread):
 @pytest.mark.skipif(not Path("/proc/self/status").exists(), reason="needs /proc (Linux)")
 def test_verify_peak_memory_is_a_block_not_the_model(tmp_path):
     """verify of a 2-layer and an 8-layer model (and their growths) in one process: the peak
-    resident set must not grow with the number of layers by more than four of the largest tensors
+    resident set must not grow with the number of layers by more than ten of the largest tensors
     in float32 (the 6 extra layers of both models hold ~50 of them). Measured on this configuration:
-    whole models in memory +247 MiB from 2 to 8 layers, streamed +5 to +9 MiB, same figures."""
+    whole models in memory +247 MiB (59 largest) from 2 to 8 layers; streamed +2 to +14 MiB over
+    twelve runs here and +16.9 MiB once on CI (the allocator's and page cache's noise), same figures."""
     kw = dict(width=384, heads=6, ffn=1536, vocab=256, context=64)
     runs = []
     for layers in (2, 8):
@@ -199,7 +200,7 @@ def test_verify_peak_memory_is_a_block_not_the_model(tmp_path):
     model_bytes = sum(4 * torch.Size(out.shape(n)).numel() for n in out.names())
     p_small, p_big = res["peaks"]
     assert model_bytes > 25 * largest
-    assert p_big - p_small < 4 * largest, (p_small, p_big, largest)
+    assert p_big - p_small < 10 * largest, (p_small, p_big, largest)
 
 
 def test_verify_at_an_open_gate_is_informational_unless_expect_equal(tmp_path):
