@@ -87,6 +87,7 @@ FULL = dict(
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
     vocab=0,  # 0: bytes; N: a byte-level BPE of N ids trained on the text (cached; part of the cache key)
+    decay=0.2,  # --schedule wsd: every phase's --decay-fraction (train's default 0.2; another is part of the key)
 )
 QUICK = dict(
     FULL,
@@ -195,7 +196,7 @@ def depth_spec(P, variant: str) -> dict:
         raise SystemExit(f"{variant}: /deflr leaves --lr to train's default in each phase; add /plain or /branch")
     (bw, bl), gs = DEPTH[name]
     if t is not None:
-        stable = 1.0 - 0.2 if P["schedule"] == "wsd" else 1.0  # the trainer's --decay-fraction default
+        stable = 1.0 - P.get("decay", 0.2) if P["schedule"] == "wsd" else 1.0  # the phases' --decay-fraction
         gs = [(round(f / gs[-1][0] * t * stable, 6), w, lf, m) for f, w, lf, m in gs]
     out = {"base": _shape(P, bw, bl), "growths": [[f, *_shape(P, w, lf), m] for f, w, lf, m in gs]}
     return {**out, "opts": opts} if opts else out
@@ -359,7 +360,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     ((f, *_),) = spec["growths"]  # one growth
     per_step = Q["batch"] * Q["seq"]
     k = round(f * math.ceil(tokens / per_step))  # the growth's step in the whole run
-    nb = next(n for n in range(k, 2 * k + 2) if decay_start(base_settings(n)) == k)
+    nb = next(n for n in range(k, 2 * k + 2) if decay_start(base_settings(n, Q.get("decay"))) == k)
     s1, r1 = train_phase(Q, base, str(run / "src"), nb * per_step, spec["seed"])
     surgery.expand(str(run / "src" / "pre-decay"), out=str(run / "out"), **expand_kw(spec))
     s, recs = train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
@@ -367,11 +368,12 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     return s, recs, _curve(r1) + _curve([r for r in recs if r["step"] > k], wasted)
 
 
-def base_settings(steps: int) -> dict:
-    """The saved settings that decide where a default wsd run of ``steps`` begins its decay."""
+def base_settings(steps: int, decay: float | None = None) -> dict:
+    """The saved settings that decide where a default wsd run of ``steps`` (decay fraction ``decay``,
+    else train's default) begins its decay."""
     from growtool.training.settings import Settings, default_warmup
 
-    warm, decay = default_warmup(steps), Settings.decay_fraction
+    warm, decay = default_warmup(steps), Settings.decay_fraction if decay is None else decay
     return {"schedule": "wsd", "steps": steps, "warmup": warm, "decay_fraction": decay}
 
 
@@ -444,7 +446,8 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
     out = []
     for f in sorted(cached.glob("*.json")):
         c = json.loads(f.read_text())
-        if all(c["spec"].get(k) == v for k, v in want.items()) and c["spec"].get("vocab", 0) == P["vocab"]:
+        same = c["spec"].get("vocab", 0) == P["vocab"] and c["spec"].get("decay", 0.2) == P.get("decay", 0.2)
+        if same and all(c["spec"].get(k) == v for k, v in want.items()):
             out.append((c["spec"], c["result"]))
     return out
 
@@ -455,7 +458,8 @@ SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches",
 def with_sizes(P, spec: dict) -> dict:
     """What defines a run beyond its own fields: sizes (``SIZES``), data, BPE (part of the cache key)."""
     bpe = {"vocab": P["vocab"]} if P["vocab"] else {}  # byte-level runs keep their keys
-    return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **bpe}
+    decay = {"decay": P["decay"]} if P.get("decay", 0.2) != 0.2 else {}  # so do runs at train's default
+    return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **bpe, **decay}
 
 
 # ---- aggregation -----------------------------------------------------------------------------------

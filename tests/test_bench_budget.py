@@ -379,6 +379,39 @@ def test_vocab_makes_bpe_runs_a_study_of_their_own(tmp_path):
     assert 256 < len(tok["model"]["vocab"]) <= 300  # the byte alphabet and merges learned on the text
 
 
+def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_path, monkeypatch):
+    """``--decay D``: every wsd phase trains with --decay-fraction D, "decay" joins the cache key (at
+    train's default 0.2 the keys stay those of every cached run), a variant's @T is T of the stable
+    phase 1 - D, and ``/branch``'s base is as long as puts its decay's start at the growth."""
+    import budget
+    from common import train_phase
+
+    from growtool.training.schedule import decay_start
+
+    P = dict(budget.FULL, schedule="wsd", data_id="x")
+    plain = budget.with_sizes(P, {"kind": "scratch", "seed": 0})
+    short = budget.with_sizes({**P, "decay": 0.1}, {"kind": "scratch", "seed": 0})
+    assert "decay" not in plain and short == {**plain, "decay": 0.1} and spec_key(short) != spec_key(plain)
+    cached = tmp_path / "cached"
+    cached.mkdir()
+    for sp in (plain, short):
+        (cached / f"{spec_key(sp)}.json").write_text(json.dumps({"spec": sp, "result": {}}))
+    assert [sp for sp, _ in budget.cached_runs(P, cached)] == [plain]
+    assert [sp for sp, _ in budget.cached_runs({**P, "decay": 0.1}, cached)] == [short]
+    assert budget.depth_spec(P, "stack2x@0.5")["growths"][0][0] == 0.4
+    assert budget.depth_spec({**P, "decay": 0.1}, "stack2x@0.5")["growths"][0][0] == 0.45
+    assert decay_start(budget.base_settings(100, 0.1)) == 90 and decay_start(budget.base_settings(100)) == 80
+    seen = []
+    monkeypatch.setattr("growtool.training.loop.train", lambda *a, **kw: seen.append(kw) or {})
+    monkeypatch.setattr("growtool.training.run_folder.read_metrics", lambda path: [])
+    Q = {"data": "d", "batch": 2, "seq": 4, "lr": 1e-3, "evals": 1, "eval_batches": 1, "work": str(tmp_path)}
+    train_phase({**Q, "schedule": "wsd", "decay": 0.1}, "c", "o", 80, 0)
+    train_phase({**Q, "schedule": "wsd", "decay": 0.1}, "c", "o", 80, 0, decay_fraction=0.0)  # /stable's base
+    train_phase({**Q, "schedule": "cosine", "decay": 0.1}, "c", "o", 80, 0)
+    train_phase({**Q, "schedule": "wsd"}, "c", "o", 80, 0)
+    assert [kw.get("decay_fraction") for kw in seen] == [0.1, 0.0, None, None]
+
+
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
     """``/runfolder``: ``train BASE`` for the whole run's steps, stopped at the growth's step; ``expand`` of
     that run folder (model and moments) into the run's folder; ``train --resume`` there to the end."""
