@@ -87,7 +87,8 @@ FULL = dict(
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
     vocab=0,  # 0: bytes; N: a byte-level BPE of N ids trained on the text (cached; part of the cache key)
-    decay=0.2,  # --schedule wsd: every phase's --decay-fraction (train's default 0.2; another is part of the key)
+    decay=0.2,  # --schedule wsd: every phase's --decay-fraction (train's default; another joins the cache key)
+    decay_shape="linear",  # --schedule wsd: every phase's --decay-shape (likewise)
 )
 QUICK = dict(
     FULL,
@@ -446,19 +447,21 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
     out = []
     for f in sorted(cached.glob("*.json")):
         c = json.loads(f.read_text())
-        same = c["spec"].get("vocab", 0) == P["vocab"] and c["spec"].get("decay", 0.2) == P.get("decay", 0.2)
+        same = c["spec"].get("vocab", 0) == P["vocab"]
+        same &= all(c["spec"].get(k, v) == P.get(k, v) for k, v in KEYED_OFF_DEFAULT.items())
         if same and all(c["spec"].get(k) == v for k, v in want.items()):
             out.append((c["spec"], c["result"]))
     return out
 
 
 SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
+KEYED_OFF_DEFAULT = {"decay": 0.2, "decay_shape": "linear"}  # in a run's key only away from train's default
 
 
 def with_sizes(P, spec: dict) -> dict:
     """What defines a run beyond its own fields: sizes (``SIZES``), data, BPE (part of the cache key)."""
     bpe = {"vocab": P["vocab"]} if P["vocab"] else {}  # byte-level runs keep their keys
-    decay = {"decay": P["decay"]} if P.get("decay", 0.2) != 0.2 else {}  # so do runs at train's default
+    decay = {k: P[k] for k, v in KEYED_OFF_DEFAULT.items() if P.get(k, v) != v}  # so do runs at train's default
     return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **bpe, **decay}
 
 

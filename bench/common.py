@@ -156,8 +156,9 @@ def train_phase(P: dict, ckpt, out, tokens: int, seed: int, **kw) -> tuple[dict,
 
     steps = max(1, math.ceil(tokens / (P["batch"] * P["seq"])))
     kw.setdefault("schedule", P.get("schedule") or "cosine")  # the bench's --schedule, unless the phase sets one
-    if kw["schedule"] == "wsd" and P.get("decay") is not None:  # the bench's decay fraction (budget --decay)
+    if kw["schedule"] == "wsd" and P.get("decay") is not None:  # the bench's decay (budget --decay, --decay-shape)
         kw.setdefault("decay_fraction", P["decay"])
+        kw.setdefault("decay_shape", P.get("decay_shape", "linear"))
     s = train(
         ckpt,
         [P["data"]],

@@ -380,9 +380,10 @@ def test_vocab_makes_bpe_runs_a_study_of_their_own(tmp_path):
 
 
 def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_path, monkeypatch):
-    """``--decay D``: every wsd phase trains with --decay-fraction D, "decay" joins the cache key (at
-    train's default 0.2 the keys stay those of every cached run), a variant's @T is T of the stable
-    phase 1 - D, and ``/branch``'s base is as long as puts its decay's start at the growth."""
+    """``--decay D`` / ``--decay-shape S``: every wsd phase trains with --decay-fraction D and
+    --decay-shape S, each joins the cache key away from train's default (at 0.2 and linear the keys stay
+    those of every cached run), a variant's @T is T of the stable phase 1 - D, and ``/branch``'s base
+    is as long as puts its decay's start at the growth."""
     import budget
     from common import train_phase
 
@@ -391,13 +392,16 @@ def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_pat
     P = dict(budget.FULL, schedule="wsd", data_id="x")
     plain = budget.with_sizes(P, {"kind": "scratch", "seed": 0})
     short = budget.with_sizes({**P, "decay": 0.1}, {"kind": "scratch", "seed": 0})
-    assert "decay" not in plain and short == {**plain, "decay": 0.1} and spec_key(short) != spec_key(plain)
+    sqrt = budget.with_sizes({**P, "decay_shape": "sqrt"}, {"kind": "scratch", "seed": 0})
+    assert "decay" not in plain and "decay_shape" not in plain and short == {**plain, "decay": 0.1}
+    assert sqrt == {**plain, "decay_shape": "sqrt"} and len({spec_key(x) for x in (plain, short, sqrt)}) == 3
     cached = tmp_path / "cached"
     cached.mkdir()
-    for sp in (plain, short):
+    for sp in (plain, short, sqrt):
         (cached / f"{spec_key(sp)}.json").write_text(json.dumps({"spec": sp, "result": {}}))
     assert [sp for sp, _ in budget.cached_runs(P, cached)] == [plain]
     assert [sp for sp, _ in budget.cached_runs({**P, "decay": 0.1}, cached)] == [short]
+    assert [sp for sp, _ in budget.cached_runs({**P, "decay_shape": "sqrt"}, cached)] == [sqrt]
     assert budget.depth_spec(P, "stack2x@0.5")["growths"][0][0] == 0.4
     assert budget.depth_spec({**P, "decay": 0.1}, "stack2x@0.5")["growths"][0][0] == 0.45
     assert decay_start(budget.base_settings(100, 0.1)) == 90 and decay_start(budget.base_settings(100)) == 80
@@ -405,11 +409,12 @@ def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_pat
     monkeypatch.setattr("growtool.training.loop.train", lambda *a, **kw: seen.append(kw) or {})
     monkeypatch.setattr("growtool.training.run_folder.read_metrics", lambda path: [])
     Q = {"data": "d", "batch": 2, "seq": 4, "lr": 1e-3, "evals": 1, "eval_batches": 1, "work": str(tmp_path)}
-    train_phase({**Q, "schedule": "wsd", "decay": 0.1}, "c", "o", 80, 0)
+    train_phase({**Q, "schedule": "wsd", "decay": 0.1, "decay_shape": "sqrt"}, "c", "o", 80, 0)
     train_phase({**Q, "schedule": "wsd", "decay": 0.1}, "c", "o", 80, 0, decay_fraction=0.0)  # /stable's base
     train_phase({**Q, "schedule": "cosine", "decay": 0.1}, "c", "o", 80, 0)
     train_phase({**Q, "schedule": "wsd"}, "c", "o", 80, 0)
     assert [kw.get("decay_fraction") for kw in seen] == [0.1, 0.0, None, None]
+    assert [kw.get("decay_shape") for kw in seen] == ["sqrt", "linear", None, None]
 
 
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):

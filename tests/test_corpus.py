@@ -397,6 +397,9 @@ def test_wsd_and_constant_schedules():
     assert lrs[:4] == [0.25, 0.5, 0.75, 1.0] and lrs[4:15] == [1.0] * 11  # warm-up, then stable
     assert lrs[15:] == pytest.approx([1 - 0.9 * k / 5 for k in range(5)])  # 5 = 25% of 20: linear to 0.1
     assert [lr_at(i, {**s, "schedule": "constant"}) for i in range(20)] == lrs[:4] + [1.0] * 16
+    sqrt = [lr_at(i, {**s, "decay_shape": "sqrt"}) for i in range(20)]  # 1 - sqrt (Hägele et al. 2024)
+    assert sqrt[:15] == lrs[:15] and sqrt[15:] == pytest.approx([1 - 0.9 * math.sqrt(k / 5) for k in range(5)])
+    assert all(a < b for a, b in zip(sqrt[16:], lrs[16:]))  # below the linear decay after its first step
     # re-warmed after a growth at step 8 (--grow-schedule rewarm): the same shape over the 12 steps left
     assert [lr_at(i, s, start=8) for i in range(8, 20)] == pytest.approx(
         [0.25, 0.5, 0.75, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1 - 0.9 / 3, 1 - 1.8 / 3]

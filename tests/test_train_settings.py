@@ -48,6 +48,7 @@ ALT = dict(
     new_rewarm_steps=3,
     schedule="cosine",
     decay_fraction=0.3,
+    decay_shape="sqrt",
     text_key="body",
     doc_sep="none",
     data_dtype="uint32",

@@ -8,7 +8,8 @@ warmup. Then, with r = ``min_lr_ratio`` and n the span's steps:
 
 * ``cosine``: lr * (r + (1 - r) * (1 + cos(pi * p)) / 2), p = (t - warmup) / (n - warmup).
 * ``wsd`` (warmup-stable-decay): lr until the last D = round(``decay_fraction`` * n) steps (at most
-  n - warmup), then linear to r: lr * (1 - (1 - r) * p), p = (t - (n - D)) / D.
+  n - warmup), then to r: lr * (1 - (1 - r) * p) with ``decay_shape`` linear, lr * (1 - (1 - r) * sqrt(p))
+  with sqrt (Hägele et al. 2024's 1 - sqrt cooldown), p = (t - (n - D)) / D.
 * ``constant``: lr after the warm-up.
 """
 
@@ -35,7 +36,8 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
         d = decay_steps(s, n)
         if d <= 0 or t < n - d:
             return lr
-        return lr * (1 - (1 - r) * (t - (n - d)) / d)
+        p = (t - (n - d)) / d
+        return lr * (1 - (1 - r) * (math.sqrt(p) if saved_setting(s, "decay_shape") == "sqrt" else p))
     p = (t - warm) / max(1, n - warm)
     return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p)))
 

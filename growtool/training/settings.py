@@ -121,6 +121,12 @@ class Settings:
         choices=("cosine", "wsd", "constant"),
     )
     decay_fraction: float = setting(0.2, "--schedule wsd: fraction of the steps in the final decay", low=0, high=1)
+    decay_shape: str = setting(
+        "linear",
+        "--schedule wsd: the decay's shape, linear or sqrt (1 - sqrt: lr * (1 - (1 - r) * sqrt(p)) over the decay's "
+        "share p done, Hägele et al. 2024)",
+        choices=("linear", "sqrt"),
+    )
     warmup: int | None = setting(
         None, f"lr warm-up steps (default 5% of the steps, at least {WARMUP_MIN} or 10% of them if fewer)", low=0
     )
@@ -376,6 +382,7 @@ ABSENT = {
     "grow_schedule": "continue",
     "schedule": "cosine",
     "decay_fraction": 0.2,
+    "decay_shape": "linear",
     "text_key": "text",
     "doc_sep": "none",  # runs before documents were separated
     "data_dtype": "auto",
