@@ -88,7 +88,7 @@ FULL = dict(
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
     vocab=0,  # 0: bytes; N: a byte-level BPE of N ids trained on the text (cached; part of the cache key)
     decay=0.2,  # --schedule wsd: every phase's --decay-fraction (train's default; another joins the cache key)
-    decay_shape="linear",  # --schedule wsd: every phase's --decay-shape (likewise)
+    decay_shape="linear",  # every phase's --decay-shape: the cached study's (train's default until round 36 is sqrt)
 )
 QUICK = dict(
     FULL,
@@ -455,7 +455,7 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
 
 
 SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
-KEYED_OFF_DEFAULT = {"decay": 0.2, "decay_shape": "linear"}  # in a run's key only away from train's default
+KEYED_OFF_DEFAULT = {"decay": 0.2, "decay_shape": "linear"}  # in a run's key only away from the cached runs' own
 
 
 def with_sizes(P, spec: dict) -> dict:

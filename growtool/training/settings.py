@@ -122,10 +122,11 @@ class Settings:
     )
     decay_fraction: float = setting(0.2, "--schedule wsd: fraction of the steps in the final decay", low=0, high=1)
     decay_shape: str = setting(
-        "linear",
-        "--schedule wsd: the decay's shape, linear or sqrt (1 - sqrt: lr * (1 - (1 - r) * sqrt(p)) over the decay's "
-        "share p done, Hägele et al. 2024)",
-        choices=("linear", "sqrt"),
+        "sqrt",
+        "--schedule wsd: the decay's shape: sqrt (1 - sqrt, Hägele et al. 2024: lr * (1 - (1 - r) * sqrt(p)) at "
+        "the decay's share p; the default: lower than linear on every seed, bench/README section 15) or linear "
+        "(the default before)",
+        choices=("sqrt", "linear"),
     )
     warmup: int | None = setting(
         None, f"lr warm-up steps (default 5% of the steps, at least {WARMUP_MIN} or 10% of them if fewer)", low=0
@@ -382,7 +383,7 @@ ABSENT = {
     "grow_schedule": "continue",
     "schedule": "cosine",
     "decay_fraction": 0.2,
-    "decay_shape": "linear",
+    "decay_shape": "linear",  # runs saved before --decay-shape decayed linearly
     "text_key": "text",
     "doc_sep": "none",  # runs before documents were separated
     "data_dtype": "auto",
