@@ -5,7 +5,7 @@ What holds:
 * Optimiser: AdamW; weight decay on matrices (dim >= 2) only, never on norm gains, biases or the
   growth gates (the gates are not trained at all: the schedule sets them every step).
 * Learning rate: linear warm-up over ``warmup`` steps, then ``schedule`` (schedule.py; default wsd:
-  the peak, then a linear decay to ``lr * min_lr_ratio`` over the last ``decay_fraction``).
+  the peak, then a decay to ``lr * min_lr_ratio`` over the last ``decay_fraction``, 1 - sqrt by default).
   Gradients are clipped to norm ``clip``. Growths inside a run (``grow_at``, or a run folder grown
   by ``stages.expand_run``) carry the AdamW moments (``grow.moments``); ``grow_schedule`` says
   whether the LR re-warms there.

@@ -116,7 +116,7 @@ class Settings:
     min_lr_ratio: float = setting(0.1, "final lr / peak lr", low=0, high=1)
     schedule: str = setting(
         "wsd",
-        "lr after the warm-up: wsd (warmup-stable-decay: the peak, then a linear decay to --min-lr-ratio "
+        "lr after the warm-up: wsd (warmup-stable-decay: the peak, then a decay (--decay-shape) to --min-lr-ratio "
         "over the last --decay-fraction of the steps; the default: bench/README section 9), cosine or constant",
         choices=("cosine", "wsd", "constant"),
     )
