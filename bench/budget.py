@@ -461,7 +461,7 @@ KEYED_OFF_DEFAULT = {"decay": 0.2, "decay_shape": "linear"}  # in a run's key on
 def with_sizes(P, spec: dict) -> dict:
     """What defines a run beyond its own fields: sizes (``SIZES``), data, BPE (part of the cache key)."""
     bpe = {"vocab": P["vocab"]} if P["vocab"] else {}  # byte-level runs keep their keys
-    decay = {k: P[k] for k, v in KEYED_OFF_DEFAULT.items() if P.get(k, v) != v}  # so do runs at train's default
+    decay = {k: P[k] for k, v in KEYED_OFF_DEFAULT.items() if P.get(k, v) != v}  # so do runs at 0.2 / linear
     return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **bpe, **decay}
 
 
