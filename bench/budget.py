@@ -447,22 +447,23 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
     out = []
     for f in sorted(cached.glob("*.json")):
         c = json.loads(f.read_text())
-        same = c["spec"].get("vocab", 0) == P["vocab"]
-        same &= all(c["spec"].get(k, v) == P.get(k, v) for k, v in KEYED_OFF_DEFAULT.items())
+        same = all(c["spec"].get(k, v) == P.get(k, v) for k, v in KEYED_OFF_DEFAULT.items())
         if same and all(c["spec"].get(k) == v for k, v in want.items()):
             out.append((c["spec"], c["result"]))
     return out
 
 
 SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
-KEYED_OFF_DEFAULT = {"decay": 0.2, "decay_shape": "linear"}  # in a run's key only away from the cached runs' own
+# in a run's key only away from these values, so the runs cached before each option keep their keys: byte-level
+# runs (vocab 0), and the decay's fraction and shape of every run cached before --decay / --decay-shape
+KEYED_OFF_DEFAULT = {"vocab": 0, "decay": 0.2, "decay_shape": "linear"}
 
 
 def with_sizes(P, spec: dict) -> dict:
-    """What defines a run beyond its own fields: sizes (``SIZES``), data, BPE (part of the cache key)."""
-    bpe = {"vocab": P["vocab"]} if P["vocab"] else {}  # byte-level runs keep their keys
-    decay = {k: P[k] for k, v in KEYED_OFF_DEFAULT.items() if P.get(k, v) != v}  # so do runs at 0.2 / linear
-    return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **bpe, **decay}
+    """What defines a run beyond its own fields: sizes (``SIZES``), data, and the BPE and decay options
+    away from ``KEYED_OFF_DEFAULT`` (part of the cache key)."""
+    off = {k: P[k] for k, v in KEYED_OFF_DEFAULT.items() if P.get(k, v) != v}
+    return {**spec, **{k: P[k] for k in SIZES}, "data": P["data_id"], **off}
 
 
 # ---- aggregation -----------------------------------------------------------------------------------
