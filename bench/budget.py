@@ -88,7 +88,7 @@ FULL = dict(
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
     vocab=0,  # 0: bytes; N: a byte-level BPE of N ids trained on the text (cached; part of the cache key)
     decay=0.2,  # --schedule wsd: every phase's --decay-fraction (train's default; another joins the cache key)
-    decay_shape="linear",  # every phase's --decay-shape: the cached study's (train's default until round 36 is sqrt)
+    decay_shape="linear",  # every phase's --decay-shape: the cached study's (train's default is sqrt since)
 )
 QUICK = dict(
     FULL,

@@ -124,7 +124,7 @@ class Settings:
     decay_shape: str = setting(
         "sqrt",
         "--schedule wsd: the decay's shape: sqrt (1 - sqrt, Hägele et al. 2024: lr * (1 - (1 - r) * sqrt(p)) at "
-        "the decay's share p; the default: lower than linear in 119 of 120 paired runs, bench/README section 9) or "
+        "the decay's share p; the default, for the evidence in bench/README section 9) or "
         "linear (the default before)",
         choices=("sqrt", "linear"),
     )
