@@ -93,7 +93,7 @@ def test_the_plain_paths_defaults(tmp_path):
     4.5e-3, and 6e-3 under 7 since the eighteenth) and decays over its last 20% (wsd: the base run ends
     decayed, the grown run starts its own schedule; under cosine the plain path saved ~10 points less,
     bench/README section 10), linearly in those runs and as 1 - sqrt since the nineteenth (lower than linear in
-    each arm, bench/README section 9)."""
+    179 of 188 paired runs, a tie for GPT-2's scratch at 5 tokens / parameter; bench/README section 9)."""
     from growtool import cli as cli_module
     from growtool.training.settings import Settings
 
@@ -101,7 +101,7 @@ def test_the_plain_paths_defaults(tmp_path):
     assert method.default == "stack"
     s = Settings()
     assert (s.lr, s.schedule, s.decay_fraction, s.warmup, s.gate_warmup_tokens) == (None, "wsd", 0.2, None, None)
-    assert s.decay_shape == "sqrt"  # 1 - sqrt: lower than linear for both arms (bench/README section 9)
+    assert s.decay_shape == "sqrt"  # 1 - sqrt: lower than linear in 179 of 188 paired runs (bench/README section 9)
     assert s.no_pre_decay is False  # every wsd run keeps pre-decay/: a finished run grows under one schedule
     auto = Settings(steps=1000, batch=4, seq=16).resolve(10_000, 64, True, "byte", {}, "llama")
     assert (auto["warmup"], auto["gate_warmup_tokens"]) == (50, 6400)  # 5% of the steps; 10% of the tokens
