@@ -40,7 +40,8 @@ compares with those scratch runs alone. ``--schedule`` is the trainer's LR sched
 (cosine here unless given; the trainer's own default is wsd).
 
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
-defines the run), so a full run can span sessions: a second invocation runs only what is missing.
+defines the run), so a full run can span sessions: a second invocation runs only what is missing, and
+skips a run that another process sharing ``<out>`` has cached while it worked.
 Writes ``<out>/budget/``: results.csv (per family, variant, budget), sweep.csv, results.json,
 budget.png. ``--quick``: tiny models, one seed, two budgets, width1.5 and stack2x (the tests run it).
 """
@@ -639,6 +640,31 @@ def plot(rows, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def run_missing(P, todo: list[dict], cached: Path):
+    """Run each spec of ``todo`` and cache its result at once (an interrupted sweep keeps it), skipping
+    any that another process sharing ``--out`` has cached since ``todo`` was made."""
+    work = Path(tempfile.mkdtemp(prefix="growtool-budget-"))
+    t_start = time.time()
+    try:
+        for i, s in enumerate(todo):
+            if (cached / f"{spec_key(s)}.json").exists():
+                continue
+            r = run_one(P, s, work)
+            tmp = cached / f"{spec_key(s)}.tmp"
+            tmp.write_text(json.dumps({"spec": s, "result": r}) + "\n")
+            tmp.replace(cached / f"{spec_key(s)}.json")
+            what = s.get("variant", "scratch") + f" lr {s['lr']:g}"
+            print(
+                f"  [{time.time() - t_start:6.0f} s] {i + 1}/{len(todo)} {s['family']} d{s['target']} {what} "
+                f"B {s['budget']:g} seed {s['seed']}: val {r['val']:.4f} ({r['seconds']:.0f} s)",
+                flush=True,
+            )
+    finally:
+        import shutil
+
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def die(msg: str):
     """Bad input: one line on stderr, exit 2, nothing written."""
     print(f"bench/budget.py: {msg}", file=sys.stderr)
@@ -686,24 +712,7 @@ def main():
         die(f"--part {args.part!r}: expected K/N with 0 <= K < N")
     print(f"budget: {len(specs)} runs, {len(specs) - len(todo)} cached, {len(todo)} to run", flush=True)
     todo = [] if args.cached_only else [s for s in todo if specs.index(s) % n == k]
-    work = Path(tempfile.mkdtemp(prefix="growtool-budget-"))
-    t_start = time.time()
-    try:
-        for i, s in enumerate(todo):
-            r = run_one(P, s, work)
-            tmp = cached / f"{spec_key(s)}.tmp"
-            tmp.write_text(json.dumps({"spec": s, "result": r}) + "\n")
-            tmp.replace(cached / f"{spec_key(s)}.json")  # cached at once: an interrupted sweep keeps it
-            what = s.get("variant", "scratch") + f" lr {s['lr']:g}"
-            print(
-                f"  [{time.time() - t_start:6.0f} s] {i + 1}/{len(todo)} {s['family']} d{s['target']} {what} "
-                f"B {s['budget']:g} seed {s['seed']}: val {r['val']:.4f} ({r['seconds']:.0f} s)",
-                flush=True,
-            )
-    finally:
-        import shutil
-
-        shutil.rmtree(work, ignore_errors=True)
+    run_missing(P, todo, cached)
     done = [s for s in specs if (cached / f"{spec_key(s)}.json").exists()]
     if len(done) < len(specs):  # another --part still running, or --cached-only
         print(f"budget: {len(done)} of {len(specs)} planned runs cached ({len(specs) - len(done)} not)")

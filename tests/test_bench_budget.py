@@ -496,3 +496,26 @@ def test_deflr_leaves_each_phase_at_trains_default_lr(tmp_path):
     assert budget.depth_spec(P, "stack2x@0.25/plain/deflr")["opts"] == ["plain", "deflr"]
     with pytest.raises(SystemExit, match="add /plain or /branch"):
         budget.depth_spec(P, "stack2x@0.25/deflr")
+
+
+def test_a_run_another_process_cached_meanwhile_is_not_run_again(tmp_path, monkeypatch):
+    """Two processes sharing ``--out`` (or a queue of invocations) each make their list of missing runs
+    at the start; a run the other one has cached since is skipped, not run twice."""
+    import budget
+
+    a, b, c = (
+        {"kind": "scratch", "family": "llama", "target": 64, "budget": x, "lr": 3e-3, "seed": 0} for x in (5, 10, 20)
+    )
+    ran = []
+
+    def run_one(P, s, work):
+        ran.append(s["budget"])
+        if s is a:  # meanwhile, another process caches b
+            (tmp_path / f"{spec_key(b)}.json").write_text(json.dumps({"spec": b, "result": {"val": 2.0}}))
+        return {"val": 1.0, "seconds": 0.0}
+
+    monkeypatch.setattr(budget, "run_one", run_one)
+    budget.run_missing({}, [a, b, c], tmp_path)
+    assert ran == [5, 20] and json.loads((tmp_path / f"{spec_key(b)}.json").read_text())["result"]["val"] == 2.0
+    assert all((tmp_path / f"{spec_key(s)}.json").exists() for s in (a, c))
+    assert not list(tmp_path.glob("*.tmp"))
