@@ -158,11 +158,11 @@ def _config(P, family, width):
         return ModelConfig(family="gpt2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=True, **common)
     return ModelConfig(
         family="llama",
-        kv_heads=heads // 2,
+        kv_heads=heads if P.get("llama_mha", 0) else heads // 2,  # grouped KV heads 2:1 unless --llama-mha 1
         context=max(256, P["seq"]),
         norm_eps=1e-12,
         tie=bool(P.get("llama_tie", 0)),  # tied: the exact map is eps 1 (no rotation)
-        attn_gate=True,
+        attn_gate=bool(P.get("llama_gate", 1)),  # gated attention unless --llama-gate 0
         **common,
     )
 

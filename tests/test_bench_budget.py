@@ -417,6 +417,35 @@ def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_pat
     assert [kw.get("decay_shape") for kw in seen] == ["sqrt", "linear", None, None]
 
 
+def test_llama_mha_and_gate_change_the_llama_target_and_join_the_key_off_default(tmp_path):
+    """``--llama-mha 1`` gives the Llama target one KV head per head, ``--llama-gate 0`` drops its
+    attention gate; each joins the cache key only away from the default (the cached runs keep theirs)
+    and makes a study of its own; GPT-2's target is the same either way."""
+    import budget
+    from growth_pays import _config
+
+    P = dict(budget.FULL, schedule="wsd", data_id="x")
+    base = _config(P, "llama", 64)
+    assert (base.kv_heads, base.attn_gate) == (4, True)
+    assert (
+        _config({**P, "llama_mha": 1}, "llama", 64).kv_heads,
+        _config({**P, "llama_gate": 0}, "llama", 64).attn_gate,
+    ) == (8, False)
+    assert _config({**P, "llama_mha": 1, "llama_gate": 0}, "gpt2", 64) == _config(P, "gpt2", 64)
+    plain = budget.with_sizes(P, {"kind": "scratch", "seed": 0})
+    mha = budget.with_sizes({**P, "llama_mha": 1}, {"kind": "scratch", "seed": 0})
+    nogate = budget.with_sizes({**P, "llama_gate": 0}, {"kind": "scratch", "seed": 0})
+    assert "llama_mha" not in plain and "llama_gate" not in plain
+    assert mha == {**plain, "llama_mha": 1} and nogate == {**plain, "llama_gate": 0}
+    cached = tmp_path / "cached"
+    cached.mkdir()
+    for sp in (plain, mha, nogate):
+        (cached / f"{spec_key(sp)}.json").write_text(json.dumps({"spec": sp, "result": {}}))
+    assert [sp for sp, _ in budget.cached_runs(P, cached)] == [plain]
+    assert [sp for sp, _ in budget.cached_runs({**P, "llama_mha": 1}, cached)] == [mha]
+    assert [sp for sp, _ in budget.cached_runs({**P, "llama_gate": 0}, cached)] == [nogate]
+
+
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
     """``/runfolder``: ``train BASE`` for the whole run's steps, stopped at the growth's step; ``expand`` of
     that run folder (model and moments) into the run's folder; ``train --resume`` there to the end."""
