@@ -86,6 +86,7 @@ FULL = dict(
     llama_tie=0,
     llama_mha=0,  # 1: the Llama target's KV heads = its heads (no grouping); part of the cache key when 1
     llama_gate=1,  # 0: the Llama target without gated attention; part of the cache key when 0
+    llama_mlp="swiglu",  # gelu (or relu2 ...): the Llama target's MLP plain, up -> act -> down (Arcee's layout)
     data_mb=8,
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
@@ -459,7 +460,14 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
 SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
 # in a run's key only away from these values, so the runs cached before each option keep their keys: byte-level
 # runs (vocab 0), and the decay's fraction and shape of every run cached before --decay / --decay-shape
-KEYED_OFF_DEFAULT = {"vocab": 0, "decay": 0.2, "decay_shape": "linear", "llama_mha": 0, "llama_gate": 1}
+KEYED_OFF_DEFAULT = {
+    "vocab": 0,
+    "decay": 0.2,
+    "decay_shape": "linear",
+    "llama_mha": 0,
+    "llama_gate": 1,
+    "llama_mlp": "swiglu",
+}
 
 
 def with_sizes(P, spec: dict) -> dict:

@@ -156,8 +156,10 @@ def _config(P, family, width):
     )
     if family == "gpt2":  # LayerNorm, tied head, learned positions: the family where the angle decides exactness
         return ModelConfig(family="gpt2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=True, **common)
+    plain = P.get("llama_mlp", "swiglu") != "swiglu"  # Arcee's layout: Llama with up -> act -> down, no gate
     return ModelConfig(
-        family="llama",
+        family="arcee" if plain else "llama",
+        activation=P["llama_mlp"] if plain else None,
         kv_heads=heads if P.get("llama_mha", 0) else heads // 2,  # grouped KV heads 2:1 unless --llama-mha 1
         context=max(256, P["seq"]),
         norm_eps=1e-12,

@@ -417,10 +417,11 @@ def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_pat
     assert [kw.get("decay_shape") for kw in seen] == ["sqrt", "linear", None, None]
 
 
-def test_llama_mha_and_gate_change_the_llama_target_and_join_the_key_off_default(tmp_path):
+def test_llama_mha_gate_and_mlp_change_the_llama_target_and_join_the_key_off_default(tmp_path):
     """``--llama-mha 1`` gives the Llama target one KV head per head, ``--llama-gate 0`` drops its
-    attention gate; each joins the cache key only away from the default (the cached runs keep theirs)
-    and makes a study of its own; GPT-2's target is the same either way."""
+    attention gate, ``--llama-mlp gelu`` makes its MLP plain (Arcee's layout); each joins the cache key
+    only away from the default (the cached runs keep theirs) and makes a study of its own; GPT-2's
+    target is the same either way."""
     import budget
     from growth_pays import _config
 
@@ -431,12 +432,19 @@ def test_llama_mha_and_gate_change_the_llama_target_and_join_the_key_off_default
         _config({**P, "llama_mha": 1}, "llama", 64).kv_heads,
         _config({**P, "llama_gate": 0}, "llama", 64).attn_gate,
     ) == (8, False)
-    assert _config({**P, "llama_mha": 1, "llama_gate": 0}, "gpt2", 64) == _config(P, "gpt2", 64)
+    arcee = _config({**P, "llama_mlp": "gelu"}, "llama", 64)
+    assert (arcee.family, arcee.activation, arcee.kv_heads, arcee.ffn) == ("arcee", "gelu", 4, 256)
+    assert arcee.n_params() == base.n_params() - P["layers"] * 64 * 256  # no gate_proj
+    assert _config({**P, "llama_mha": 1, "llama_gate": 0, "llama_mlp": "gelu"}, "gpt2", 64) == _config(P, "gpt2", 64)
     plain = budget.with_sizes(P, {"kind": "scratch", "seed": 0})
     mha = budget.with_sizes({**P, "llama_mha": 1}, {"kind": "scratch", "seed": 0})
     nogate = budget.with_sizes({**P, "llama_gate": 0}, {"kind": "scratch", "seed": 0})
-    assert "llama_mha" not in plain and "llama_gate" not in plain
+    assert not {"llama_mha", "llama_gate", "llama_mlp"} & set(plain)
     assert mha == {**plain, "llama_mha": 1} and nogate == {**plain, "llama_gate": 0}
+    assert budget.with_sizes({**P, "llama_mlp": "gelu"}, {"kind": "scratch", "seed": 0}) == {
+        **plain,
+        "llama_mlp": "gelu",
+    }
     cached = tmp_path / "cached"
     cached.mkdir()
     for sp in (plain, mha, nogate):
