@@ -137,6 +137,7 @@ OPTIONS = {
     "pairs": ("copy", {"pair_noise": 0.3}, {}),  # Net2Net copies + cancelling-pair noise
     "lemon": ("copy", {"split_alpha": 0.7}, {}),  # Net2Net copies, LEMON's unequal split
     "open": ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.1}, {}),  # new FFN units read the old dims
+    "tileheads": (None, {"attention": {"new_heads": "tile", "new_columns": "zero"}}, {}),  # heads as the FFN's units
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
     "mup": (None, {}, {"grow_lr": "mup"}),  # hidden matrices at x first width / width after the growth (muP, Adam)
     "ramp1": (None, {}, {"gate_ramp_share": 0.01}),  # the gate ramp over 1% of the run's tokens (default 10%)

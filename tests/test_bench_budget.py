@@ -379,6 +379,18 @@ def test_vocab_makes_bpe_runs_a_study_of_their_own(tmp_path):
     assert 256 < len(tok["model"]["vocab"]) <= 300  # the byte alphabet and merges learned on the text
 
 
+def each_a_study_of_its_own(tmp_path, P, studies):
+    """Cache one run per (options, spec) of ``studies``; each options' ``cached_runs`` finds its own alone."""
+    import budget
+
+    cached = tmp_path / "cached"
+    cached.mkdir()
+    for _, sp in studies:
+        (cached / f"{spec_key(sp)}.json").write_text(json.dumps({"spec": sp, "result": {}}))
+    for opts, sp in studies:
+        assert [c for c, _ in budget.cached_runs({**P, **opts}, cached)] == [sp]
+
+
 def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_path, monkeypatch):
     """``--decay D`` / ``--decay-shape S``: every wsd phase trains with --decay-fraction D and
     --decay-shape S, each joins the cache key away from train's default (at 0.2 and linear the keys stay
@@ -395,13 +407,7 @@ def test_decay_makes_runs_at_another_decay_fraction_a_study_of_their_own(tmp_pat
     sqrt = budget.with_sizes({**P, "decay_shape": "sqrt"}, {"kind": "scratch", "seed": 0})
     assert "decay" not in plain and "decay_shape" not in plain and short == {**plain, "decay": 0.1}
     assert sqrt == {**plain, "decay_shape": "sqrt"} and len({spec_key(x) for x in (plain, short, sqrt)}) == 3
-    cached = tmp_path / "cached"
-    cached.mkdir()
-    for sp in (plain, short, sqrt):
-        (cached / f"{spec_key(sp)}.json").write_text(json.dumps({"spec": sp, "result": {}}))
-    assert [sp for sp, _ in budget.cached_runs(P, cached)] == [plain]
-    assert [sp for sp, _ in budget.cached_runs({**P, "decay": 0.1}, cached)] == [short]
-    assert [sp for sp, _ in budget.cached_runs({**P, "decay_shape": "sqrt"}, cached)] == [sqrt]
+    each_a_study_of_its_own(tmp_path, P, [({}, plain), ({"decay": 0.1}, short), ({"decay_shape": "sqrt"}, sqrt)])
     assert budget.depth_spec(P, "stack2x@0.5")["growths"][0][0] == 0.4
     assert budget.depth_spec({**P, "decay": 0.1}, "stack2x@0.5")["growths"][0][0] == 0.45
     assert decay_start(budget.base_settings(100, 0.1)) == 90 and decay_start(budget.base_settings(100)) == 80
@@ -445,13 +451,7 @@ def test_llama_mha_gate_and_mlp_change_the_llama_target_and_join_the_key_off_def
         **plain,
         "llama_mlp": "gelu",
     }
-    cached = tmp_path / "cached"
-    cached.mkdir()
-    for sp in (plain, mha, nogate):
-        (cached / f"{spec_key(sp)}.json").write_text(json.dumps({"spec": sp, "result": {}}))
-    assert [sp for sp, _ in budget.cached_runs(P, cached)] == [plain]
-    assert [sp for sp, _ in budget.cached_runs({**P, "llama_mha": 1}, cached)] == [mha]
-    assert [sp for sp, _ in budget.cached_runs({**P, "llama_gate": 0}, cached)] == [nogate]
+    each_a_study_of_its_own(tmp_path, P, [({}, plain), ({"llama_mha": 1}, mha), ({"llama_gate": 0}, nogate)])
 
 
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
