@@ -460,7 +460,8 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
 
 SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
 # in a run's key only away from these values, so the runs cached before each option keep their keys: byte-level
-# runs (vocab 0), and the decay's fraction and shape of every run cached before --decay / --decay-shape
+# runs (vocab 0), the decay's fraction and shape of every run cached before --decay / --decay-shape, and the
+# Llama target's parts (--llama-mha / --llama-gate / --llama-mlp) of every run cached before them
 KEYED_OFF_DEFAULT = {
     "vocab": 0,
     "decay": 0.2,
