@@ -445,13 +445,12 @@ def test_llama_mha_gate_and_mlp_change_the_llama_target_and_join_the_key_off_def
     plain = budget.with_sizes(P, {"kind": "scratch", "seed": 0})
     mha = budget.with_sizes({**P, "llama_mha": 1}, {"kind": "scratch", "seed": 0})
     nogate = budget.with_sizes({**P, "llama_gate": 0}, {"kind": "scratch", "seed": 0})
+    gelu = budget.with_sizes({**P, "llama_mlp": "gelu"}, {"kind": "scratch", "seed": 0})
     assert not {"llama_mha", "llama_gate", "llama_mlp"} & set(plain)
     assert mha == {**plain, "llama_mha": 1} and nogate == {**plain, "llama_gate": 0}
-    assert budget.with_sizes({**P, "llama_mlp": "gelu"}, {"kind": "scratch", "seed": 0}) == {
-        **plain,
-        "llama_mlp": "gelu",
-    }
-    each_a_study_of_its_own(tmp_path, P, [({}, plain), ({"llama_mha": 1}, mha), ({"llama_gate": 0}, nogate)])
+    assert gelu == {**plain, "llama_mlp": "gelu"}
+    studies = [({}, plain), ({"llama_mha": 1}, mha), ({"llama_gate": 0}, nogate), ({"llama_mlp": "gelu"}, gelu)]
+    each_a_study_of_its_own(tmp_path, P, studies)
 
 
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
