@@ -138,7 +138,11 @@ OPTIONS = {
     "lemon": ("copy", {"split_alpha": 0.7}, {}),  # Net2Net copies, LEMON's unequal split
     "open": ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.1}, {}),  # new FFN units read the old dims
     "tileheads": (None, {"attention": {"new_heads": "tile", "new_columns": "zero"}}, {}),  # heads as the FFN's units
+    "noise1": (None, {"noise": 1.0}, {}),  # new units' entries + N(0, (1 x the tensor's rms)^2): half re-initialised
+    "noise3": (None, {"noise": 3.0}, {}),
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
+    "mult05": (None, {}, {"new_lr_mult": 0.5}),  # the new entries at half the LR
+    "mult025": (None, {}, {"new_lr_mult": 0.25}),
     "mup": (None, {}, {"grow_lr": "mup"}),  # hidden matrices at x first width / width after the growth (muP, Adam)
     "ramp1": (None, {}, {"gate_ramp_share": 0.01}),  # the gate ramp over 1% of the run's tokens (default 10%)
     "ramp3": (None, {}, {"gate_ramp_share": 0.03}),
