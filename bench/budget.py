@@ -138,7 +138,7 @@ OPTIONS = {
     "lemon": ("copy", {"split_alpha": 0.7}, {}),  # Net2Net copies, LEMON's unequal split
     "open": ("srio", {"ffn": {"new_units": "convex"}, "noise": 0.1}, {}),  # new FFN units read the old dims
     "tileheads": (None, {"attention": {"new_heads": "tile", "new_columns": "zero"}}, {}),  # heads as the FFN's units
-    "noise1": (None, {"noise": 1.0}, {}),  # new units' entries + N(0, (1 x the tensor's rms)^2): half re-initialised
+    "noise1": (None, {"noise": 1.0}, {}),  # gated new units' reader rows + N(0, (1 x rms)^2): half re-initialised
     "noise3": (None, {"noise": 3.0}, {}),
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
     "mult05": (None, {}, {"new_lr_mult": 0.5}),  # the new entries at half the LR
@@ -687,8 +687,9 @@ def die(msg: str):
     raise SystemExit(2)
 
 
-def main():
-    args = parse_args("budget", __doc__.splitlines()[0], options)
+def study(args) -> dict:
+    """The study's settings from parsed ``options``: FULL (QUICK with --quick), each option given, and
+    the id of its data (name, size, MB read) that every run's cache key carries."""
     P = dict(QUICK if args.quick else FULL)
     for k in FULL:
         if getattr(args, k) is not None:
@@ -696,6 +697,13 @@ def main():
     if not Path(args.data).is_file():
         die(f"{args.data}: no such file")
     P["first_seed"] = args.first_seed
+    P["data_id"] = f"{Path(args.data).name}:{Path(args.data).stat().st_size}:{P['data_mb']}mb"
+    return P
+
+
+def main():
+    args = parse_args("budget", __doc__.splitlines()[0], options)
+    P = study(args)
     for v in P["variants"].split(","):
         name, t, opts = parse_variant(v)
         if v and v not in VARIANTS and name not in DEPTH:
@@ -715,7 +723,6 @@ def main():
     cached = d / "cached"
     cached.mkdir(exist_ok=True)
     P["data"] = text_file(args.data, d / "cache", P["data_mb"])
-    P["data_id"] = f"{Path(args.data).name}:{Path(args.data).stat().st_size}:{P['data_mb']}mb"
     if P["vocab"]:
         P["tokenizer"] = tokenizer(P["data"], P["vocab"], d / "cache")
     specs = [with_sizes(P, s) for s in plan_runs(P)]
