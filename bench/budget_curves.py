@@ -23,20 +23,20 @@ from collections import defaultdict
 
 import numpy as np
 from budget import best_lr, cached_runs, options, study
-from common import DEFAULT_OUT, results_dir, table
+from common import make_parser, results_dir, table
 
 FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2)  # --minus: evaluations at these shares of the run's tokens
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="bench/budget_curves.py", description=__doc__.splitlines()[0])
-    p.add_argument("--quick", action="store_true", help="the --quick study's sizes")
-    p.add_argument("--out", default=str(DEFAULT_OUT), help="results root (default bench/results)")
-    options(p)
+def _options(p) -> None:
+    options(p)  # budget.py's: the study to read
     p.add_argument("--curves", action="store_true", help="the gap to scratch at equal FLOPs through the run")
     p.add_argument("--minus", default="", metavar="ARGS", help='another study to subtract: --minus="--llama-gate 0"')
     p.add_argument("--at", type=float, default=None, help="one budget (tokens / parameter) alone")
-    return p
+
+
+def parser() -> argparse.ArgumentParser:
+    return make_parser("budget_curves", __doc__.splitlines()[0], _options)
 
 
 def by_run(runs) -> dict:

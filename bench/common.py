@@ -27,14 +27,19 @@ DEFAULT_OUT = ROOT / "bench" / "results"
 LOAD_AT_START = os.getloadavg()  # other jobs on the machine inflate timings: record how busy it was
 
 
-def parse_args(name: str, doc: str, extra=None) -> argparse.Namespace:
-    """Parse ``--quick`` / ``--out``; ``extra(parser)`` may add options. Sets ``args.dir``."""
+def make_parser(name: str, doc: str, extra=None) -> argparse.ArgumentParser:
+    """A bench script's parser: ``--quick`` / ``--out``, and what ``extra(parser)`` adds."""
     p = argparse.ArgumentParser(prog=f"bench/{name}.py", description=doc)
     p.add_argument("--quick", action="store_true", help="small sizes (CI smoke run)")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="results root (default bench/results)")
     if extra:
         extra(p)
-    args = p.parse_args()
+    return p
+
+
+def parse_args(name: str, doc: str, extra=None) -> argparse.Namespace:
+    """Parse ``make_parser``'s options from the command line. Sets ``args.dir``."""
+    args = make_parser(name, doc, extra).parse_args()
     args.dir = results_dir(args.out, name)
     return args
 
