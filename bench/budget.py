@@ -87,6 +87,7 @@ FULL = dict(
     llama_mha=0,  # 1: the Llama target's KV heads = its heads (no grouping); part of the cache key when 1
     llama_gate=1,  # 0: the Llama target without gated attention; part of the cache key when 0
     llama_mlp="swiglu",  # gelu (or relu2 ...): the Llama target's MLP plain, up -> act -> down (Arcee's layout)
+    gpt2_gate=0,  # 1: the GPT-2 target with gated attention (as Llama's); part of the cache key when 1
     data_mb=8,
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
@@ -140,6 +141,9 @@ OPTIONS = {
     "tileheads": (None, {"attention": {"new_heads": "tile", "new_columns": "zero"}}, {}),  # heads as the FFN's units
     "noise1": (None, {"noise": 1.0}, {}),  # gated new units' reader rows + N(0, (1 x rms)^2): half re-initialised
     "noise3": (None, {"noise": 3.0}, {}),
+    "eps1": (None, {"rotation": {"eps": 1.0}}, {}),  # no rotation: the old residual stays in its dims (RMSNorm)
+    "eps09": (None, {"rotation": {"eps": 0.9}}, {}),  # SRIO's cos: auto is sqrt(d / D), 0.707 at 2x
+    "eps05": (None, {"rotation": {"eps": 0.5}}, {}),
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
     "mult05": (None, {}, {"new_lr_mult": 0.5}),  # the new entries at half the LR
     "mult025": (None, {}, {"new_lr_mult": 0.25}),
@@ -265,30 +269,16 @@ def run_one(P, spec: dict, work: Path) -> dict:
 
     torch.set_num_threads(1)
     warnings.filterwarnings("ignore")
-    fam, seed, B = spec["family"], spec["seed"], spec["budget"]
-    n_t = _config(P, fam, spec["target"]).n_params()
+    seed = spec["seed"]
     run = work / spec_key(spec)
     run.mkdir(parents=True, exist_ok=True)
     Q = run_settings(P, spec, work)
     t0 = time.time()
     if spec["kind"] == "scratch":
-        init = _init(P, fam, spec["target"], 10_000 + seed, run / "init.safetensors")
-        s, recs = train_phase(Q, init, str(run / "out"), round(B * n_t), scratch_data_seed(spec))
+        s, recs = train_phase(Q, *scratch_run(P, spec, run))
         curve = _curve(recs)
     else:
-        deep = "base" in spec  # a depth variant: shapes [width, layers]
-        shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]] if deep else None
-        if not deep:
-            shapes = [[w, P["layers"]] for w in [P["width"]] + [g[1] for g in spec["growths"]]]
-        fracs = [g[0] for g in spec["growths"]]
-        shares = [b - a for a, b in zip([0.0] + fracs, fracs + [1.0])]  # each shape's share of the tokens
-        per_token = sum(cfg(P, fam, *sh).n_params() * x for sh, x in zip(shapes, shares))
-        tokens = round(B * n_t * n_t / per_token)  # the scratch run's FLOPs: 6 n_t (B n_t)
-        base = _init({**P, "layers": shapes[0][1]}, fam, shapes[0][0], seed, run / "base.safetensors")
-        if deep:
-            grow_at = tuple(grow_item(a, g) for a, g in zip(shapes, spec["growths"]))
-        else:
-            grow_at = tuple(f"{f:.6f}:{w}" for f, w in spec["growths"])
+        base, grow_at, tokens = grown_run(P, spec, run)
         if "plain" in spec.get("opts", []):
             s, recs, curve = plain_path(Q, spec, base, run, tokens)
         elif "branch" in spec.get("opts", []):
@@ -311,6 +301,32 @@ def run_one(P, spec: dict, work: Path) -> dict:
     if Q["lr"] is None:  # /deflr: the peak LR train chose for the grown run
         out["peak_lr"] = max(r["lr"] for r in recs if "lr" in r)
     return {**out, "diag": diag_series(recs)} if spec["kind"] == "grown" else out
+
+
+def scratch_run(P, spec: dict, run: Path) -> tuple[str, str, int, int]:
+    """A scratch run's ``train_phase`` arguments after the settings: its init (written into ``run``; seed
+    10,000 + the run's), its output folder, tokens (budget x n_t) and data seed."""
+    n_t = _config(P, spec["family"], spec["target"]).n_params()
+    init = _init(P, spec["family"], spec["target"], 10_000 + spec["seed"], run / "init.safetensors")
+    return init, str(run / "out"), round(spec["budget"] * n_t), scratch_data_seed(spec)
+
+
+def grown_run(P, spec: dict, run: Path) -> tuple[str, tuple[str, ...], int]:
+    """A grown run's start: its base checkpoint (written into ``run``), its ``--grow-at`` items and its
+    tokens, as many as give the scratch run's FLOPs (6 n_t x budget x n_t) with each shape's share counted."""
+    fam, n_t = spec["family"], _config(P, spec["family"], spec["target"]).n_params()
+    deep = "base" in spec  # a depth variant: shapes [width, layers]
+    shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]] if deep else None
+    if not deep:
+        shapes = [[w, P["layers"]] for w in [P["width"]] + [g[1] for g in spec["growths"]]]
+    fracs = [g[0] for g in spec["growths"]]
+    shares = [b - a for a, b in zip([0.0] + fracs, fracs + [1.0])]  # each shape's share of the tokens
+    per_token = sum(cfg(P, fam, *sh).n_params() * x for sh, x in zip(shapes, shares))
+    tokens = round(spec["budget"] * n_t * n_t / per_token)
+    base = _init({**P, "layers": shapes[0][1]}, fam, shapes[0][0], spec["seed"], run / "base.safetensors")
+    if deep:
+        return base, tuple(grow_item(a, g) for a, g in zip(shapes, spec["growths"])), tokens
+    return base, tuple(f"{f:.6f}:{w}" for f, w in spec["growths"]), tokens
 
 
 def run_settings(P, spec: dict, work: Path) -> dict:
@@ -465,7 +481,8 @@ def cached_runs(P, cached: Path) -> list[tuple[dict, dict]]:
 SIZES = ("width", "layers", "head_dim", "batch", "seq", "evals", "eval_batches", "gamma", "llama_tie", "schedule")
 # in a run's key only away from these values, so the runs cached before each option keep their keys: byte-level
 # runs (vocab 0), the decay's fraction and shape of every run cached before --decay / --decay-shape, and the
-# Llama target's parts (--llama-mha / --llama-gate / --llama-mlp) of every run cached before them
+# Llama target's parts (--llama-mha / --llama-gate / --llama-mlp) and GPT-2's gate (--gpt2-gate) of every run
+# cached before them
 KEYED_OFF_DEFAULT = {
     "vocab": 0,
     "decay": 0.2,
@@ -473,6 +490,7 @@ KEYED_OFF_DEFAULT = {
     "llama_mha": 0,
     "llama_gate": 1,
     "llama_mlp": "swiglu",
+    "gpt2_gate": 0,
 }
 
 

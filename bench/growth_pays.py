@@ -155,7 +155,14 @@ def _config(P, family, width):
         ffn=4 * width,
     )
     if family == "gpt2":  # LayerNorm, tied head, learned positions: the family where the angle decides exactness
-        return ModelConfig(family="gpt2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=True, **common)
+        gate = bool(P.get("gpt2_gate", 0))  # --gpt2-gate 1: gated attention, as the Llama target's
+        return ModelConfig(
+            family="gpt2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=True, attn_gate=gate, **common
+        )
+    if family == "starcoder2":  # Llama's layout (RoPE, untied) with GPT-2's block: LayerNorm, biases, GELU, MHA
+        return ModelConfig(
+            family="starcoder2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=False, **common
+        )
     plain = P.get("llama_mlp", "swiglu") != "swiglu"  # Arcee's layout: Llama with up -> act -> down, no gate
     return ModelConfig(
         family="arcee" if plain else "llama",

@@ -453,6 +453,66 @@ def test_llama_mha_gate_and_mlp_change_the_llama_target_and_join_the_key_off_def
     each_a_study_of_its_own(tmp_path, P, studies)
 
 
+def test_starcoder2_is_a_target_of_gpt2s_block_with_llamas_positions_and_grows_exactly(tmp_path):
+    """``--families starcoder2``: the Llama layout (RoPE, an untied head) with GPT-2's block (LayerNorm,
+    biases, a plain GELU MLP, one KV head per head); its width 2x at gate 0 keeps the function."""
+    from budget import _init
+
+    from growtool import check, surgery
+    from growtool.nn.families import arch_of
+
+    P = dict(QUICK)
+    c, g = _config(P, "starcoder2", 64), _config(P, "gpt2", 64)
+    f = arch_of(c).features
+    assert (f.norm, f.mlp, f.positions, c.tie, g.tie) == ("layernorm", "plain", "rope", False, True)
+    assert (c.kv_heads, c.heads, c.qkv_bias, c.o_bias, c.mlp_bias, c.activation) == (
+        8,
+        8,
+        True,
+        True,
+        True,
+        "gelu_pytorch_tanh",
+    )
+    src = _init(P, "starcoder2", 32, 0, tmp_path / "s.safetensors")
+    grown = surgery.expand(str(src), width=64, out=str(tmp_path / "g.safetensors"))
+    report = check.verify(str(src), str(grown), samples=4)
+    assert report.passed and report.limit <= 1e-4, report
+
+
+def test_gpt2_gate_gives_the_gpt2_target_gated_attention_and_joins_the_key_only_when_set():
+    """``--gpt2-gate 1``: the GPT-2 target with the Llama target's gated attention (one more reader per
+    block); off (the default), the runs cached before the option keep their keys."""
+    import budget
+
+    P = {**QUICK, "data_id": "d"}
+    plain, gated = _config(P, "gpt2", 64), _config({**P, "gpt2_gate": 1}, "gpt2", 64)
+    assert (plain.attn_gate, gated.attn_gate) == (False, True)
+    assert gated.n_params() - plain.n_params() == P["layers"] * gated.heads * (64 + 1)  # g: [heads, width] + bias
+    assert _config({**P, "gpt2_gate": 1}, "llama", 64) == _config(P, "llama", 64)
+    off = budget.with_sizes(P, {"kind": "scratch", "seed": 0})
+    assert "gpt2_gate" not in off and budget.with_sizes({**P, "gpt2_gate": 1}, {"kind": "scratch", "seed": 0}) == {
+        **off,
+        "gpt2_gate": 1,
+    }
+
+
+def test_every_recipe_option_writes_a_recipe_the_schema_accepts(tmp_path):
+    """Each OPTION that changes the recipe (``/open``, ``/noise1``, ``/eps1`` ...) writes a file that
+    ``recipes.load`` takes (a misspelt key fails there), with the option's values in it."""
+    import budget
+
+    from growtool.grow import recipes
+
+    changed = {name: over for name, (base, over, _) in budget.OPTIONS.items() if base or over}
+    assert {"open", "noise1", "eps1", "eps05", "eps09", "pairs", "lemon", "tileheads"} <= set(changed)
+    for name, over in changed.items():
+        path = budget.option_kw({"opts": [name]}, tmp_path)["grow_recipe"]
+        r = recipes.load(path)
+        for k, v in over.items():
+            assert (r[k] | v if isinstance(v, dict) else v) == r[k], (name, k)
+    assert recipes.load(budget.option_kw({"opts": ["eps1"]}, tmp_path)["grow_recipe"])["rotation"]["eps"] == 1.0
+
+
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
     """``/runfolder``: ``train BASE`` for the whole run's steps, stopped at the growth's step; ``expand`` of
     that run folder (model and moments) into the run's folder; ``train --resume`` there to the end."""
