@@ -159,10 +159,18 @@ def _config(P, family, width):
         return ModelConfig(
             family="gpt2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=True, attn_gate=gate, **common
         )
-    if family == "starcoder2":  # Llama's layout (RoPE, untied) with GPT-2's block: LayerNorm, biases, GELU, MHA
+    if family in ("starcoder2", "starcoder2_nobias"):  # Llama's layout (RoPE, untied) with GPT-2's block:
+        bias = family == "starcoder2"  # LayerNorm, biases (_nobias: the norms' alone), GELU, one KV head per head
         return ModelConfig(
-            family="starcoder2", kv_heads=heads, context=max(256, P["seq"]), norm_eps=1e-5, tie=False, **common
+            family="starcoder2",
+            kv_heads=heads,
+            context=max(256, P["seq"]),
+            norm_eps=1e-5,
+            tie=False,
+            **dict(qkv_bias=bias, o_bias=bias, mlp_bias=bias),
+            **common,
         )
+    bias = family == "llama_bias"  # the Llama target with a bias on every linear layer but the head (as GPT-2's)
     plain = P.get("llama_mlp", "swiglu") != "swiglu"  # Arcee's layout: Llama with up -> act -> down, no gate
     return ModelConfig(
         family="arcee" if plain else "llama",
@@ -172,6 +180,7 @@ def _config(P, family, width):
         norm_eps=1e-12,
         tie=bool(P.get("llama_tie", 0)),  # tied: the exact map is eps 1 (no rotation)
         attn_gate=bool(P.get("llama_gate", 1)),  # gated attention unless --llama-gate 0
+        **dict(qkv_bias=bias, o_bias=bias, mlp_bias=bias),
         **common,
     )
 

@@ -4,6 +4,7 @@ depth variant (stack2x: 1 -> 2 layers inside ``train``) ends at the width varian
 the frontier measure; --part and --cached-only."""
 
 import csv
+import dataclasses
 import json
 import math
 import subprocess
@@ -455,7 +456,8 @@ def test_llama_mha_gate_and_mlp_change_the_llama_target_and_join_the_key_off_def
 
 def test_starcoder2_is_a_target_of_gpt2s_block_with_llamas_positions_and_grows_exactly(tmp_path):
     """``--families starcoder2``: the Llama layout (RoPE, an untied head) with GPT-2's block (LayerNorm,
-    biases, a plain GELU MLP, one KV head per head); its width 2x at gate 0 keeps the function."""
+    biases, a plain GELU MLP, one KV head per head); ``starcoder2_nobias`` without the linear layers'
+    biases, ``llama_bias`` the Llama target with them. Width 2x at gate 0 keeps the function."""
     from budget import _init
 
     from growtool import check, surgery
@@ -473,6 +475,11 @@ def test_starcoder2_is_a_target_of_gpt2s_block_with_llamas_positions_and_grows_e
         True,
         "gelu_pytorch_tanh",
     )
+    bare, llama = _config(P, "starcoder2_nobias", 64), _config(P, "llama_bias", 64)
+    assert (bare.family, bare.qkv_bias, bare.o_bias, bare.mlp_bias) == ("starcoder2", False, False, False)
+    assert (llama.family, llama.qkv_bias, llama.o_bias, llama.mlp_bias) == ("llama", True, True, True)
+    plain = _config(P, "llama", 64)
+    assert not plain.qkv_bias and llama == dataclasses.replace(plain, qkv_bias=True, o_bias=True, mlp_bias=True)
     src = _init(P, "starcoder2", 32, 0, tmp_path / "s.safetensors")
     grown = surgery.expand(str(src), width=64, out=str(tmp_path / "g.safetensors"))
     report = check.verify(str(src), str(grown), samples=4)
