@@ -144,6 +144,8 @@ OPTIONS = {
     "eps1": (None, {"rotation": {"eps": 1.0}}, {}),  # no rotation: the old residual stays in its dims (RMSNorm)
     "eps09": (None, {"rotation": {"eps": 0.9}}, {}),  # SRIO's cos: auto is sqrt(d / D), 0.707 at 2x
     "eps05": (None, {"rotation": {"eps": 0.5}}, {}),
+    "eps03": (None, {"rotation": {"eps": 0.3}}, {}),
+    "eps0": (None, {"rotation": {"eps": 0.0}}, {}),  # the old residual's mean direction moved wholly onto the new dims
     "mult4": (None, {}, {"new_lr_mult": 4.0}),
     "mult05": (None, {}, {"new_lr_mult": 0.5}),  # the new entries at half the LR
     "mult025": (None, {}, {"new_lr_mult": 0.25}),
@@ -157,6 +159,7 @@ OPTIONS = {
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
     "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
     "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
+    "addbias": (None, {}, {}),  # with /plain: zero biases on the grown model's linear layers (add_zero_biases)
     "runfolder": (None, {}, {}),  # train BASE --stop-at K, expand RUN (moments grown), train --resume (run_folder_path)
     "branch": (None, {}, {}),  # train BASE to the end of its decay, expand RUN/pre-decay, train --resume (branch_path)
     "deflr": (None, {}, {}),  # with /plain or /branch: no --lr, each phase at train's default (the LR labels it)
@@ -203,7 +206,7 @@ def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
 def depth_spec(P, variant: str) -> dict:
     """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
     name, t, opts = parse_variant(variant)
-    for o in ("base2", "stable", "nowarm"):
+    for o in ("base2", "stable", "nowarm", "addbias"):
         if o in opts and "plain" not in opts:
             raise SystemExit(f"{variant}: /{o} sets a phase of the plain path; add /plain")
     if "deflr" in opts and not {"plain", "branch"} & set(opts):
@@ -355,9 +358,30 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     kb = {"decay_fraction": 0.0} if "stable" in spec["opts"] else {}
     s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"], **kb)
     grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **expand_kw(spec))
+    if "addbias" in spec["opts"]:
+        grown = add_zero_biases(grown)
     kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
     s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"], **kg)
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
+
+
+def add_zero_biases(path) -> str:
+    """The checkpoint at ``path``, rewritten with a zero bias on every linear layer but the head (q, k, v,
+    o and the MLP's: HF Llama's ``attention_bias`` and ``mlp_bias``). The function is kept exactly; the
+    growth's lineage entry notes the biases, so ``train`` still sees a checkpoint grown and not trained."""
+    import torch
+
+    from growtool.io import checkpoint
+    from growtool.nn.model import LM
+
+    ck = checkpoint.load(path)
+    cfg = ck.config.replace(qkv_bias=True, o_bias=True, mlp_bias=True)
+    tensors = {n: ck.get(n) for n in ck.names()}
+    added = {n: torch.zeros_like(t) for n, t in LM(cfg).tensors().items() if n not in tensors}
+    if not added or any(not n.endswith(".bias") for n in added):
+        raise SystemExit(f"{path}: no linear layer without a bias, or a new tensor that is not one: {sorted(added)}")
+    lineage = ck.lineage[:-1] + [{**ck.lineage[-1], "zero_biases_added": len(added)}]
+    return checkpoint.save_tensors(str(path), cfg, lineage, {**tensors, **added}, force=True)
 
 
 def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict]]:

@@ -511,13 +511,37 @@ def test_every_recipe_option_writes_a_recipe_the_schema_accepts(tmp_path):
     from growtool.grow import recipes
 
     changed = {name: over for name, (base, over, _) in budget.OPTIONS.items() if base or over}
-    assert {"open", "noise1", "eps1", "eps05", "eps09", "pairs", "lemon", "tileheads"} <= set(changed)
+    assert {"open", "noise1", "eps1", "eps05", "eps0", "pairs", "lemon", "tileheads"} <= set(changed)
     for name, over in changed.items():
         path = budget.option_kw({"opts": [name]}, tmp_path)["grow_recipe"]
         r = recipes.load(path)
         for k, v in over.items():
             assert (r[k] | v if isinstance(v, dict) else v) == r[k], (name, k)
     assert recipes.load(budget.option_kw({"opts": ["eps1"]}, tmp_path)["grow_recipe"])["rotation"]["eps"] == 1.0
+
+
+def test_addbias_gives_the_grown_checkpoint_zero_biases_that_keep_its_function(tmp_path):
+    """``/plain/addbias``: the grown checkpoint gets a zero bias on every linear layer but the head, the
+    config says so, ``verify`` passes against the source, and ``train`` still reads it as just grown."""
+    import budget
+
+    from growtool import check, surgery
+    from growtool.io import checkpoint
+
+    src = budget._init(dict(QUICK), "llama", 32, 0, tmp_path / "s.safetensors")
+    grown = surgery.expand(str(src), width=64, out=str(tmp_path / "g.safetensors"))
+    plain = checkpoint.load(grown)
+    with_biases = checkpoint.load(budget.add_zero_biases(grown))
+    cfg = with_biases.config
+    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == (True, True, True) and not plain.config.qkv_bias
+    added = set(with_biases.names()) - set(plain.names())
+    assert added and all(n.endswith(".bias") and not with_biases.get(n).any() for n in added)
+    assert {n.split(".")[-2] for n in added} >= {"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"}
+    assert with_biases.lineage[-1]["op"] == "expand" and with_biases.lineage[-1]["zero_biases_added"] == len(added)
+    assert check.verify(str(src), str(grown), samples=4).passed
+    assert check.verify(str(src), with_biases, samples=4).passed
+    with pytest.raises(SystemExit, match="add /plain"):
+        budget.depth_spec({**QUICK, "layers": 4, "schedule": "wsd"}, "width2x@0.15/addbias")
 
 
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
