@@ -67,7 +67,6 @@ def openness(path, ids: torch.Tensor, old: int) -> list[dict]:
     rows = []
     for layer, z in enumerate(logits):
         s = torch.sigmoid(z.float()).reshape(-1, z.shape[-1])
-
         (om, oc), (nm, nc) = _stat(s[:, :old]), _stat(s[:, old:])
         rows.append({"block": layer, "old_mean": om, "old_closed": oc, "new_mean": nm, "new_closed": nc})
     return rows
