@@ -39,6 +39,11 @@ seed i pairs two independent runs; ``--paired 1`` makes scratch draw the grown r
 compares with those scratch runs alone. ``--schedule`` is the trainer's LR schedule for every run
 (cosine here unless given; the trainer's own default is wsd).
 
+``--families``: llama (the bench's Llama: SwiGLU, grouped KV heads, gated attention; ``--llama-*`` swap
+its parts), gpt2 (``--gpt2-gate 1`` adds the gate), starcoder2 (the Llama layout with GPT-2's block:
+LayerNorm, biases, GELU), starcoder2_nobias (without the linear biases), llama_bias (the Llama target
+with a bias on every linear layer but the head); ``growth_pays._config`` builds each.
+
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
 defines the run), so a full run can span sessions: a second invocation runs only what is missing, and
 skips a run that another process sharing ``<out>`` has cached while it worked.
