@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from growtool.check import FLOAT32_K
+
 pytestmark = pytest.mark.slow  # a bench smoke run: `python -m pytest -m slow` (CI's second command)
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -106,9 +108,11 @@ def test_verify_memory_quick(tmp_path):
     d = run_bench("verify_memory", tmp_path)
     row = json.loads((d / "verify_memory.json").read_text())["row"]
     assert row["pass"] and positive(row["verify_s"], row["verify_peak_rss_MB"])
-    assert row["streamed_max_dlogit"] == row["whole_max_dlogit"] or math.isclose(
-        row["streamed_max_dlogit"], row["whole_max_dlogit"], rel_tol=1e-4
-    )
+    # the streamed figures are the whole-model ones up to float32 round-off: both are round-off here, so
+    # another process summing in another order may move them by up to the multiple of the floor verify
+    # allows (seen: 2.6e-6 against a floor of 4.8e-6); a streaming error would be orders larger
+    assert row["whole_rel"] <= row["limit"], row
+    assert abs(row["streamed_rel"] - row["whole_rel"]) <= FLOAT32_K * row["floor"], row
 
 
 def test_write_chunks_quick(tmp_path):
