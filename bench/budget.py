@@ -42,7 +42,8 @@ compares with those scratch runs alone. ``--schedule`` is the trainer's LR sched
 ``--families``: llama (the bench's Llama: SwiGLU, grouped KV heads, gated attention; ``--llama-*`` swap
 its parts), gpt2 (``--gpt2-gate 1`` adds the gate), starcoder2 (the Llama layout with GPT-2's block:
 LayerNorm, biases, GELU), starcoder2_nobias (without the linear biases), llama_bias (the Llama target
-with a bias on every linear layer but the head); ``growth_pays._config`` builds each.
+with a bias on every linear layer but the head), qwen2 (q, k and v's alone: with ``--llama-gate 0``
+Qwen2's block); ``growth_pays._config`` builds each.
 
 Every run's result is cached as one JSON file in ``<out>/budget/cached/`` (named by a hash of what
 defines the run), so a full run can span sessions: a second invocation runs only what is missing, and
@@ -133,6 +134,7 @@ DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, wi
     "stages4x": ((1, 0.25), [(0.25, 1, 0.5, "stack"), (0.5, 1, 1, "stack")]),  # L/4 -> L/2 -> L by stacking
     "width+depth": ((0.75, 0.75), [(0.5, 1, 1, "stack")]),
     "width2x+depth2x": ((0.5, 0.5), [(0.5, 1, 1, "stack")]),
+    "width2x_stack2x": ((0.5, 0.5), [(0.375, 1, 0.5, None), (1.0, 1, 1, "stack")]),  # d/2 x L/2 -> d x L/2 -> d x L
 }
 # "/name" after a variant: the growth's recipe (base, overrides) and train options (issue 40's breakers
 # and optimizer treatments); the trainer's defaults otherwise (srio, --new-lr-mult 1; runs cached before

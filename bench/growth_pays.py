@@ -167,20 +167,25 @@ def _config(P, family, width):
             context=max(256, P["seq"]),
             norm_eps=1e-5,
             tie=False,
-            **dict(qkv_bias=bias, o_bias=bias, mlp_bias=bias),
+            qkv_bias=bias,
+            o_bias=bias,
+            mlp_bias=bias,
             **common,
         )
     bias = family == "llama_bias"  # the Llama target with a bias on every linear layer but the head (as GPT-2's)
+    qwen2 = family == "qwen2"  # Qwen2: the Llama target with biases on q, k and v alone (ungated: --llama-gate 0)
     plain = P.get("llama_mlp", "swiglu") != "swiglu"  # Arcee's layout: Llama with up -> act -> down, no gate
     return ModelConfig(
-        family="arcee" if plain else "llama",
+        family="arcee" if plain else "qwen2" if qwen2 else "llama",
         activation=P["llama_mlp"] if plain else None,
         kv_heads=heads if P.get("llama_mha", 0) else heads // 2,  # grouped KV heads 2:1 unless --llama-mha 1
         context=max(256, P["seq"]),
         norm_eps=1e-12,
         tie=bool(P.get("llama_tie", 0)),  # tied: the exact map is eps 1 (no rotation)
         attn_gate=bool(P.get("llama_gate", 1)),  # gated attention unless --llama-gate 0
-        **dict(qkv_bias=bias, o_bias=bias, mlp_bias=bias),
+        qkv_bias=bias or qwen2,
+        o_bias=bias,
+        mlp_bias=bias,
         **common,
     )
 

@@ -237,6 +237,21 @@ def test_a_staged_variant_at_T_ends_at_T_and_grows_earlier_in_proportion():
     assert depth_spec(P, "stages4x")["base"] == [32, 1]
 
 
+def test_width_then_stack_widens_the_half_depth_base_then_stacks_it():
+    """``width2x_stack2x@T``: d/2 x L/2 widened to d x L/2 at 3/8 of T, stacked to d x L at T (12% and
+    32% of the run at T = 0.4 under wsd: where each growth alone saved most); one --grow-at item each."""
+    from budget import depth_spec, grow_item
+
+    P = {**QUICK, "width": 64, "layers": 4, "head_dim": 8, "schedule": "wsd"}
+    spec = depth_spec(P, "width2x_stack2x@0.4/continue")
+    assert spec == {"base": [32, 2], "growths": [[0.12, 64, 2, None], [0.32, 64, 4, "stack"]], "opts": ["continue"]}
+    shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]]
+    assert [grow_item(a, g) for a, g in zip(shapes, spec["growths"])] == [
+        "0.120000:64",
+        "0.320000:layers=4,method=stack",
+    ]
+
+
 def test_the_plot_draws_the_3_seed_and_multi_budget_series():
     from budget import plotted
 
@@ -457,7 +472,8 @@ def test_llama_mha_gate_and_mlp_change_the_llama_target_and_join_the_key_off_def
 def test_starcoder2_is_a_target_of_gpt2s_block_with_llamas_positions_and_grows_exactly(tmp_path):
     """``--families starcoder2``: the Llama layout (RoPE, an untied head) with GPT-2's block (LayerNorm,
     biases, a plain GELU MLP, one KV head per head); ``starcoder2_nobias`` without the linear layers'
-    biases, ``llama_bias`` the Llama target with them. Width 2x at gate 0 keeps the function."""
+    biases, ``llama_bias`` the Llama target with them, ``qwen2`` with q, k and v's alone (Qwen2's).
+    Width 2x at gate 0 keeps the function."""
     from budget import _init
 
     from growtool import check, surgery
@@ -480,10 +496,12 @@ def test_starcoder2_is_a_target_of_gpt2s_block_with_llamas_positions_and_grows_e
     assert (llama.family, llama.qkv_bias, llama.o_bias, llama.mlp_bias) == ("llama", True, True, True)
     plain = _config(P, "llama", 64)
     assert not plain.qkv_bias and llama == dataclasses.replace(plain, qkv_bias=True, o_bias=True, mlp_bias=True)
-    src = _init(P, "starcoder2", 32, 0, tmp_path / "s.safetensors")
-    grown = surgery.expand(str(src), width=64, out=str(tmp_path / "g.safetensors"))
-    report = check.verify(str(src), str(grown), samples=4)
-    assert report.passed and report.limit <= 1e-4, report
+    assert _config(P, "qwen2", 64) == dataclasses.replace(plain, family="qwen2", qkv_bias=True)  # q, k, v biases alone
+    for fam in ("starcoder2", "qwen2"):
+        src = _init(P, fam, 32, 0, tmp_path / f"{fam}.safetensors")
+        grown = surgery.expand(str(src), width=64, out=str(tmp_path / f"{fam}-grown.safetensors"))
+        report = check.verify(str(src), str(grown), samples=4)
+        assert report.passed and report.limit <= 1e-4, (fam, report)
 
 
 def test_gpt2_gate_gives_the_gpt2_target_gated_attention_and_joins_the_key_only_when_set():
