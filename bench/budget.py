@@ -345,12 +345,15 @@ def run_settings(P, spec: dict, work: Path) -> dict:
     return {**P, "lr": None if "deflr" in spec.get("opts", []) else spec["lr"], "work": str(work)}
 
 
-def expand_kw(spec: dict) -> dict:
-    """``expand``'s keywords for a one-growth variant: only the sizes that change (``expand`` refuses a
-    "growth" to the same size)."""
-    ((_, w, L, m),) = spec["growths"]
-    kw = {"layers": L, "depth_method": m} if L != spec["base"][1] else {}
-    return kw | ({"width": w} if w != spec["base"][0] else {})
+def expand_kw(spec: dict, prev: list[int] | None = None, g: list | None = None) -> dict:
+    """``expand``'s keywords for growth ``g`` from shape ``prev`` (a one-growth variant's when not
+    given): only the sizes that change (``expand`` refuses a "growth" to the same size)."""
+    if g is None:
+        ((_, w, L, m),), prev = spec["growths"], spec["base"]
+    else:
+        _, w, L, m = g
+    kw = {"layers": L, "depth_method": m} if L != prev[1] else {}
+    return kw | ({"width": w} if w != prev[0] else {})
 
 
 def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict], list]:
@@ -409,20 +412,37 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     """A finished base run grown from the state where its decay began, every option at its default:
     ``train BASE`` for the length whose wsd decay begins at the growth's step (its decay run and
     counted: a user who did not plan the growth has paid for it), ``expand RUN/pre-decay`` (model and
-    AdamW moments grown), ``train --resume --tokens`` the whole run's. (summary, the grown run's records,
-    the whole curve: the base run's, then the grown run's with the base's decay FLOPs added)."""
+    AdamW moments grown), ``train --resume --tokens`` the whole run's. With two or more growths each
+    grown run but the last is itself trained to the end of a decay that begins at the next growth, and
+    grown from its ``pre-decay/`` (every decay counted). (summary, the last run's records, the whole
+    curve: the base run's, then each grown run's with the decays before it added)."""
     from growtool import surgery
     from growtool.training.schedule import decay_start
+    from growtool.training.settings import schedule_for
 
-    ((f, *_),) = spec["growths"]  # one growth
-    per_step = Q["batch"] * Q["seq"]
-    k = round(f * math.ceil(tokens / per_step))  # the growth's step in the whole run
-    nb = next(n for n in range(k, 2 * k + 2) if decay_start(base_settings(n, Q.get("decay"))) == k)
-    s1, r1 = train_phase(Q, base, str(run / "src"), nb * per_step, spec["seed"])
-    surgery.expand(str(run / "src" / "pre-decay"), out=str(run / "out"), **expand_kw(spec))
-    s, recs = train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
-    wasted = r1[-1]["flops"] - next(r["flops"] for r in r1 if r["step"] == k)  # the base's decay
-    return s, recs, _curve(r1) + _curve([r for r in recs if r["step"] > k], wasted)
+    per_step, depth_only = Q["batch"] * Q["seq"], []  # the growths so far: in depth alone (expand's rule)
+    ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
+    nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
+    folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
+    s, recs = train_phase(Q, base, str(run / folders[0]), nb * per_step, spec["seed"])
+    curve, wasted, shape = _curve(recs), 0.0, spec["base"]
+    for i, (k, g) in enumerate(zip(ks, spec["growths"])):
+        wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay
+        out = run / folders[i + 1]
+        surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(spec, shape, g))
+        shape = g[1:3]
+        if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
+            depth_only.append(g[1] == (spec["base"] if i == 0 else spec["growths"][i - 1][1:3])[0])
+            since = k if schedule_for("wsd", depth_only) == "rewarm" else 0  # re-warmed: a schedule from k
+            saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2}
+            n = next(
+                n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
+            )
+            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True)
+        else:
+            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True)
+        curve += _curve([r for r in recs if r["step"] > k], wasted)
+    return s, recs, curve
 
 
 def base_settings(steps: int, decay: float | None = None) -> dict:

@@ -621,6 +621,43 @@ def test_branch_trains_a_base_whose_decay_begins_at_the_growth_and_counts_the_de
     assert curve == [(20.0, 3.0), (25.0, 3.0), (605.0, 2.0), (1005.0, 2.0)]  # + the 5 decay steps' FLOPs
 
 
+def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at_the_next(tmp_path, monkeypatch):
+    """``/branch`` of a two-growth variant: the base as above; the first grown run resumed for the length
+    whose decay begins at the second growth (re-warmed at the width growth: train's default, so its
+    schedule starts at the growth), grown from its ``pre-decay/``, and the last run to the end; the
+    curve carries both decays' FLOPs."""
+    import budget
+
+    calls = []
+
+    def phase(Q, ckpt, out, tokens, seed, **kw):
+        calls.append(("train", Path(out).name, tokens, kw))
+        name = Path(out).name
+        if name == "src":  # the base: 1 FLOP a step, validated at its growth step and its end
+            recs = [{"step": t, "flops": float(t)} for t in range(26)]
+            return {"settings": {"warmup": 1}}, [{**r, "val_loss": 3.0} if r["step"] in (20, 25) else r for r in recs]
+        if name == "src1":  # 10 FLOPs a step, validated at the second growth and the end
+            recs = [{"step": t, "flops": 10.0 * t} for t in range(21, 58)]
+            return {"settings": {"warmup": 1}}, [{**r, "val_loss": 2.5} if r["step"] in (50, 57) else r for r in recs]
+        return {}, [{"step": t, "flops": 20.0 * t, "val_loss": 2.0} for t in (50, 80, 100)]
+
+    def expand(src, out, **kw):
+        calls.append(("expand", Path(src).parent.name + "/" + Path(src).name, Path(out).name, kw))
+
+    monkeypatch.setattr(budget, "train_phase", phase)
+    monkeypatch.setattr("growtool.surgery.expand", expand)
+    spec = {"seed": 0, "base": [32, 2], "growths": [[0.2, 64, 2, None], [0.5, 64, 4, "stack"]], "opts": ["branch"]}
+    _, _, curve = budget.branch_path({"lr": 0.003, "batch": 4, "seq": 25}, spec, "b.safetensors", tmp_path, 10_000)
+    assert calls == [
+        ("train", "src", 2_500, {}),
+        ("expand", "src/pre-decay", "src1", {"width": 64}),
+        ("train", "src1", 5_700, {"resume": True}),  # from step 20: 37 updates, the last 7 the decay, after 50
+        ("expand", "src1/pre-decay", "out", {"layers": 4, "depth_method": "stack"}),
+        ("train", "out", 10_000, {"resume": True}),
+    ]
+    assert curve == [(20.0, 3.0), (25.0, 3.0), (505.0, 2.5), (575.0, 2.5), (1675.0, 2.0), (2075.0, 2.0)]
+
+
 def test_branch_needs_wsd(tmp_path):
     (tmp_path / "x.txt").write_text("some text\n" * 50)
     args = [sys.executable, str(ROOT / "bench" / "budget.py"), str(tmp_path / "x.txt"), "--out", str(tmp_path / "o")]
