@@ -142,10 +142,11 @@ def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F81
 
 
 def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
-    """--grow-schedule's default (settings.default_grow_schedule): one schedule for growths in depth
-    alone under wsd (stacking ended lower without the re-warm in 17 of 20 seed pairs,
-    bench/results/budget_d64/WRITEUP.md), a re-warm for a width growth or under another schedule; a
-    value given wins. End to end: a stacked run under wsd keeps its LR through the growth."""
+    """--grow-schedule's default (settings.default_grow_schedule): one schedule under wsd when the last
+    growth is in depth alone (stacking ended lower without the re-warm in 17 of 20 seed pairs, a width
+    growth then stacking in 10 of 10, bench/results/budget_d64/WRITEUP.md), a re-warm when it is in
+    width or under another schedule; a value given wins. End to end: a stacked run under wsd keeps its
+    LR through the growth."""
     from growtool.training.settings import Settings
 
     def resolved(**kw):
@@ -156,6 +157,7 @@ def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # no
     assert resolved(grow_at=depth, schedule="cosine") == resolved(grow_at=depth, schedule="constant") == "rewarm"
     for widths in (("0.2:96",), ("0.2:width=96,layers=4",), (*depth, "0.6:96")):
         assert resolved(grow_at=widths) == "rewarm", widths
+    assert resolved(grow_at=("0.1:96", "0.3:layers=4,method=stack")) == "continue"  # widened, then stacked: the last
     assert resolved() == "rewarm" and resolved(grow_at=depth, grow_schedule="rewarm") == "rewarm"
     d, text, base = world["dir"], world["text"], world["base"]
     kw = dict(KW, steps=12, grow_at=("0.5:layers=4",), gate_warmup_tokens=256, warmup=2)  # wsd: the default

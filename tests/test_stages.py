@@ -207,7 +207,8 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     depth alone continues the run's LR schedule, as ``--grow-at`` does by default (re-warming after a
     stacking cost 6.8 and 3.9 points of compute on BPE, 3 of 3 seeds each: bench/results/budget_d64/
     WRITEUP.md, thirteenth session). A width growth re-warms, as with --grow-at; and ``--resume
-    --grow-schedule rewarm`` re-warms the depth growth too."""
+    --grow-schedule rewarm`` re-warms the depth growth too. A stacking after a width growth that re-warmed
+    the run keeps re-warming: the updates since the width growth had that schedule's LR."""
     d, text, base = tmp_path, world["text"], world["base"]
     kw = dict(KW, steps=20, schedule="wsd", warmup=4)
     train(base, [text], d / "src", stop_at=10, **kw)
@@ -228,3 +229,8 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     assert lrs["deep"][11] == ref[11] == kw["lr"]  # at the peak, stable phase
     for name in ("deep2", "wide"):
         assert lrs[name][11] == kw["lr"] / 4, (name, lrs[name][11])  # warming up again from the growth
+    assert cli("expand", d / "src", "--width", 48, "-o", d / "w2", "-q").exit_code == 0  # widened, trained, stacked,
+    train(base, [text], d / "w2", resume=True, stop_at=17, **kw)  # past where one schedule would decay
+    assert cli("expand", d / "w2", "--layers", "2x", "-o", d / "w3", "-q").exit_code == 0
+    train(base, [text], d / "w3", resume=True, **{**kw, "steps": 24})  # then extended: its past LRs are kept
+    assert torch.load(d / "w3" / STATE, weights_only=True)["settings"]["grow_schedule"] == "rewarm"

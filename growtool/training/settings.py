@@ -227,8 +227,8 @@ class Settings:
     grow_schedule: str | None = setting(
         None,
         "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left) or continue "
-        "(one warm-up and one schedule over the whole run); default continue when every growth is in depth "
-        "alone under wsd, rewarm otherwise (measured: bench/README.md)",
+        "(one warm-up and one schedule over the whole run); default continue under wsd when the last growth "
+        "is in depth alone, rewarm otherwise (measured: bench/README.md)",
         choices=("continue", "rewarm"),
     )
     new_lr_mult: float = setting(
@@ -347,17 +347,18 @@ def default_gate_tokens(steps: int, per_step: int) -> int:
 
 def default_grow_schedule(schedule: str, grow_at) -> str:
     """The LR at --grow-at growths when --grow-schedule is not given: continue (no re-warm) when the
-    schedule is wsd and every growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
+    schedule is wsd and the last growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
     Measured (bench/results/budget_d64/WRITEUP.md): under wsd, stacking ended lower without the re-warm
-    in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5); a
-    width growth ended lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md,
-    section 6)."""
+    in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5), and
+    a width growth followed by stacking in 10 of 10 (GPT-2, 10 tokens / parameter, twenty-seventh
+    session); a width growth alone ended lower with it (5 of 7), and under cosine re-warming won 18 of 18
+    (bench/README.md, section 6)."""
     return schedule_for(schedule, [target_width(t) is None for _, t in parse_grow_at(grow_at)])
 
 
 def schedule_for(schedule: str, depth_only: list[bool]) -> str:
-    """The default rule itself, on one flag per growth (True: in depth alone)."""
-    return "continue" if schedule == "wsd" and depth_only and all(depth_only) else "rewarm"
+    """The default rule itself, on one flag per growth in order (True: in depth alone)."""
+    return "continue" if schedule == "wsd" and depth_only and depth_only[-1] else "rewarm"
 
 
 def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
@@ -365,12 +366,15 @@ def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
     new one included): the rule above over every growth the run now has, unless the run's saved value is
     not the rule's for the growths it had planned (``--grow-schedule`` given: kept; a given value equal to
     the rule's reads as the rule, and ``train --resume --grow-schedule`` sets it). A run started without
-    --grow-at resolved "rewarm"; grown in depth under wsd it continues its schedule, as --grow-at would."""
+    --grow-at resolved "rewarm"; grown in depth under wsd it continues its schedule, as --grow-at would,
+    unless a growth in width has re-warmed it already (its updates since followed that schedule)."""
     schedule, planned = saved_setting(saved, "schedule"), saved_setting(saved, "grow_at")
     flags = [target_width(t) is None for _, t in planned]
     if saved_setting(saved, "grow_schedule") != schedule_for(schedule, flags):
         return saved_setting(saved, "grow_schedule")
     done = ["layers" in g and g["width"] == g.get("from", g["width"]) for g in growths]
+    if saved_setting(saved, "grow_schedule") == "rewarm" and not all(flags + done[:-1]):
+        return "rewarm"  # a width growth has re-warmed the run: its updates since had that schedule's LR
     return schedule_for(schedule, flags + done)
 
 
