@@ -418,9 +418,11 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     curve: the base run's, then each grown run's with the decays before it added)."""
     from growtool import surgery
     from growtool.training.schedule import decay_start
-    from growtool.training.settings import schedule_for
 
-    per_step, depth_only = Q["batch"] * Q["seq"], []  # the growths so far: in depth alone (expand's rule)
+    per_step, depth_only = (
+        Q["batch"] * Q["seq"],
+        [],
+    )  # the growths so far: in depth alone (train's rule for a run folder)
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
@@ -433,7 +435,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
         shape = g[1:3]
         if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
             depth_only.append(g[1] == (spec["base"] if i == 0 else spec["growths"][i - 1][1:3])[0])
-            since = k if schedule_for("wsd", depth_only) == "rewarm" else 0  # re-warmed: a schedule from k
+            since = 0 if all(depth_only) else k  # once a width growth re-warmed it, each growth re-warms
             saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2}
             n = next(
                 n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
