@@ -345,13 +345,10 @@ def run_settings(P, spec: dict, work: Path) -> dict:
     return {**P, "lr": None if "deflr" in spec.get("opts", []) else spec["lr"], "work": str(work)}
 
 
-def expand_kw(spec: dict, prev: list[int] | None = None, g: list | None = None) -> dict:
-    """``expand``'s keywords for growth ``g`` from shape ``prev`` (a one-growth variant's when not
-    given): only the sizes that change (``expand`` refuses a "growth" to the same size)."""
-    if g is None:
-        ((_, w, L, m),), prev = spec["growths"], spec["base"]
-    else:
-        _, w, L, m = g
+def expand_kw(prev: list[int], g: list) -> dict:
+    """``expand``'s keywords for growth ``g`` ([fraction, width, layers, method]) from shape ``prev``
+    ([width, layers]): only the sizes that change (``expand`` refuses a "growth" to the same size)."""
+    _, w, L, m = g
     kw = {"layers": L, "depth_method": m} if L != prev[1] else {}
     return kw | ({"width": w} if w != prev[0] else {})
 
@@ -367,7 +364,9 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     Qb = {**Q, "lr": 2 * Q["lr"]} if "base2" in spec["opts"] else Q
     kb = {"decay_fraction": 0.0} if "stable" in spec["opts"] else {}
     s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"], **kb)
-    grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **expand_kw(spec))
+    grown = surgery.expand(
+        s1["final"], out=str(run / "grown.safetensors"), **expand_kw(spec["base"], spec["growths"][0])
+    )
     if "addbias" in spec["opts"]:
         grown = add_zero_biases(grown)
     kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
@@ -404,7 +403,7 @@ def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[d
     ((f, *_),) = spec["growths"]  # one growth
     k = round(f * math.ceil(tokens / (Q["batch"] * Q["seq"])))  # train_phase's steps for these tokens
     train_phase(Q, base, str(run / "src"), tokens, spec["seed"], stop_at=k)
-    surgery.expand(str(run / "src"), out=str(run / "out"), **expand_kw(spec))
+    surgery.expand(str(run / "src"), out=str(run / "out"), **expand_kw(spec["base"], spec["growths"][0]))
     return train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
 
 
@@ -419,10 +418,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     from growtool import surgery
     from growtool.training.schedule import decay_start
 
-    per_step, depth_only = (
-        Q["batch"] * Q["seq"],
-        [],
-    )  # the growths so far: in depth alone (train's rule for a run folder)
+    per_step, widened = Q["batch"] * Q["seq"], False  # widened: a width growth has re-warmed the run
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
@@ -430,12 +426,11 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     curve, wasted, shape = _curve(recs), 0.0, spec["base"]
     for i, (k, g) in enumerate(zip(ks, spec["growths"])):
         wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay
-        out = run / folders[i + 1]
-        surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(spec, shape, g))
+        out, widened = run / folders[i + 1], widened or g[1] != shape[0]
+        surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(shape, g))
         shape = g[1:3]
         if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
-            depth_only.append(g[1] == (spec["base"] if i == 0 else spec["growths"][i - 1][1:3])[0])
-            since = 0 if all(depth_only) else k  # once a width growth re-warmed it, each growth re-warms
+            since = k if widened else 0  # train's rule for a run folder: re-warmed once widened, else one schedule
             saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2}
             n = next(
                 n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
