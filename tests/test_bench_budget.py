@@ -252,6 +252,28 @@ def test_width_then_stack_widens_the_half_depth_base_then_stacks_it():
     ]
 
 
+def test_the_width_then_stack_variants_move_one_thing_each():
+    """The two-growth variant's neighbours: the widening at 1/4 or 1/2 of T (not 3/8), a d/4 base
+    widened 4x, the stacking first, and a one-layer base widened then stacked twice (three --grow-at
+    items)."""
+    from budget import depth_spec, grow_item
+
+    P = {**QUICK, "width": 64, "layers": 4, "head_dim": 8, "schedule": "wsd"}
+    stacked = [0.48, 64, 4, "stack"]  # T = 0.6 of the stable phase: 48% of the run
+    assert depth_spec(P, "width2x_stack2x_w25@0.6")["growths"] == [[0.12, 64, 2, None], stacked]
+    assert depth_spec(P, "width2x_stack2x_w50@0.6")["growths"] == [[0.24, 64, 2, None], stacked]
+    assert depth_spec(P, "width4x_stack2x@0.6") == {"base": [16, 2], "growths": [[0.18, 64, 2, None], stacked]}
+    assert depth_spec(P, "stack2x_width2x@0.6")["growths"] == [[0.18, 32, 4, "stack"], [0.48, 64, 4, None]]
+    spec = depth_spec(P, "width2x_stack4x@0.6")
+    assert spec == {"base": [32, 1], "growths": [[0.12, 64, 1, None], [0.24, 64, 2, "stack"], stacked]}
+    shapes = [spec["base"]] + [g[1:3] for g in spec["growths"]]
+    assert [grow_item(a, g) for a, g in zip(shapes, spec["growths"])] == [
+        "0.120000:64",
+        "0.240000:layers=2,method=stack",
+        "0.480000:layers=4,method=stack",
+    ]
+
+
 def test_the_plot_draws_the_3_seed_and_multi_budget_series():
     from budget import plotted
 
