@@ -167,6 +167,8 @@ OPTIONS = {
     "ramp25": (None, {}, {"gate_ramp_share": 0.25}),
     "ramp0": (None, {}, {"gate_ramp_share": 0.0}),  # gates open at once (1 token): G_stack's ungated stack
     "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule
+    "rww": (None, {}, {"grow_schedule": "rewarm-width"}),  # re-warm at growths in width only (with /branch: at a
+    # stacking after a width growth; /branch without it re-warms there, the rule its cached runs had)
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
     "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
@@ -423,7 +425,8 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     from growtool import surgery
     from growtool.training.schedule import decay_start
 
-    per_step, widened = Q["batch"] * Q["seq"], False  # widened: a width growth has re-warmed the run
+    per_step, widened, since = Q["batch"] * Q["seq"], False, 0  # widened: a width growth has re-warmed the run
+    rww = "rww" in spec["opts"]  # re-warm at width growths only, else at every growth once widened
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
@@ -431,18 +434,20 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     curve, wasted, shape = _curve(recs), 0.0, spec["base"]
     for i, (k, g) in enumerate(zip(ks, spec["growths"])):
         wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay
-        out, widened = run / folders[i + 1], widened or g[1] != shape[0]
+        out, wide = run / folders[i + 1], g[1] != shape[0]
         surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(shape, g))
-        shape = g[1:3]
+        mode = "rewarm-width" if rww else "rewarm"  # /rww, else the rule the cached runs had: a re-warm
+        old = {"grow_schedule": mode} if widened and not wide else {}  # at a stacking after a width growth
+        widened, shape = widened or wide, g[1:3]
+        since = k if wide or (widened and not rww) else since  # where the schedule in force began
         if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
-            since = k if widened else 0  # train's rule for a run folder: re-warmed once widened, else one schedule
             saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2}
             n = next(
                 n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
             )
-            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True)
+            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **old)
         else:
-            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True)
+            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **old)
         curve += _curve([r for r in recs if r["step"] > k], wasted)
     return s, recs, curve
 

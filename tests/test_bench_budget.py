@@ -647,7 +647,9 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     """``/branch`` of a two-growth variant: the base as above; the first grown run resumed for the length
     whose decay begins at the second growth (re-warmed at the width growth: train's default, so its
     schedule starts at the growth), grown from its ``pre-decay/``, and the last run to the end; the
-    curve carries both decays' FLOPs."""
+    curve carries both decays' FLOPs. The stacking after the width growth re-warms as ``train``'s
+    run-folder rule did when these runs were cached (``--grow-schedule rewarm`` passed); with ``/rww`` it
+    continues the schedule the width growth began (``--grow-schedule rewarm-width``)."""
     import budget
 
     calls = []
@@ -669,15 +671,18 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     monkeypatch.setattr(budget, "train_phase", phase)
     monkeypatch.setattr("growtool.surgery.expand", expand)
     spec = {"seed": 0, "base": [32, 2], "growths": [[0.2, 64, 2, None], [0.5, 64, 4, "stack"]], "opts": ["branch"]}
-    _, _, curve = budget.branch_path({"lr": 0.003, "batch": 4, "seq": 25}, spec, "b.safetensors", tmp_path, 10_000)
-    assert calls == [
-        ("train", "src", 2_500, {}),
-        ("expand", "src/pre-decay", "src1", {"width": 64}),
-        ("train", "src1", 5_700, {"resume": True}),  # from step 20: 37 updates, the last 7 the decay, after 50
-        ("expand", "src1/pre-decay", "out", {"layers": 4, "depth_method": "stack"}),
-        ("train", "out", 10_000, {"resume": True}),
-    ]
-    assert curve == [(20.0, 3.0), (25.0, 3.0), (505.0, 2.5), (575.0, 2.5), (1675.0, 2.0), (2075.0, 2.0)]
+    for opts, mode in ((["branch"], "rewarm"), (["branch", "rww"], "rewarm-width")):
+        calls.clear()
+        Q = {"lr": 0.003, "batch": 4, "seq": 25}
+        _, _, curve = budget.branch_path(Q, {**spec, "opts": opts}, "b.safetensors", tmp_path, 10_000)
+        assert calls == [
+            ("train", "src", 2_500, {}),
+            ("expand", "src/pre-decay", "src1", {"width": 64}),
+            ("train", "src1", 5_700, {"resume": True}),  # from step 20: 37 updates, the last 7 the decay, after 50
+            ("expand", "src1/pre-decay", "out", {"layers": 4, "depth_method": "stack"}),
+            ("train", "out", 10_000, {"resume": True, "grow_schedule": mode}),
+        ]
+        assert curve == [(20.0, 3.0), (25.0, 3.0), (505.0, 2.5), (575.0, 2.5), (1675.0, 2.0), (2075.0, 2.0)]
 
 
 def test_branch_needs_wsd(tmp_path):

@@ -141,6 +141,23 @@ def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F81
     assert lrs[-1] < 0.25 * KW["lr"]  # and a second cosine down towards the floor
 
 
+def test_grow_schedule_rewarm_width_rewarms_at_the_width_growth_alone(world):  # noqa: F811
+    """``--grow-schedule rewarm-width``: widened at step 4, the LR warms up again from there; stacked at
+    step 8, it continues that schedule (``rewarm`` would warm up a second time, ``continue`` not at all)."""
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=16, grow_at=("0.25:48", "0.5:layers=4,method=stack"), gate_warmup_tokens=256, warmup=2)
+    lrs = {}
+    for mode in ("rewarm-width", "rewarm", "continue"):
+        s = train(base, [text], d / f"rw-{mode}", **kw, grow_schedule=mode)
+        lrs[mode] = [r["lr"] for r in read_metrics(d / f"rw-{mode}" / "metrics.jsonl")[1:]]
+        assert s["settings"]["grow_schedule"] == mode
+    rw = lrs["rewarm-width"]
+    assert rw == [lr_at(i, s["settings"] | {"grow_schedule": "rewarm-width"}, 4 if i >= 4 else 0) for i in range(16)]
+    assert rw[:8] == lrs["rewarm"][:8] and rw[4] == pytest.approx(KW["lr"] / 2)  # the width growth re-warms
+    assert rw[8] == KW["lr"] and lrs["rewarm"][8] == pytest.approx(KW["lr"] / 2)  # the stacking does not
+    assert lrs["continue"][4] == KW["lr"]
+
+
 def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
     """--grow-schedule's default (settings.default_grow_schedule): one schedule under wsd when the last
     growth is in depth alone (stacking ended lower without the re-warm in 17 of 20 seed pairs, a width

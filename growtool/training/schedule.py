@@ -94,6 +94,15 @@ def width_lr_scale(cfg, growths: list) -> float:
 
 
 def lr_start(s: dict, growths: list, step: int) -> int:
-    """Where the LR schedule in force at ``step`` began: 0, or with ``--grow-schedule rewarm`` the
-    latest growth (the LR warms up again and decays over the steps left, as a second run would)."""
-    return last_growth(growths, step) if saved_setting(s, "grow_schedule") == "rewarm" else 0
+    """Where the LR schedule in force at ``step`` began: 0 (``--grow-schedule continue``); the latest
+    growth (``rewarm``: the LR warms up again and decays over the steps left, as a second run would); the
+    latest growth in width (``rewarm-width``: a growth in depth alone continues the schedule in force)."""
+    mode = saved_setting(s, "grow_schedule")
+    if mode == "rewarm-width":
+        return last_growth([g for g in growths if widened(g)], step)
+    return last_growth(growths, step) if mode == "rewarm" else 0
+
+
+def widened(growth: dict) -> bool:
+    """Whether a growth record changed the width (records of depth alone keep it: ``from`` == ``width``)."""
+    return growth["width"] != growth.get("from", growth["width"])

@@ -226,10 +226,11 @@ class Settings:
     )
     grow_schedule: str | None = setting(
         None,
-        "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left) or continue "
-        "(one warm-up and one schedule over the whole run); default continue under wsd when the last growth "
-        "is in depth alone, rewarm otherwise (measured: bench/README.md)",
-        choices=("continue", "rewarm"),
+        "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left), continue "
+        "(one warm-up and one schedule over the whole run) or rewarm-width (re-warm at growths in width, "
+        "continue through growths in depth alone); default continue under wsd when the last growth is in "
+        "depth alone, rewarm otherwise (measured: bench/README.md)",
+        choices=("continue", "rewarm", "rewarm-width"),
     )
     new_lr_mult: float = setting(
         1.0,
