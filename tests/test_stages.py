@@ -10,6 +10,7 @@ import torch
 
 from growtool.init import init_model
 from growtool.io import checkpoint
+from growtool.nn.errors import GrowError
 from growtool.training.loop import train
 from growtool.training.run_folder import MODEL, STATE, read_metrics
 from growtool.training.schedule import lr_at
@@ -232,5 +233,10 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     assert cli("expand", d / "src", "--width", 48, "-o", d / "w2", "-q").exit_code == 0  # widened, trained, stacked,
     train(base, [text], d / "w2", resume=True, stop_at=17, **kw)  # past where one schedule would decay
     assert cli("expand", d / "w2", "--layers", "2x", "-o", d / "w3", "-q").exit_code == 0
+    shutil.copytree(d / "w3", d / "w3b")  # --grow-schedule on resuming it: kept only if no update done changes LR
+    with pytest.raises(GrowError, match="update 10 of this run had its learning rate under rewarm"):
+        train(base, [text], d / "w3b", resume=True, **kw, grow_schedule="continue")
+    train(base, [text], d / "w3b", resume=True, **kw, grow_schedule="rewarm-width")
+    assert lrs_of(d / "w3b")[18] == kw["lr"]  # the stacking at update 17 continues the width growth's schedule
     train(base, [text], d / "w3", resume=True, **{**kw, "steps": 24})  # then extended: its past LRs are kept
     assert torch.load(d / "w3" / STATE, weights_only=True)["settings"]["grow_schedule"] == "rewarm"

@@ -42,8 +42,9 @@ def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None, free=()
     """(the resumed run's settings, the accepted changes {name: [old, new]}); refuses, in the words of
     the command line, a change that would alter the math already done. ``opts``: the Settings given;
     ``inputs``: the run's saved ``--data`` / ``--val-data`` as given (named in the refusals); ``free``:
-    settings that may change here too (``--grow-schedule`` for a run folder whose only growths are at
-    the step it resumes from: ``expand RUN`` just made them, and no update has used the schedule yet)."""
+    settings that may change here too (``--grow-schedule`` for a run folder whose last growth is at the
+    step it resumes from: ``expand RUN`` just made it, no update has used it yet, and ``check_schedule``
+    keeps the updates done at their learning rates)."""
     s = dict(resolved)
     for k in KEPT:
         if getattr(opts, k) is None and k in saved:
@@ -61,6 +62,21 @@ def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None, free=()
             raise GrowError(refusal(k, old, new, inputs or {}))
     changes = {k: [saved.get(k), s[k]] for k in (*ADJUSTABLE, *free) if saved.get(k) != s[k]}
     return s, changes
+
+
+def check_schedule(saved: dict, s: dict, step: int, lr_start) -> None:
+    """A ``--grow-schedule`` other than the run's is accepted when each of the ``step`` updates done had
+    the learning rate it gives them (``lr_start`` as in ``check_length``)."""
+    old, new = saved_setting(saved, "grow_schedule"), s["grow_schedule"]
+    if old == new:
+        return
+    other = {**saved, "grow_schedule": new}
+    for t in range(step):
+        if lr_at(t, saved, lr_start(saved, t)) != lr_at(t, other, lr_start(other, t)):
+            raise GrowError(
+                f"--grow-schedule {new}: update {t} of this run had its learning rate under {old} and would "
+                f"get another one: resume with --grow-schedule {old}"
+            )
 
 
 def check_length(saved: dict, s: dict, step: int, lr_start) -> None:
