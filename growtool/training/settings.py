@@ -368,13 +368,19 @@ def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
     not the rule's for the growths it had planned (``--grow-schedule`` given: kept; a given value equal to
     the rule's reads as the rule, and ``train --resume --grow-schedule`` sets it). A run started without
     --grow-at resolved "rewarm"; grown in depth under wsd it continues its schedule, as --grow-at would,
-    unless a growth in width has re-warmed it already (its updates since followed that schedule)."""
+    unless a growth in width has re-warmed it already (its updates since followed that schedule): then,
+    under wsd and when every earlier growth was in width (so no update done changes its LR), it continues
+    the schedule that width growth began (``rewarm-width``: GPT-2 widened, then stacked, each from a
+    finished run's ``pre-decay/``, ended lower than with a second re-warm on 3 of 3 seeds at 5, 10 and
+    20 tokens / parameter: bench/results/budget_d64/WRITEUP.md, twenty-eighth session); else ``rewarm``."""
     schedule, planned = saved_setting(saved, "schedule"), saved_setting(saved, "grow_at")
     flags = [target_width(t) is None for _, t in planned]
     if saved_setting(saved, "grow_schedule") != schedule_for(schedule, flags):
         return saved_setting(saved, "grow_schedule")
     done = ["layers" in g and g["width"] == g.get("from", g["width"]) for g in growths]
     if saved_setting(saved, "grow_schedule") == "rewarm" and not all(flags + done[:-1]):
+        if schedule == "wsd" and done[-1] and not any(done[:-1]):  # re-warmed at width growths alone so far
+            return "rewarm-width"
         return "rewarm"  # a width growth has re-warmed the run: its updates since had that schedule's LR
     return schedule_for(schedule, flags + done)
 
