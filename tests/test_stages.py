@@ -210,7 +210,7 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     WRITEUP.md, thirteenth session). A width growth re-warms, as with --grow-at; and ``--resume
     --grow-schedule rewarm`` re-warms the depth growth too. A stacking after a width growth that re-warmed
     the run continues the schedule the width growth began (``rewarm-width``; a second re-warm ended higher
-    on 3 of 3 seeds at 5, 10 and 20 tokens / parameter, the WRITEUP's twenty-eighth session): the updates
+    on 10 of 10 seeds at 10 tokens / parameter and 3 of 3 at 5 and 20, the WRITEUP's twenty-eighth session): the updates
     since the width growth keep their LRs, so the run can still be extended, and a --grow-schedule that
     would change one of them is refused."""
     d, text, base = tmp_path, world["text"], world["base"]

@@ -371,8 +371,8 @@ def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
     unless a growth in width has re-warmed it already (its updates since followed that schedule): then,
     under wsd and when every earlier growth was in width (so no update done changes its LR), it continues
     the schedule that width growth began (``rewarm-width``: GPT-2 widened, then stacked, each from a
-    finished run's ``pre-decay/``, ended lower than with a second re-warm on 3 of 3 seeds at 5, 10 and
-    20 tokens / parameter: bench/results/budget_d64/WRITEUP.md, twenty-eighth session); else ``rewarm``."""
+    finished run's ``pre-decay/``, ended lower than with a second re-warm on 10 of 10 seeds at 10 tokens /
+    parameter and 3 of 3 at 5 and 20: bench/results/budget_d64/WRITEUP.md, twenty-eighth session); else ``rewarm``."""
     schedule, planned = saved_setting(saved, "schedule"), saved_setting(saved, "grow_at")
     flags = [target_width(t) is None for _, t in planned]
     if saved_setting(saved, "grow_schedule") != schedule_for(schedule, flags):
