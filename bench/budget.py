@@ -427,6 +427,8 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
 
     per_step, widened, since = Q["batch"] * Q["seq"], False, 0  # widened: a width growth has re-warmed the run
     rww = "rww" in spec["opts"]  # re-warm at width growths only, else at every growth once widened
+    mode = {"grow_schedule": "rewarm-width" if rww else "rewarm"}  # a stacking after a width growth: /rww's,
+    # else the rule the cached runs had (a re-warm)
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
@@ -436,8 +438,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
         wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay
         out, wide = run / folders[i + 1], g[1] != shape[0]
         surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(shape, g))
-        mode = "rewarm-width" if rww else "rewarm"  # /rww, else the rule the cached runs had: a re-warm
-        old = {"grow_schedule": mode} if widened and not wide else {}  # at a stacking after a width growth
+        pinned = mode if widened and not wide else {}
         widened, shape = widened or wide, g[1:3]
         since = k if wide or (widened and not rww) else since  # where the schedule in force began
         if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
@@ -445,9 +446,9 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
             n = next(
                 n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
             )
-            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **old)
+            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **pinned)
         else:
-            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **old)
+            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **pinned)
         curve += _curve([r for r in recs if r["step"] > k], wasted)
     return s, recs, curve
 

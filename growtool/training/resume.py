@@ -43,7 +43,7 @@ def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None, free=()
     the command line, a change that would alter the math already done. ``opts``: the Settings given;
     ``inputs``: the run's saved ``--data`` / ``--val-data`` as given (named in the refusals); ``free``:
     settings that may change here too (``--grow-schedule`` for a run folder whose last growth is at the
-    step it resumes from: ``expand RUN`` just made it, no update has used it yet, and ``check_schedule``
+    step it resumes from: ``expand RUN`` just made it, no update has used it yet, and ``check_grow_schedule``
     keeps the updates done at their learning rates)."""
     s = dict(resolved)
     for k in KEPT:
@@ -64,19 +64,23 @@ def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None, free=()
     return s, changes
 
 
-def check_schedule(saved: dict, s: dict, step: int, lr_start) -> None:
+def changed_update(saved: dict, s: dict, step: int, lr_start) -> int | None:
+    """The first of the ``step`` updates done whose learning rate under settings ``s`` differs from the
+    one it had under ``saved`` (``lr_start(settings, t)``: where the schedule in force at update t
+    began); None when every one keeps its own."""
+    return next((t for t in range(step) if lr_at(t, saved, lr_start(saved, t)) != lr_at(t, s, lr_start(s, t))), None)
+
+
+def check_grow_schedule(saved: dict, s: dict, step: int, lr_start) -> None:
     """A ``--grow-schedule`` other than the run's is accepted when each of the ``step`` updates done had
-    the learning rate it gives them (``lr_start`` as in ``check_length``)."""
+    the learning rate it gives them."""
     old, new = saved_setting(saved, "grow_schedule"), s["grow_schedule"]
-    if old == new:
-        return
-    other = {**saved, "grow_schedule": new}
-    for t in range(step):
-        if lr_at(t, saved, lr_start(saved, t)) != lr_at(t, other, lr_start(other, t)):
-            raise GrowError(
-                f"--grow-schedule {new}: update {t} of this run had its learning rate under {old} and would "
-                f"get another one: resume with --grow-schedule {old}"
-            )
+    t = None if old == new else changed_update(saved, {**saved, "grow_schedule": new}, step, lr_start)
+    if t is not None:
+        raise GrowError(
+            f"--grow-schedule {new}: update {t} of this run had its learning rate under {old} and would "
+            f"get another one: resume with --grow-schedule {old}"
+        )
 
 
 def check_length(saved: dict, s: dict, step: int, lr_start) -> None:
@@ -86,16 +90,16 @@ def check_length(saved: dict, s: dict, step: int, lr_start) -> None:
         return
     if s["steps"] <= step:
         raise GrowError(f"--steps {s['steps']}: the run has already done {step} steps (give a larger --steps)")
-    for t in range(step):
-        if lr_at(t, saved, lr_start(saved, t)) != lr_at(t, s, lr_start(s, t)):
-            kind = saved_setting(saved, "schedule")
-            where = "in its decay" if kind != "constant" else "past its warm-up"
-            raise GrowError(
-                f"--steps {s['steps']}: the run is already {where} at step {step} ({kind} over {saved['steps']} "
-                f"steps; update {t} would get another learning rate), so it cannot be extended exactly: "
-                f"resume it with --steps {saved['steps']}, then train its final.safetensors in a new run, "
-                f"or resume a copy of its {PRE_DECAY} folder (the state before the decay) with --steps {s['steps']}"
-            )
+    t = changed_update(saved, s, step, lr_start)
+    if t is not None:
+        kind = saved_setting(saved, "schedule")
+        where = "in its decay" if kind != "constant" else "past its warm-up"
+        raise GrowError(
+            f"--steps {s['steps']}: the run is already {where} at step {step} ({kind} over {saved['steps']} "
+            f"steps; update {t} would get another learning rate), so it cannot be extended exactly: "
+            f"resume it with --steps {saved['steps']}, then train its final.safetensors in a new run, "
+            f"or resume a copy of its {PRE_DECAY} folder (the state before the decay) with --steps {s['steps']}"
+        )
 
 
 def refusal(k: str, old, new, inputs: dict) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from growtool.training.settings import saved_setting
+from growtool.training.settings import saved_setting, widened
 
 SCHEDULES = ("cosine", "wsd", "constant")
 
@@ -101,8 +101,3 @@ def lr_start(s: dict, growths: list, step: int) -> int:
     if mode == "rewarm-width":
         return last_growth([g for g in growths if widened(g)], step)
     return last_growth(growths, step) if mode == "rewarm" else 0
-
-
-def widened(growth: dict) -> bool:
-    """Whether a growth record changed the width (records of depth alone keep it: ``from`` == ``width``)."""
-    return growth["width"] != growth.get("from", growth["width"])

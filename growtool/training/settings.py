@@ -362,6 +362,11 @@ def schedule_for(schedule: str, depth_only: list[bool]) -> str:
     return "continue" if schedule == "wsd" and depth_only and depth_only[-1] else "rewarm"
 
 
+def widened(growth: dict) -> bool:
+    """Whether a growth record changed the width (records of depth alone keep it: ``from`` == ``width``)."""
+    return growth["width"] != growth.get("from", growth["width"])
+
+
 def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
     """--grow-schedule for a run folder grown by ``expand RUN`` (``growths``: the run's growth records, the
     new one included): the rule above over every growth the run now has, unless the run's saved value is
@@ -377,7 +382,7 @@ def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
     flags = [target_width(t) is None for _, t in planned]
     if saved_setting(saved, "grow_schedule") != schedule_for(schedule, flags):
         return saved_setting(saved, "grow_schedule")
-    done = ["layers" in g and g["width"] == g.get("from", g["width"]) for g in growths]
+    done = ["layers" in g and not widened(g) for g in growths]
     if saved_setting(saved, "grow_schedule") == "rewarm" and not all(flags + done[:-1]):
         if schedule == "wsd" and done[-1] and not any(done[:-1]):  # re-warmed at width growths alone so far
             return "rewarm-width"
