@@ -369,25 +369,42 @@ def widened(growth: dict) -> bool:
 
 def grow_schedule_after(saved: dict, growths: list[dict]) -> str:
     """--grow-schedule for a run folder grown by ``expand RUN`` (``growths``: the run's growth records, the
-    new one included): the rule above over every growth the run now has, unless the run's saved value is
-    not the rule's for the growths it had planned (``--grow-schedule`` given: kept; a given value equal to
-    the rule's reads as the rule, and ``train --resume --grow-schedule`` sets it). A run started without
-    --grow-at resolved "rewarm"; grown in depth under wsd it continues its schedule, as --grow-at would,
-    unless a growth in width has re-warmed it already (its updates since followed that schedule): then,
-    under wsd and when every earlier growth was in width (so no update done changes its LR), it continues
-    the schedule that width growth began (``rewarm-width``: GPT-2 widened, then stacked, each from a
-    finished run's ``pre-decay/``, ended lower than with a second re-warm on 10 of 10 seeds at 10 tokens /
-    parameter and 3 of 3 at 5 and 20: bench/results/budget_d64/WRITEUP.md, twenty-eighth session); else ``rewarm``."""
+    new one included). A value given on the command line is kept: one that differs from what the rule below
+    made of the run's growths so far (a given value equal to the rule's reads as the rule, and ``train
+    --resume --grow-schedule`` sets it). Otherwise ``next_grow_schedule`` of the rule's value."""
     schedule, planned = saved_setting(saved, "schedule"), saved_setting(saved, "grow_at")
-    flags = [target_width(t) is None for _, t in planned]
-    if saved_setting(saved, "grow_schedule") != schedule_for(schedule, flags):
+    current = schedule_for(schedule, [target_width(t) is None for _, t in planned])  # what the run started with
+    at = {st for st, _ in planned}
+    for i, g in enumerate(growths[:-1]):  # and what each earlier ``expand RUN`` (not --grow-at's) made of it
+        if g["step"] not in at:
+            current = next_grow_schedule(schedule, current, growths[: i + 1])
+    if saved_setting(saved, "grow_schedule") != current:
         return saved_setting(saved, "grow_schedule")
-    done = ["layers" in g and not widened(g) for g in growths]
-    if saved_setting(saved, "grow_schedule") == "rewarm" and not all(flags + done[:-1]):
-        if schedule == "wsd" and done[-1] and not any(done[:-1]):  # re-warmed at width growths alone so far
-            return "rewarm-width"
-        return "rewarm"  # a width growth has re-warmed the run: its updates since had that schedule's LR
-    return schedule_for(schedule, flags + done)
+    return next_grow_schedule(schedule, current, growths)
+
+
+def rewarms(mode: str, growth: dict) -> bool:
+    """Whether ``--grow-schedule mode`` re-warms the LR at ``growth``."""
+    return mode == "rewarm" or (mode == "rewarm-width" and widened(growth))
+
+
+def next_grow_schedule(schedule: str, current: str, growths: list[dict]) -> str:
+    """The schedule after the last of ``growths``, for a run whose updates so far ran under ``current``: the
+    first of the measured preferences that gives every update done the LR it had (re-warms at the same
+    earlier growths). A growth in depth alone under wsd: ``continue``, then ``rewarm-width``, then
+    ``rewarm`` (one schedule ended lower than a re-warm at a stacking in 17 of 20 seed pairs, and a
+    stacking after a width growth that re-warmed ended lower without a second re-warm on 10 of 10 seeds
+    at 10 tokens / parameter: bench/results/budget_d64/WRITEUP.md, thirteenth and twenty-eighth
+    sessions); any other growth: ``rewarm``, then ``rewarm-width`` (a width growth alone ended lower
+    re-warmed, 5 of 7; so a run stacked before it re-warms at the width growth and keeps the stacking's
+    LR). None of them: ``current``."""
+    depth = "layers" in growths[-1] and not widened(growths[-1])
+    if schedule != "wsd":
+        prefer = ["rewarm"]
+    else:
+        prefer = ["continue", "rewarm-width", "rewarm"] if depth else ["rewarm", "rewarm-width"]
+    keeps = [m for m in prefer if all(rewarms(m, g) == rewarms(current, g) for g in growths[:-1])]
+    return keeps[0] if keeps else current
 
 
 # settings added after runs were already being saved: what a saved run without them meant
