@@ -254,8 +254,8 @@ def test_width_then_stack_widens_the_half_depth_base_then_stacks_it():
 
 def test_the_width_then_stack_variants_move_one_thing_each():
     """The two-growth variant's neighbours: the widening at 1/4 or 1/2 of T (not 3/8), a d/4 base
-    widened 4x, the stacking first, and a one-layer base widened then stacked twice (three --grow-at
-    items)."""
+    widened 4x, the stacking first, a one-layer base widened then stacked twice (three --grow-at
+    items), and the widening in two steps."""
     from budget import depth_spec, grow_item
 
     P = {**QUICK, "width": 64, "layers": 4, "head_dim": 8, "schedule": "wsd"}
@@ -272,6 +272,9 @@ def test_the_width_then_stack_variants_move_one_thing_each():
         "0.240000:layers=2,method=stack",
         "0.480000:layers=4,method=stack",
     ]
+    spec = depth_spec(P, "width2x_steps_stack2x@0.6")  # widened in two steps, 1.5x then 1.33x, the last at 18%
+    assert spec["growths"] == [[0.12, 48, 2, None], [0.18, 64, 2, None], stacked]
+    assert [grow_item(a, g) for a, g in zip([spec["base"], [48, 2]], spec["growths"])] == ["0.120000:48", "0.180000:64"]
 
 
 def test_the_plot_draws_the_3_seed_and_multi_budget_series():
