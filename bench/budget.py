@@ -425,8 +425,10 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     curve: the base run's, then each grown run's with the decays before it added)."""
     from growtool import surgery
     from growtool.training.schedule import decay_start
+    from growtool.training.settings import next_grow_schedule, rewarms
 
     per_step, widened, since = Q["batch"] * Q["seq"], False, 0  # widened: a width growth has re-warmed the run
+    done, sched = [], "rewarm"  # the growth records so far; the schedule of a run started without --grow-at
     rww = "rww" in spec["opts"]  # re-warm at width growths only, else at every growth once widened
     mode = {"grow_schedule": "rewarm-width" if rww else "rewarm"}  # a stacking after a width growth: /rww's,
     # else the rule the cached runs had (a re-warm)
@@ -440,8 +442,10 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
         out, wide = run / folders[i + 1], g[1] != shape[0]
         surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(shape, g))
         pinned = mode if widened and not wide else {}
+        done.append({"width": g[1], "from": shape[0], **({"layers": g[2]} if g[2] != shape[1] else {})})
+        sched = pinned.get("grow_schedule") or next_grow_schedule("wsd", sched, done)  # train's run-folder rule
+        since = k if rewarms(sched, done[-1]) else since  # where the schedule in force began
         widened, shape = widened or wide, g[1:3]
-        since = k if wide or (widened and not rww) else since  # where the schedule in force began
         if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
             saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2}
             n = next(

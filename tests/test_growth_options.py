@@ -159,11 +159,11 @@ def test_grow_schedule_rewarm_width_rewarms_at_the_width_growth_alone(world):  #
 
 
 def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
-    """--grow-schedule's default (settings.default_grow_schedule): one schedule under wsd when the last
-    growth is in depth alone (stacking ended lower without the re-warm in 17 of 20 seed pairs, a width
-    growth then stacking in 10 of 10, bench/results/budget_d64/WRITEUP.md), a re-warm when it is in
-    width or under another schedule; a value given wins. End to end: a stacked run under wsd keeps its
-    LR through the growth."""
+    """--grow-schedule's default (settings.default_grow_schedule): one schedule under wsd when a growth is
+    in depth alone (stacking ended lower without the re-warm in 17 of 20 seed pairs, a width growth then
+    stacking in 10 of 10, stacking then a width growth in 3 of 3: bench/results/budget_d64/WRITEUP.md), a
+    re-warm when every growth is in width or under another schedule; a value given wins. End to end: a
+    stacked run under wsd keeps its LR through the growth."""
     from growtool.training.settings import Settings
 
     def resolved(**kw):
@@ -172,9 +172,10 @@ def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # no
     depth = ("0.2:layers=4,method=stack",)
     assert resolved(grow_at=depth) == "continue" and Settings().schedule == "wsd"
     assert resolved(grow_at=depth, schedule="cosine") == resolved(grow_at=depth, schedule="constant") == "rewarm"
-    for widths in (("0.2:96",), ("0.2:width=96,layers=4",), (*depth, "0.6:96")):
+    for widths in (("0.2:96",), ("0.2:width=96,layers=4",), ("0.2:96", "0.6:128")):
         assert resolved(grow_at=widths) == "rewarm", widths
-    assert resolved(grow_at=("0.1:96", "0.3:layers=4,method=stack")) == "continue"  # widened, then stacked: the last
+    assert resolved(grow_at=("0.1:96", "0.3:layers=4,method=stack")) == "continue"  # widened, then stacked
+    assert resolved(grow_at=(*depth, "0.6:96")) == "continue"  # stacked, then widened
     assert resolved() == "rewarm" and resolved(grow_at=depth, grow_schedule="rewarm") == "rewarm"
     d, text, base = world["dir"], world["text"], world["base"]
     kw = dict(KW, steps=12, grow_at=("0.5:layers=4",), gate_warmup_tokens=256, warmup=2)  # wsd: the default

@@ -247,25 +247,25 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     assert w3[11] == kw["lr"] / 4 and w3[14] == w3[17] == w3[18] == kw["lr"]  # re-warmed at 10, none at 17
 
 
-def test_a_run_folder_stacked_then_widened_rewarms_at_the_width_growth_alone(world, tmp_path):
-    """``expand RUN --layers 2x``, train on, then ``expand RUN --width``, no --grow-schedule anywhere: the
-    stacking continued the run's schedule, and the width growth re-warms as a width growth does, with the
-    stacking's updates keeping their LRs (``rewarm-width``), so the run can still be extended. (The rule
-    once read the stacking's ``continue`` as a value given on the command line and kept it: the width
-    growth did not re-warm.)"""
+def test_a_run_folder_stacked_then_widened_keeps_one_schedule(world, tmp_path):
+    """``expand RUN --layers 2x``, train on, then ``expand RUN --width``, no --grow-schedule anywhere: under
+    wsd a run that has grown in depth alone keeps one schedule, so the width growth does not re-warm
+    (inside one run, stacking then widening ended lower without the re-warm on 3 of 3 seeds: bench/results/
+    budget_d64/WRITEUP.md, twenty-ninth session), and the run can still be extended. The rule says so
+    itself (``settings.next_grow_schedule``); it once kept the stacking's ``continue`` as if given on the
+    command line. Without the stacking, the same width growth re-warms."""
     d, text, base = tmp_path, world["text"], world["base"]
     kw = dict(KW, steps=20, schedule="wsd", warmup=4)
     train(base, [text], d / "src", stop_at=10, **kw)
-    shutil.copytree(d / "src", d / "on")
-    train(base, [text], d / "on", resume=True, **kw)
-    ref = lrs_of(d / "on")
     assert cli("expand", d / "src", "--layers", "2x", "-o", d / "deep", "-q").exit_code == 0
     train(base, [text], d / "deep", resume=True, stop_at=17, **kw)
-    r = cli("expand", d / "deep", "--width", 48, "-o", d / "wide", "-q")
-    assert r.exit_code == 0, r.stderr
-    assert torch.load(d / "wide" / STATE, weights_only=True)["settings"]["grow_schedule"] == "rewarm-width"
+    for src, name in ((d / "deep", "wide"), (d / "src", "wide_only")):
+        r = cli("expand", src, "--width", 48, "-o", d / name, "-q")
+        assert r.exit_code == 0, r.stderr
+    names = ("wide", "wide_only")
+    saved = {n: torch.load(d / n / STATE, weights_only=True)["settings"]["grow_schedule"] for n in names}
+    assert saved == {"wide": "continue", "wide_only": "rewarm"}
     train(base, [text], d / "wide", resume=True, **{**kw, "steps": 24})  # extended: no update done changes its LR
     lrs = lrs_of(d / "wide")
-    assert [lrs[s] for s in range(11, 18)] == [ref[s] for s in range(11, 18)]  # one schedule through the stacking
-    assert lrs[18] < kw["lr"] / 2  # warming up again from the width growth at update 17
-    assert max(lrs[s] for s in range(18, 25)) == kw["lr"]
+    assert [lrs[s] for s in range(11, 20)] == [kw["lr"]] * 9  # the peak through both growths (at 10 and 17)
+    assert lrs[24] < kw["lr"]  # and one decay at the end

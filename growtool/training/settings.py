@@ -228,7 +228,7 @@ class Settings:
         None,
         "LR schedule at a --grow-at growth: rewarm (warm up again and decay over the steps left), continue "
         "(one warm-up and one schedule over the whole run) or rewarm-width (re-warm at growths in width, "
-        "continue through growths in depth alone); default continue under wsd when the last growth is in "
+        "continue through growths in depth alone); default continue under wsd when a growth is in "
         "depth alone, rewarm otherwise (measured: bench/README.md)",
         choices=("continue", "rewarm", "rewarm-width"),
     )
@@ -348,18 +348,18 @@ def default_gate_tokens(steps: int, per_step: int) -> int:
 
 def default_grow_schedule(schedule: str, grow_at) -> str:
     """The LR at --grow-at growths when --grow-schedule is not given: continue (no re-warm) when the
-    schedule is wsd and the last growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
+    schedule is wsd and a growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
     Measured (bench/results/budget_d64/WRITEUP.md): under wsd, stacking ended lower without the re-warm
-    in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5), and
-    a width growth followed by stacking in 10 of 10 (GPT-2, 10 tokens / parameter, twenty-seventh
-    session); a width growth alone ended lower with it (5 of 7), and under cosine re-warming won 18 of 18
-    (bench/README.md, section 6)."""
+    in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5), a
+    width growth followed by stacking in 10 of 10 and a stacking followed by a width growth in 3 of 3
+    (GPT-2, 10 tokens / parameter, twenty-seventh and twenty-ninth sessions); a width growth alone ended
+    lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md, section 6)."""
     return schedule_for(schedule, [target_width(t) is None for _, t in parse_grow_at(grow_at)])
 
 
 def schedule_for(schedule: str, depth_only: list[bool]) -> str:
     """The default rule itself, on one flag per growth in order (True: in depth alone)."""
-    return "continue" if schedule == "wsd" and depth_only and depth_only[-1] else "rewarm"
+    return "continue" if schedule == "wsd" and any(depth_only) else "rewarm"
 
 
 def widened(growth: dict) -> bool:
@@ -391,14 +391,14 @@ def rewarms(mode: str, growth: dict) -> bool:
 def next_grow_schedule(schedule: str, current: str, growths: list[dict]) -> str:
     """The schedule after the last of ``growths``, for a run whose updates so far ran under ``current``: the
     first of the measured preferences that gives every update done the LR it had (re-warms at the same
-    earlier growths). A growth in depth alone under wsd: ``continue``, then ``rewarm-width``, then
-    ``rewarm`` (one schedule ended lower than a re-warm at a stacking in 17 of 20 seed pairs, and a
-    stacking after a width growth that re-warmed ended lower without a second re-warm on 10 of 10 seeds
-    at 10 tokens / parameter: bench/results/budget_d64/WRITEUP.md, thirteenth and twenty-eighth
-    sessions); any other growth: ``rewarm``, then ``rewarm-width`` (a width growth alone ended lower
-    re-warmed, 5 of 7; so a run stacked before it re-warms at the width growth and keeps the stacking's
-    LR). None of them: ``current``."""
-    depth = "layers" in growths[-1] and not widened(growths[-1])
+    earlier growths). Under wsd, once a growth in depth alone is among them: ``continue``, then
+    ``rewarm-width``, then ``rewarm`` (one schedule ended lower than a re-warm at a stacking in 17 of 20
+    seed pairs, at a width growth after a stacking in 3 of 3, and a stacking after a width growth that
+    re-warmed ended lower without a second re-warm on 10 of 10 seeds at 10 tokens / parameter:
+    bench/results/budget_d64/WRITEUP.md, thirteenth, twenty-eighth and twenty-ninth sessions); otherwise
+    ``rewarm``, then ``rewarm-width`` (a width growth alone ended lower re-warmed, 5 of 7). None of them:
+    ``current``."""
+    depth = any("layers" in g and not widened(g) for g in growths)
     if schedule != "wsd":
         prefer = ["rewarm"]
     else:
