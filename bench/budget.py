@@ -140,7 +140,7 @@ DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, wi
     "stack2x_width2x": ((0.5, 0.5), [(0.375, 0.5, 1, "stack"), (1.0, 1, 1, None)]),  # the same, stacked first
     "width4x_stack2x": ((0.25, 0.5), [(0.375, 1, 0.5, None), (1.0, 1, 1, "stack")]),  # d/4 x L/2 -> d x L/2 -> d x L
     "width2x_stack4x": ((0.5, 0.25), [(0.25, 1, 0.25, None), (0.5, 1, 0.5, "stack"), (1.0, 1, 1, "stack")]),
-    "width2x_steps_stack2x": ((0.5, 0.5), [(0.25, 0.75, 0.5, None), (0.375, 1, 0.5, None), (1.0, 1, 1, "stack")]),
+    "width2x_steps_stack2x": ((0.5, 0.5), [(0.125, 0.75, 0.5, None), (0.375, 1, 0.5, None), (1.0, 1, 1, "stack")]),
 }
 # "/name" after a variant: the growth's recipe (base, overrides) and train options (issue 40's breakers
 # and optimizer treatments); the trainer's defaults otherwise (srio, --new-lr-mult 1; runs cached before

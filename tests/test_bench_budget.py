@@ -273,8 +273,8 @@ def test_the_width_then_stack_variants_move_one_thing_each():
         "0.480000:layers=4,method=stack",
     ]
     spec = depth_spec(P, "width2x_steps_stack2x@0.6")  # widened in two steps, 1.5x then 1.33x, the last at 18%
-    assert spec["growths"] == [[0.12, 48, 2, None], [0.18, 64, 2, None], stacked]
-    assert [grow_item(a, g) for a, g in zip([spec["base"], [48, 2]], spec["growths"])] == ["0.120000:48", "0.180000:64"]
+    assert spec["growths"] == [[0.06, 48, 2, None], [0.18, 64, 2, None], stacked]  # 12% apart: the gate ramp is 10%
+    assert [grow_item(a, g) for a, g in zip([spec["base"], [48, 2]], spec["growths"])] == ["0.060000:48", "0.180000:64"]
 
 
 def test_the_plot_draws_the_3_seed_and_multi_budget_series():
