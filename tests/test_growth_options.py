@@ -161,7 +161,7 @@ def test_grow_schedule_rewarm_width_rewarms_at_the_width_growth_alone(world):  #
 def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
     """--grow-schedule's default (settings.default_grow_schedule): one schedule under wsd when a growth is
     in depth alone (stacking ended lower without the re-warm in 17 of 20 seed pairs, a width growth then
-    stacking in 10 of 10, stacking then a width growth in 3 of 3: bench/results/budget_d64/WRITEUP.md), a
+    stacking in 10 of 10, stacking then a width growth in 7 of 7: bench/results/budget_d64/WRITEUP.md), a
     re-warm when every growth is in width or under another schedule; a value given wins. End to end: a
     stacked run under wsd keeps its LR through the growth."""
     from growtool.training.settings import Settings

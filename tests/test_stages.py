@@ -250,7 +250,7 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
 def test_a_run_folder_stacked_then_widened_keeps_one_schedule(world, tmp_path):
     """``expand RUN --layers 2x``, train on, then ``expand RUN --width``, no --grow-schedule anywhere: under
     wsd a run that has grown in depth alone keeps one schedule, so the width growth does not re-warm
-    (inside one run, stacking then widening ended lower without the re-warm on 3 of 3 seeds: bench/results/
+    (inside one run, stacking then widening ended lower without the re-warm on 7 of 7 seeds: bench/results/
     budget_d64/WRITEUP.md, twenty-ninth session), and the run can still be extended. The rule says so
     itself (``settings.next_grow_schedule``); it once kept the stacking's ``continue`` as if given on the
     command line. Without the stacking, the same width growth re-warms."""

@@ -351,9 +351,10 @@ def default_grow_schedule(schedule: str, grow_at) -> str:
     schedule is wsd and a growth is in depth alone (``layers=``, no ``width=``), rewarm otherwise.
     Measured (bench/results/budget_d64/WRITEUP.md): under wsd, stacking ended lower without the re-warm
     in 17 of 20 seed pairs (Llama and GPT-2 at 10 and 20 tokens / parameter; higher in 3 of 3 at 5), a
-    width growth followed by stacking in 10 of 10 and a stacking followed by a width growth in 3 of 3
-    (GPT-2, 10 tokens / parameter, twenty-seventh and twenty-ninth sessions); a width growth alone ended
-    lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md, section 6)."""
+    width growth followed by stacking in 10 of 10 and a stacking followed by a width growth in 7 of 7
+    (GPT-2; Llama 3 of 3; 10 tokens / parameter, twenty-seventh and twenty-ninth sessions); a width
+    growth alone ended lower with it (5 of 7), and under cosine re-warming won 18 of 18 (bench/README.md,
+    section 6)."""
     return schedule_for(schedule, [target_width(t) is None for _, t in parse_grow_at(grow_at)])
 
 
@@ -393,7 +394,7 @@ def next_grow_schedule(schedule: str, current: str, growths: list[dict]) -> str:
     first of the measured preferences that gives every update done the LR it had (re-warms at the same
     earlier growths). Under wsd, once a growth in depth alone is among them: ``continue``, then
     ``rewarm-width``, then ``rewarm`` (one schedule ended lower than a re-warm at a stacking in 17 of 20
-    seed pairs, at a width growth after a stacking in 3 of 3, and a stacking after a width growth that
+    seed pairs, at a width growth after a stacking in 7 of 7, and a stacking after a width growth that
     re-warmed ended lower without a second re-warm on 10 of 10 seeds at 10 tokens / parameter:
     bench/results/budget_d64/WRITEUP.md, thirteenth, twenty-eighth and twenty-ninth sessions); otherwise
     ``rewarm``, then ``rewarm-width`` (a width growth alone ended lower re-warmed, 5 of 7). None of them:
