@@ -269,3 +269,21 @@ def test_a_run_folder_stacked_then_widened_keeps_one_schedule(world, tmp_path):
     lrs = lrs_of(d / "wide")
     assert [lrs[s] for s in range(11, 20)] == [kw["lr"]] * 9  # the peak through both growths (at 10 and 17)
     assert lrs[24] < kw["lr"]  # and one decay at the end
+
+
+def test_the_run_folder_rule_keeps_every_done_updates_lr():
+    """``settings.grow_schedule_after`` on growth records alone: an ``expand RUN`` after --grow-at's own
+    growths (widened at 4, stacked at 8, one schedule: the default) keeps that schedule, since re-warming at
+    the new width growth would re-warm the planned one too (the rule once returned ``rewarm`` here); a
+    value given on the command line is kept; cosine re-warms."""
+    from growtool.training.settings import grow_schedule_after
+
+    wide, deep = {"step": 4, "width": 64, "from": 32}, {"step": 8, "width": 64, "layers": 4, "layers_from": 2}
+    planned = {"schedule": "wsd", "grow_at": [[4, 64], [8, {"layers": 4}]], "grow_schedule": "continue"}
+    later_wide, later_deep = {"step": 12, "width": 96, "from": 64}, {"step": 12, "width": 96, "layers": 8, "from": 96}
+    assert grow_schedule_after(planned, [wide, deep, later_wide]) == "continue"
+    assert grow_schedule_after({**planned, "grow_schedule": "rewarm"}, [wide, deep, later_wide]) == "rewarm"  # given
+    fresh = {"schedule": "wsd", "grow_at": [], "grow_schedule": "rewarm"}  # a run started without --grow-at
+    assert grow_schedule_after(fresh, [wide]) == "rewarm"
+    assert grow_schedule_after(fresh, [wide, later_deep]) == "rewarm-width"  # the width growth's re-warm kept
+    assert grow_schedule_after({**fresh, "schedule": "cosine"}, [deep]) == "rewarm"
