@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from growtool.training.settings import saved_setting, widened
+from growtool.training.settings import rewarms, saved_setting
 
 SCHEDULES = ("cosine", "wsd", "constant")
 
@@ -96,8 +96,7 @@ def width_lr_scale(cfg, growths: list) -> float:
 def lr_start(s: dict, growths: list, step: int) -> int:
     """Where the LR schedule in force at ``step`` began: 0 (``--grow-schedule continue``); the latest
     growth (``rewarm``: the LR warms up again and decays over the steps left, as a second run would); the
-    latest growth in width (``rewarm-width``: a growth in depth alone continues the schedule in force)."""
+    latest growth in width (``rewarm-width``: a growth in depth alone continues the schedule in force).
+    Which growths re-warm under each mode: ``settings.rewarms``, which the run-folder rule uses too."""
     mode = saved_setting(s, "grow_schedule")
-    if mode == "rewarm-width":
-        return last_growth([g for g in growths if widened(g)], step)
-    return last_growth(growths, step) if mode == "rewarm" else 0
+    return last_growth([g for g in growths if rewarms(mode, g)], step)
