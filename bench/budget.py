@@ -137,6 +137,7 @@ DEPTH = {  # name -> (base (width, layers factors of the target), [(fraction, wi
     "width2x_stack2x": ((0.5, 0.5), [(0.375, 1, 0.5, None), (1.0, 1, 1, "stack")]),  # d/2 x L/2 -> d x L/2 -> d x L
     "width2x_stack2x_w25": ((0.5, 0.5), [(0.25, 1, 0.5, None), (1.0, 1, 1, "stack")]),  # widened at 1/4 of T
     "width2x_stack2x_w50": ((0.5, 0.5), [(0.5, 1, 0.5, None), (1.0, 1, 1, "stack")]),  # widened at 1/2 of T
+    "width2x_interleave2x": ((0.5, 0.5), [(0.375, 1, 0.5, None), (1.0, 1, 1, "interleave")]),  # 1 1 2 2, not 1 2 1 2
     "stack2x_width2x": ((0.5, 0.5), [(0.375, 0.5, 1, "stack"), (1.0, 1, 1, None)]),  # the same, stacked first
     "width4x_stack2x": ((0.25, 0.5), [(0.375, 1, 0.5, None), (1.0, 1, 1, "stack")]),  # d/4 x L/2 -> d x L/2 -> d x L
     "width2x_stack4x": ((0.5, 0.25), [(0.25, 1, 0.25, None), (0.5, 1, 0.5, "stack"), (1.0, 1, 1, "stack")]),

@@ -255,7 +255,7 @@ def test_width_then_stack_widens_the_half_depth_base_then_stacks_it():
 def test_the_width_then_stack_variants_move_one_thing_each():
     """The two-growth variant's neighbours: the widening at 1/4 or 1/2 of T (not 3/8), a d/4 base
     widened 4x, the stacking first, a one-layer base widened then stacked twice (three --grow-at
-    items), and the widening in two steps."""
+    items), the widening in two steps, and the stacking as interleaving."""
     from budget import depth_spec, grow_item
 
     P = {**QUICK, "width": 64, "layers": 4, "head_dim": 8, "schedule": "wsd"}
@@ -275,6 +275,9 @@ def test_the_width_then_stack_variants_move_one_thing_each():
     spec = depth_spec(P, "width2x_steps_stack2x@0.6")  # widened in two steps, 1.5x then 1.33x, the last at 18%
     assert spec["growths"] == [[0.06, 48, 2, None], [0.18, 64, 2, None], stacked]  # 12% apart: the gate ramp is 10%
     assert [grow_item(a, g) for a, g in zip([spec["base"], [48, 2]], spec["growths"])] == ["0.060000:48", "0.180000:64"]
+    spec = depth_spec(P, "width2x_interleave2x@0.6")  # the best row's stacking as 1 1 2 2
+    assert spec["growths"] == [[0.18, 64, 2, None], [0.48, 64, 4, "interleave"]]
+    assert grow_item([64, 2], spec["growths"][1]) == "0.480000:layers=4,method=interleave"
 
 
 def test_the_plot_draws_the_3_seed_and_multi_budget_series():
