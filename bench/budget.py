@@ -433,6 +433,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     rww = "rww" in spec["opts"]  # re-warm at width growths only, else at every growth once widened
     mode = {"grow_schedule": "rewarm-width" if rww else "rewarm"}  # a stacking after a width growth: /rww's,
     # else the rule the cached runs had (a re-warm)
+    one = {"grow_schedule": "continue"} if "continue" in spec["opts"] else None  # /continue: one schedule throughout
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
@@ -442,7 +443,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
         wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay
         out, wide = run / folders[i + 1], g[1] != shape[0]
         surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(shape, g))
-        pinned = mode if widened and not wide else {}
+        pinned = one or (mode if widened and not wide else {})
         done.append({"width": g[1], "from": shape[0], **({"layers": g[2]} if g[2] != shape[1] else {})})
         sched = pinned.get("grow_schedule") or next_grow_schedule("wsd", sched, done)  # train's run-folder rule
         since = k if rewarms(sched, done[-1]) else since  # where the schedule in force began

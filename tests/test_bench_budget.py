@@ -655,7 +655,8 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     schedule starts at the growth), grown from its ``pre-decay/``, and the last run to the end; the
     curve carries both decays' FLOPs. The stacking after the width growth re-warms as ``train``'s
     run-folder rule did when these runs were cached (``--grow-schedule rewarm`` passed); with ``/rww`` it
-    continues the schedule the width growth began (``--grow-schedule rewarm-width``)."""
+    continues the schedule the width growth began (``--grow-schedule rewarm-width``); with ``/continue``
+    every growth continues the base's schedule (62 updates from step 0, the last 12 the decay, after 50)."""
     import budget
 
     calls = []
@@ -689,6 +690,10 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
             ("train", "out", 10_000, {"resume": True, "grow_schedule": mode}),
         ]
         assert curve == [(20.0, 3.0), (25.0, 3.0), (505.0, 2.5), (575.0, 2.5), (1675.0, 2.0), (2075.0, 2.0)]
+    calls.clear()  # /continue: one schedule from the base's first step, so the first grown run is longer
+    budget.branch_path(Q, {**spec, "opts": ["branch", "continue"]}, "b.safetensors", tmp_path, 10_000)
+    one = {"resume": True, "grow_schedule": "continue"}
+    assert [c for c in calls if c[0] == "train"][1:] == [("train", "src1", 6_200, one), ("train", "out", 10_000, one)]
 
 
 def test_branch_needs_wsd(tmp_path):
