@@ -168,7 +168,8 @@ OPTIONS = {
     "ramp3": (None, {}, {"gate_ramp_share": 0.03}),
     "ramp25": (None, {}, {"gate_ramp_share": 0.25}),
     "ramp0": (None, {}, {"gate_ramp_share": 0.0}),  # gates open at once (1 token): G_stack's ungated stack
-    "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule
+    "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule (with
+    # /branch: passed at every growth of the finished run, so one schedule from the base's first step)
     "rww": (None, {}, {"grow_schedule": "rewarm-width"}),  # re-warm at growths in width only (with /branch: at a
     # stacking after a width growth; /branch without it re-warms there, the rule its cached runs had)
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
