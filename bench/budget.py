@@ -170,6 +170,8 @@ OPTIONS = {
     "ramp0": (None, {}, {"gate_ramp_share": 0.0}),  # gates open at once (1 token): G_stack's ungated stack
     "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule (with
     # /branch: passed at every growth of the finished run, so one schedule from the base's first step)
+    "hold": (None, {}, {"grow_warmup": 0}),  # a re-warm without its warm-up: the LR stays at the peak, the decay's
+    # span restarts at the growth (with /branch: passed at every growth of the finished run)
     "rww": (None, {}, {"grow_schedule": "rewarm-width"}),  # re-warm at growths in width only (with /branch: at a
     # stacking after a width growth; /branch without it re-warms there, the rule its cached runs had)
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
@@ -435,6 +437,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     mode = {"grow_schedule": "rewarm-width" if rww else "rewarm"}  # a stacking after a width growth: /rww's,
     # else the rule the cached runs had (a re-warm)
     one = {"grow_schedule": "continue"} if "continue" in spec["opts"] else None  # /continue: one schedule throughout
+    hold = {"grow_warmup": 0} if "hold" in spec["opts"] else {}  # /hold: each re-warm keeps the peak LR
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
@@ -450,13 +453,13 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
         since = k if rewarms(sched, done[-1]) else since  # where the schedule in force began
         widened, shape = widened or wide, g[1:3]
         if i < len(ks) - 1:  # a run whose decay begins at the next growth: its length found as train's rule
-            saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2}
+            saved = {**s["settings"], "schedule": "wsd", "decay_fraction": Q.get("decay") or 0.2, **hold}
             n = next(
                 n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
             )
-            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **pinned)
+            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **pinned, **hold)
         else:
-            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **pinned)
+            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **pinned, **hold)
         curve += _curve([r for r in recs if r["step"] > k], wasted)
     return s, recs, curve
 

@@ -183,6 +183,7 @@ def test_variants_take_a_growth_time_options_and_a_grown_lr_sweep(tmp_path):
     assert option_kw({"opts": ["ramp25"]}, tmp_path, tokens=250_000) == {**rewarm, "gate_warmup_tokens": 62500}
     assert option_kw({"opts": ["ramp0"]}, tmp_path, tokens=250_000) == {**rewarm, "gate_warmup_tokens": 1}
     assert option_kw({"opts": ["paper", "continue"]}, tmp_path)["grow_schedule"] == "continue"
+    assert option_kw({"opts": ["hold"]}, tmp_path) == {**rewarm, "grow_warmup": 0}  # a re-warm at the peak LR
 
 
 def test_each_arm_takes_its_best_lr_on_the_seeds_every_lr_ran():
@@ -656,7 +657,8 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     curve carries both decays' FLOPs. The stacking after the width growth re-warms as ``train``'s
     run-folder rule did when these runs were cached (``--grow-schedule rewarm`` passed); with ``/rww`` it
     continues the schedule the width growth began (``--grow-schedule rewarm-width``); with ``/continue``
-    every growth continues the base's schedule (62 updates from step 0, the last 12 the decay, after 50)."""
+    every growth continues the base's schedule (62 updates from step 0, the last 12 the decay, after 50); with
+    ``/hold`` every growth passes ``--grow-warmup 0``."""
     import budget
 
     calls = []
@@ -694,6 +696,13 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     budget.branch_path(Q, {**spec, "opts": ["branch", "continue"]}, "b.safetensors", tmp_path, 10_000)
     one = {"resume": True, "grow_schedule": "continue"}
     assert [c for c in calls if c[0] == "train"][1:] == [("train", "src1", 6_200, one), ("train", "out", 10_000, one)]
+    calls.clear()  # /hold: --grow-warmup 0 at every growth (the re-warm at the width growth keeps the peak LR)
+    budget.branch_path(Q, {**spec, "opts": ["branch", "hold", "rww"]}, "b.safetensors", tmp_path, 10_000)
+    hold = {"resume": True, "grow_warmup": 0}
+    assert [c for c in calls if c[0] == "train"][1:] == [
+        ("train", "src1", 5_700, hold),
+        ("train", "out", 10_000, {**hold, "grow_schedule": "rewarm-width"}),
+    ]
 
 
 def test_branch_needs_wsd(tmp_path):

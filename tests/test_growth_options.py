@@ -158,6 +158,24 @@ def test_grow_schedule_rewarm_width_rewarms_at_the_width_growth_alone(world):  #
     assert lrs["continue"][4] == KW["lr"]
 
 
+def test_grow_warmup_0_keeps_the_peak_and_restarts_only_the_decay(world):  # noqa: F811
+    """``--grow-warmup 0``: a growth that re-warms keeps the LR at its peak (no second warm-up) and the wsd
+    decay is a --decay-fraction of the steps after the growth (here 2 of 10, against one schedule's 4 of 20);
+    the default warms up again over --warmup."""
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=20, grow_at=("0.5:48",), gate_warmup_tokens=256, warmup=2, schedule="wsd")
+    kw |= dict(grow_schedule="rewarm", decay_fraction=0.2, decay_shape="linear")
+    lrs = {}
+    for name, extra in (("hold", {"grow_warmup": 0}), ("rewarm", {}), ("continue", {"grow_schedule": "continue"})):
+        s = train(base, [text], d / f"gw-{name}", **{**kw, **extra})
+        lrs[name] = [r["lr"] for r in read_metrics(d / f"gw-{name}" / "metrics.jsonl")[1:]]
+        assert lrs[name] == [lr_at(i, s["settings"], 10 if i >= 10 and name != "continue" else 0) for i in range(20)]
+    peak, hold = KW["lr"], lrs["hold"]
+    assert hold[:10] == lrs["rewarm"][:10] and hold[10:19] == [peak] * 9 and hold[19] < peak  # decay: updates 18, 19
+    assert lrs["rewarm"][10] == pytest.approx(peak / 2) and lrs["rewarm"][19] < peak  # warmed up again
+    assert lrs["continue"][17] < peak  # one schedule decays over the run's last 4
+
+
 def test_grow_schedule_default_follows_the_growth_and_the_schedule(world):  # noqa: F811
     """--grow-schedule's default (settings.default_grow_schedule): one schedule under wsd when a growth is
     in depth alone (stacking ended lower without the re-warm in 17 of 20 seed pairs, a width growth then

@@ -247,6 +247,29 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     assert w3[11] == kw["lr"] / 4 and w3[14] == w3[17] == w3[18] == kw["lr"]  # re-warmed at 10, none at 17
 
 
+def test_a_run_folder_widened_takes_grow_warmup_until_an_update_has_used_it(world, tmp_path):
+    """``train --resume --grow-warmup 0`` on a run folder that ``expand RUN`` just widened: the re-warm keeps
+    the peak LR (and is kept on a later resume); once an update has run under the re-warm, a new value would
+    change that update's LR and is refused in one line, also after a later growth."""
+    d, text, base = tmp_path, world["text"], world["base"]
+    kw = dict(KW, steps=20, schedule="wsd", warmup=4)
+    train(base, [text], d / "src", stop_at=10, **kw)
+    for name in ("hold", "warm"):
+        assert cli("expand", d / "src", "--width", 48, "-o", d / name, "-q").exit_code == 0
+    train(base, [text], d / "hold", resume=True, stop_at=14, grow_warmup=0, **kw)
+    train(base, [text], d / "hold", resume=True, **kw)  # not given: kept
+    assert lrs_of(d / "hold")[11] == lrs_of(d / "hold")[17] == kw["lr"]  # no second warm-up
+    assert torch.load(d / "hold" / STATE, weights_only=True)["settings"]["grow_warmup"] == 0
+    train(base, [text], d / "warm", resume=True, stop_at=14, **kw)
+    assert lrs_of(d / "warm")[11] == kw["lr"] / 4
+    with pytest.raises(GrowError, match="--grow-warmup 0 differs from the run's"):  # updates ran since the growth
+        train(base, [text], d / "warm", resume=True, grow_warmup=0, **kw)
+    assert cli("expand", d / "warm", "--layers", "2x", "-o", d / "deep", "-q").exit_code == 0  # grown again: free,
+    msg = "--grow-warmup 0: update 10 of this run had its learning rate under --warmup .* resume without --grow-warmup"
+    with pytest.raises(GrowError, match=msg):  # but update 10 re-warmed
+        train(base, [text], d / "deep", resume=True, grow_warmup=0, **kw)
+
+
 def test_a_run_folder_stacked_then_widened_keeps_one_schedule(world, tmp_path):
     """``expand RUN --layers 2x``, train on, then ``expand RUN --width``, no --grow-schedule anywhere: under
     wsd a run that has grown in depth alone keeps one schedule, so the width growth does not re-warm

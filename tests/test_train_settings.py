@@ -44,6 +44,7 @@ ALT = dict(
     grow_optimizer="reset",
     grow_lr="mup",
     grow_schedule="continue",
+    grow_warmup=0,
     new_lr_mult=3.0,
     new_rewarm_steps=3,
     schedule="cosine",

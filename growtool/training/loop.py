@@ -255,7 +255,7 @@ def restore(run: Run, resume: bool) -> None:
         saved = state["settings"]
         growths = list(state.get("growths", []))
         grown = bool(growths) and growths[-1]["step"] == state["step"]  # expand RUN, not yet trained
-        free = ("grow_schedule",) if grown else ()
+        free = resuming.GROWTH_SCHEDULE if grown else ()
         run.s, changes = resuming.merge(saved, run.s, run.opts, state.get("inputs"), free)  # resume.py: what may change
         resuming.check_grow_schedule(saved, run.s, state["step"], lambda s, t: lr_start(s, growths, t))
         resuming.check_length(saved, run.s, state["step"], lambda s, t: lr_start(s, growths, t))

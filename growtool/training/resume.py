@@ -19,9 +19,9 @@ What it may change:
 
 Settings not given on resume keep the run's values, where the default would be re-derived from the
 new length: the length itself (neither ``--steps`` nor ``--tokens``), ``--warmup``,
-``--gate-warmup-tokens`` and the cadences; and ``--lr`` and ``--grow-schedule`` (their defaults
-depend on the family, the run's length and the growths, and a later release may change them: the
-run keeps the ones it started with). So ``--resume --steps 2N`` keeps the warm-up, gate ramp and
+``--gate-warmup-tokens`` and the cadences; and ``--lr``, ``--grow-schedule`` and ``--grow-warmup``
+(their defaults depend on the family, the run's length and the growths, and a later release may
+change them: the run keeps the ones it started with). So ``--resume --steps 2N`` keeps the warm-up, gate ramp and
 peak LR the run started with; an uninterrupted 2N-step run matches it when it is given the same values.
 Every accepted change is recorded in ``last.pt``'s ``history``: [{step, changed: {name: [old, new]}}].
 """
@@ -34,7 +34,8 @@ from growtool.training.schedule import lr_at
 from growtool.training.settings import option, resume_keys, saved_setting
 
 CADENCES = ("eval_every", "save_every", "metrics_every")
-KEPT = ("lr", "warmup", "gate_warmup_tokens", "grow_schedule", *CADENCES)  # derived defaults: kept when not given
+GROWTH_SCHEDULE = ("grow_schedule", "grow_warmup")  # free on a run folder that expand RUN just grew
+KEPT = ("lr", "warmup", "gate_warmup_tokens", *GROWTH_SCHEDULE, *CADENCES)  # derived defaults: kept when not given
 ADJUSTABLE = ("steps", *CADENCES)
 
 
@@ -72,15 +73,17 @@ def changed_update(saved: dict, s: dict, step: int, lr_start) -> int | None:
 
 
 def check_grow_schedule(saved: dict, s: dict, step: int, lr_start) -> None:
-    """A ``--grow-schedule`` other than the run's is accepted when each of the ``step`` updates done had
-    the learning rate it gives them."""
-    old, new = saved_setting(saved, "grow_schedule"), s["grow_schedule"]
-    t = None if old == new else changed_update(saved, {**saved, "grow_schedule": new}, step, lr_start)
-    if t is not None:
-        raise GrowError(
-            f"--grow-schedule {new}: update {t} of this run had its learning rate under {old} and would "
-            f"get another one: resume with --grow-schedule {old}"
-        )
+    """A ``--grow-schedule`` or ``--grow-warmup`` other than the run's is accepted when each of the
+    ``step`` updates done had the learning rate it gives them."""
+    for k in GROWTH_SCHEDULE:
+        old, new = saved_setting(saved, k), s.get(k)
+        t = None if old == new else changed_update(saved, {**saved, k: new}, step, lr_start)
+        if t is not None:
+            was, again = (old, f"with {option(k)} {old}") if old is not None else ("--warmup", f"without {option(k)}")
+            raise GrowError(
+                f"{option(k)} {new}: update {t} of this run had its learning rate under {was} and would "
+                f"get another one: resume {again}"
+            )
 
 
 def check_length(saved: dict, s: dict, step: int, lr_start) -> None:

@@ -3,8 +3,8 @@ from the run's last growth).
 
 Learning rate (``--schedule``), over a span that begins at step ``start`` (0, or the latest growth
 under ``--grow-schedule rewarm``) and ends at the run's last step. Every schedule warms up linearly
-over ``warmup`` steps (capped at the span): update t of the span (0-based) gets lr * (t + 1) /
-warmup. Then, with r = ``min_lr_ratio`` and n the span's steps:
+over ``warmup`` steps (``grow_warmup`` in a span that begins at a growth; each capped at the span):
+update t of the span (0-based) gets lr * (t + 1) / warmup. Then, with r = ``min_lr_ratio`` and n the span's steps:
 
 * ``cosine``: lr * (r + (1 - r) * (1 + cos(pi * p)) / 2), p = (t - warmup) / (n - warmup).
 * ``wsd`` (warmup-stable-decay): lr until the last D = round(``decay_fraction`` * n) steps (at most
@@ -27,13 +27,13 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     ``schedule`` existed: cosine)."""
     kind = saved_setting(s, "schedule")
     lr, n = s["lr"], s["steps"] - start
-    warm, t, r = min(s["warmup"], n), step - start, s["min_lr_ratio"]
+    warm, t, r = warmup_steps(s, start), step - start, s["min_lr_ratio"]
     if t < warm:
         return lr * (t + 1) / warm
     if kind == "constant":
         return lr
     if kind == "wsd":
-        d = decay_steps(s, n)
+        d = decay_steps(s, n, warm)
         if d <= 0 or t < n - d:
             return lr
         p = (t - (n - d)) / d
@@ -42,9 +42,17 @@ def lr_at(step: int, s: dict, start: int = 0) -> float:
     return lr * (r + (1 - r) * 0.5 * (1 + math.cos(math.pi * p)))
 
 
-def decay_steps(s: dict, n: int) -> int:
-    """wsd: the updates in the decay of a schedule span of ``n`` updates (after its warm-up at most)."""
-    return min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - min(s["warmup"], n))
+def warmup_steps(s: dict, start: int = 0) -> int:
+    """The LR warm-up of the schedule span that begins at step ``start``: ``warmup`` for the run's first
+    span, ``grow_warmup`` (when given) for one that a growth began; at most the span."""
+    given = saved_setting(s, "grow_warmup")
+    return min(s["warmup"] if start == 0 or given is None else given, s["steps"] - start)
+
+
+def decay_steps(s: dict, n: int, warm: int) -> int:
+    """wsd: the updates in the decay of a schedule span of ``n`` updates (after its warm-up of ``warm``
+    at most)."""
+    return min(max(0, round(saved_setting(s, "decay_fraction") * n)), n - warm)
 
 
 def decay_start(s: dict, start: int = 0) -> int | None:
@@ -53,7 +61,7 @@ def decay_start(s: dict, start: int = 0) -> int | None:
     the ones after it fall); None for the other schedules and for a wsd run without a decay."""
     if saved_setting(s, "schedule") != "wsd":
         return None
-    d = decay_steps(s, s["steps"] - start)
+    d = decay_steps(s, s["steps"] - start, warmup_steps(s, start))
     return s["steps"] - d if d > 0 else None
 
 

@@ -232,6 +232,13 @@ class Settings:
         "depth alone, rewarm otherwise (measured: bench/README.md)",
         choices=("continue", "rewarm", "rewarm-width"),
     )
+    grow_warmup: int | None = setting(
+        None,
+        "LR warm-up, in updates, after a growth that re-warms the schedule (--grow-schedule rewarm or "
+        "rewarm-width); 0 keeps the LR at its peak and restarts only the decay's span (its length a "
+        "--decay-fraction of the steps left); default --warmup",
+        low=0,
+    )
     new_lr_mult: float = setting(
         1.0,
         "step multiplier for the latest width growth's new parameters (new units' slices and new residual "
@@ -425,6 +432,7 @@ ABSENT = {
     "data_start": 0,
     "new_lr_mult": 1.0,
     "new_rewarm_steps": 0,
+    "grow_warmup": None,  # runs before --grow-warmup re-warmed over --warmup
 }
 
 
