@@ -21,8 +21,9 @@ Settings not given on resume keep the run's values, where the default would be r
 new length: the length itself (neither ``--steps`` nor ``--tokens``), ``--warmup``,
 ``--gate-warmup-tokens`` and the cadences; and ``--lr``, ``--grow-schedule`` and ``--grow-warmup``
 (their defaults depend on the family, the run's length and the growths, and a later release may
-change them: the run keeps the ones it started with). So ``--resume --steps 2N`` keeps the warm-up, gate ramp and
-peak LR the run started with; an uninterrupted 2N-step run matches it when it is given the same values.
+change them: the run keeps the ones it started with). So ``--resume --steps 2N`` keeps the warm-up,
+gate ramp and peak LR the run started with; an uninterrupted 2N-step run matches it when it is given
+the same values.
 Every accepted change is recorded in ``last.pt``'s ``history``: [{step, changed: {name: [old, new]}}].
 """
 
