@@ -32,7 +32,7 @@ from __future__ import annotations
 from growtool.nn.errors import GrowError
 from growtool.training.run_folder import PRE_DECAY
 from growtool.training.schedule import lr_at
-from growtool.training.settings import option, resume_keys, saved_setting
+from growtool.training.settings import ABSENT, option, resume_keys, saved_setting
 
 CADENCES = ("eval_every", "save_every", "metrics_every")
 GROWTH_SCHEDULE = ("grow_schedule", "grow_warmup")  # free on a run folder that expand RUN just grew
@@ -49,8 +49,8 @@ def merge(saved: dict, resolved: dict, opts, inputs: dict | None = None, free=()
     keeps the updates done at their learning rates)."""
     s = dict(resolved)
     for k in KEPT:
-        if getattr(opts, k) is None and k in saved:
-            s[k] = saved[k]
+        if getattr(opts, k) is None and (k in saved or k in ABSENT):  # a run saved before k: what it meant
+            s[k] = saved_setting(saved, k)
     if opts.steps is None and opts.tokens is None:
         s["steps"] = saved["steps"]
     if s["steps"] != saved["steps"] and saved_setting(saved, "grow_at"):
