@@ -171,8 +171,7 @@ OPTIONS = {
     "continue": (None, {}, {"grow_schedule": "continue"}),  # no LR re-warm at the growth: one schedule (with
     # /branch: passed at every growth of the finished run, so one schedule from the base's first step)
     "hold": (None, {}, {"grow_warmup": 0}),  # a re-warm without its warm-up: the LR stays at the peak, the decay's
-    # span restarts at the growth (with /branch: at every growth of the finished run, the run-folder rule's default
-    # since the thirty-first session; /branch and /runfolder without it pin the re-warm over --warmup)
+    # span restarts at the growth (with /branch: passed at every growth of the finished run)
     "rww": (None, {}, {"grow_schedule": "rewarm-width"}),  # re-warm at growths in width only (with /branch: at a
     # stacking after a width growth; /branch without it re-warms there, the rule its cached runs had)
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)
@@ -415,10 +414,9 @@ def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[d
 
     ((f, *_),) = spec["growths"]  # one growth
     k = round(f * math.ceil(tokens / (Q["batch"] * Q["seq"])))  # train_phase's steps for these tokens
-    s, _ = train_phase(Q, base, str(run / "src"), tokens, spec["seed"], stop_at=k)
+    train_phase(Q, base, str(run / "src"), tokens, spec["seed"], stop_at=k)
     surgery.expand(str(run / "src"), out=str(run / "out"), **expand_kw(spec["base"], spec["growths"][0]))
-    warm = {"grow_warmup": s["settings"]["warmup"]}  # a re-warm over --warmup, as the cached runs had
-    return train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True, **warm)
+    return train_phase(Q, base, str(run / "out"), tokens, spec["seed"], resume=True)
 
 
 def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict], list]:
@@ -439,12 +437,11 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
     mode = {"grow_schedule": "rewarm-width" if rww else "rewarm"}  # a stacking after a width growth: /rww's,
     # else the rule the cached runs had (a re-warm)
     one = {"grow_schedule": "continue"} if "continue" in spec["opts"] else None  # /continue: one schedule throughout
+    hold = {"grow_warmup": 0} if "hold" in spec["opts"] else {}  # /hold: each re-warm keeps the peak LR
     ks = [round(g[0] * math.ceil(tokens / per_step)) for g in spec["growths"]]  # the growths' steps
     nb = next(n for n in range(ks[0], 2 * ks[0] + 2) if decay_start(base_settings(n, Q.get("decay"))) == ks[0])
     folders = ["src"] + [f"src{i}" for i in range(1, len(ks))] + ["out"]  # each phase's run folder
     s, recs = train_phase(Q, base, str(run / folders[0]), nb * per_step, spec["seed"])
-    hold = {"grow_warmup": 0 if "hold" in spec["opts"] else s["settings"]["warmup"]}  # /hold: each re-warm at the
-    # peak LR (the run-folder rule since the thirty-first session); else over --warmup, as the cached runs did
     curve, wasted, shape = _curve(recs), 0.0, spec["base"]
     for i, (k, g) in enumerate(zip(ks, spec["growths"])):
         wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay

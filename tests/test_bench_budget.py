@@ -600,7 +600,7 @@ def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes
 
     def phase(Q, ckpt, out, tokens, seed, **kw):
         calls.append(("train", Path(out).name, tokens, kw))
-        return {"final": ckpt, "settings": {"warmup": 5}}, [{"flops": 1.0}]
+        return {"final": ckpt}, [{"flops": 1.0}]
 
     def expand(src, out, **kw):
         calls.append(("expand", Path(src).name, Path(out).name, kw))
@@ -612,7 +612,7 @@ def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes
     assert calls == [
         ("train", "src", 10_000, {"stop_at": 20}),  # 100 steps of 4 x 25 tokens; the growth at 20% of them
         ("expand", "src", "out", {"layers": 4, "depth_method": "stack"}),
-        ("train", "out", 10_000, {"resume": True, "grow_warmup": 5}),  # the re-warm the cached runs had
+        ("train", "out", 10_000, {"resume": True}),
     ]
 
 
@@ -631,7 +631,7 @@ def test_branch_trains_a_base_whose_decay_begins_at_the_growth_and_counts_the_de
         n = tokens // 100
         if Path(out).name == "src":  # the base: 1 FLOP a step, validated at its growth step and its end
             recs = [{"step": t, "flops": float(t)} for t in range(n + 1)]
-            return {"settings": {"warmup": 1}}, [{**r, "val_loss": 3.0} if r["step"] in (20, n) else r for r in recs]
+            return {}, [{**r, "val_loss": 3.0} if r["step"] in (20, n) else r for r in recs]
         return {}, [{"step": t, "flops": 10.0 * t, "val_loss": 2.0} for t in (20, 60, 100)]
 
     def expand(src, out, **kw):
@@ -644,7 +644,7 @@ def test_branch_trains_a_base_whose_decay_begins_at_the_growth_and_counts_the_de
     assert calls == [
         ("train", "src", 2_500, {}),  # 25 steps: warm-up 1, decay over the last 5, so it begins after 20
         ("expand", "src/pre-decay", "out", {"layers": 4, "depth_method": "stack"}),
-        ("train", "out", 10_000, {"resume": True, "grow_warmup": 1}),  # the base's warm-up (the cached runs')
+        ("train", "out", 10_000, {"resume": True}),
     ]
     assert decay_start(budget.base_settings(25)) == 20 != decay_start(budget.base_settings(24))
     assert curve == [(20.0, 3.0), (25.0, 3.0), (605.0, 2.0), (1005.0, 2.0)]  # + the 5 decay steps' FLOPs
@@ -657,9 +657,8 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     curve carries both decays' FLOPs. The stacking after the width growth re-warms as ``train``'s
     run-folder rule did when these runs were cached (``--grow-schedule rewarm`` passed); with ``/rww`` it
     continues the schedule the width growth began (``--grow-schedule rewarm-width``); with ``/continue``
-    every growth continues the base's schedule (62 updates from step 0, the last 12 the decay, after 50). Each
-    resumed run gets ``--grow-warmup`` = the base's warm-up (a re-warm as the cached runs had it; the
-    run-folder rule now keeps the peak), or 0 with ``/hold``."""
+    every growth continues the base's schedule (62 updates from step 0, the last 12 the decay, after 50); with
+    ``/hold`` every growth passes ``--grow-warmup 0``."""
     import budget
 
     calls = []
@@ -681,7 +680,6 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
     monkeypatch.setattr(budget, "train_phase", phase)
     monkeypatch.setattr("growtool.surgery.expand", expand)
     spec = {"seed": 0, "base": [32, 2], "growths": [[0.2, 64, 2, None], [0.5, 64, 4, "stack"]], "opts": ["branch"]}
-    warm = {"resume": True, "grow_warmup": 1}  # a re-warm over the base's --warmup, as the cached runs had
     for opts, mode in ((["branch"], "rewarm"), (["branch", "rww"], "rewarm-width")):
         calls.clear()
         Q = {"lr": 0.003, "batch": 4, "seq": 25}
@@ -689,14 +687,14 @@ def test_branch_with_two_growths_trains_each_grown_run_to_a_decay_that_begins_at
         assert calls == [
             ("train", "src", 2_500, {}),
             ("expand", "src/pre-decay", "src1", {"width": 64}),
-            ("train", "src1", 5_700, warm),  # from step 20: 37 updates, the last 7 the decay, after 50
+            ("train", "src1", 5_700, {"resume": True}),  # from step 20: 37 updates, the last 7 the decay, after 50
             ("expand", "src1/pre-decay", "out", {"layers": 4, "depth_method": "stack"}),
-            ("train", "out", 10_000, {**warm, "grow_schedule": mode}),
+            ("train", "out", 10_000, {"resume": True, "grow_schedule": mode}),
         ]
         assert curve == [(20.0, 3.0), (25.0, 3.0), (505.0, 2.5), (575.0, 2.5), (1675.0, 2.0), (2075.0, 2.0)]
     calls.clear()  # /continue: one schedule from the base's first step, so the first grown run is longer
     budget.branch_path(Q, {**spec, "opts": ["branch", "continue"]}, "b.safetensors", tmp_path, 10_000)
-    one = {**warm, "grow_schedule": "continue"}
+    one = {"resume": True, "grow_schedule": "continue"}
     assert [c for c in calls if c[0] == "train"][1:] == [("train", "src1", 6_200, one), ("train", "out", 10_000, one)]
     calls.clear()  # /hold: --grow-warmup 0 at every growth (the re-warm at the width growth keeps the peak LR)
     budget.branch_path(Q, {**spec, "opts": ["branch", "hold", "rww"]}, "b.safetensors", tmp_path, 10_000)

@@ -135,7 +135,7 @@ def test_runs_saved_before_the_growth_settings_still_resume(world, tmp_path):
     kw = dict(KW, steps=6)
     train(world["base"], [world["text"]], tmp_path / "run", stop_at=3, **kw)
     state = torch.load(tmp_path / "run" / STATE, weights_only=True)
-    for k in ("grow_at", "grow_recipe", "grow_optimizer"):
+    for k in ("grow_at", "grow_recipe", "grow_optimizer", "grow_schedule", "grow_warmup"):
         del state["settings"][k]
     del state["growths"]
     torch.save(state, tmp_path / "run" / STATE)
@@ -212,10 +212,9 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     the run continues the schedule the width growth began (``rewarm-width``; a second re-warm ended higher
     on 10 of 10 seeds at 10 tokens / parameter and 3 of 3 at 5 and 20, the WRITEUP's twenty-eighth session): the updates
     since the width growth keep their LRs, so the run can still be extended, and a --grow-schedule that
-    would change one of them is refused. (A re-warm here warms up over --warmup, ``--grow-warmup 4``; the
-    default under wsd keeps the peak: the next test.)"""
+    would change one of them is refused."""
     d, text, base = tmp_path, world["text"], world["base"]
-    kw = dict(KW, steps=20, schedule="wsd", warmup=4, grow_warmup=4)
+    kw = dict(KW, steps=20, schedule="wsd", warmup=4)
     train(base, [text], d / "src", stop_at=10, **kw)
     shutil.copytree(d / "src", d / "on")
     train(base, [text], d / "on", resume=True, **kw)
@@ -248,47 +247,27 @@ def test_a_run_folder_grown_in_depth_under_wsd_continues_its_schedule(world, tmp
     assert w3[11] == kw["lr"] / 4 and w3[14] == w3[17] == w3[18] == kw["lr"]  # re-warmed at 10, none at 17
 
 
-def test_a_run_folder_widened_keeps_the_peak_and_takes_grow_warmup_until_an_update_has_used_it(world, tmp_path):
-    """A run folder that ``expand RUN`` widened re-warms without a warm-up by default under wsd (the LR stays at
-    its peak and the decay's span restarts at the growth: 2 of the 10 updates left); ``train --resume
-    --grow-warmup 4`` on it warms up again instead (and is kept on a later resume). Once an update has run
-    under the re-warm, a new value would change that update's LR and is refused in one line, also after a
-    later growth."""
+def test_a_run_folder_widened_takes_grow_warmup_until_an_update_has_used_it(world, tmp_path):
+    """``train --resume --grow-warmup 0`` on a run folder that ``expand RUN`` just widened: the re-warm keeps
+    the peak LR (and is kept on a later resume); once an update has run under the re-warm, a new value would
+    change that update's LR and is refused in one line, also after a later growth."""
     d, text, base = tmp_path, world["text"], world["base"]
     kw = dict(KW, steps=20, schedule="wsd", warmup=4)
     train(base, [text], d / "src", stop_at=10, **kw)
     for name in ("hold", "warm"):
         assert cli("expand", d / "src", "--width", 48, "-o", d / name, "-q").exit_code == 0
+    train(base, [text], d / "hold", resume=True, stop_at=14, grow_warmup=0, **kw)
+    train(base, [text], d / "hold", resume=True, **kw)  # not given: kept
+    assert lrs_of(d / "hold")[11] == lrs_of(d / "hold")[17] == kw["lr"]  # no second warm-up
     assert torch.load(d / "hold" / STATE, weights_only=True)["settings"]["grow_warmup"] == 0
-    train(base, [text], d / "hold", resume=True, stop_at=14, **kw)
-    train(base, [text], d / "hold", resume=True, **kw)
-    hold = lrs_of(d / "hold")
-    assert [hold[s] for s in range(11, 20)] == [kw["lr"]] * 9 and hold[20] < kw["lr"]  # decay: updates 18, 19
-    train(base, [text], d / "warm", resume=True, stop_at=14, grow_warmup=4, **kw)
+    train(base, [text], d / "warm", resume=True, stop_at=14, **kw)
+    assert lrs_of(d / "warm")[11] == kw["lr"] / 4
     with pytest.raises(GrowError, match="--grow-warmup 0 differs from the run's"):  # updates ran since the growth
         train(base, [text], d / "warm", resume=True, grow_warmup=0, **kw)
     assert cli("expand", d / "warm", "--layers", "2x", "-o", d / "deep", "-q").exit_code == 0  # grown again: free,
-    msg = "--grow-warmup 0: update 10 of this run had its learning rate under 4 .* resume with --grow-warmup 4"
-    with pytest.raises(GrowError, match=msg):  # but update 10 warmed up
+    msg = "--grow-warmup 0: update 10 of this run had its learning rate under --warmup .* resume without --grow-warmup"
+    with pytest.raises(GrowError, match=msg):  # but update 10 re-warmed
         train(base, [text], d / "deep", resume=True, grow_warmup=0, **kw)
-    train(base, [text], d / "warm", resume=True, **kw)  # not given: kept
-    warm = lrs_of(d / "warm")
-    assert warm[11] == kw["lr"] / 4 and warm[14] == kw["lr"] and warm[20] < kw["lr"]
-
-
-def test_the_run_folder_warmup_rule_keeps_every_done_updates_lr():
-    """``stages.grow_warmup_after`` on saved settings alone: under wsd a run folder's growth sets 0 unless an
-    earlier re-warm (here --grow-at's at step 4, over --warmup 2) would lose its warm-up; a value the run was
-    given is kept, and cosine keeps --warmup (None)."""
-    from growtool.training.stages import grow_warmup_after
-
-    s = {"schedule": "wsd", "steps": 20, "warmup": 2, "lr": 1.0, "min_lr_ratio": 0.1, "grow_schedule": "rewarm"}
-    wide, later = {"step": 4, "width": 48, "from": 32}, {"step": 10, "width": 64, "from": 48}
-    assert grow_warmup_after(s, [later], 10) == 0
-    assert grow_warmup_after(s, [wide, later], 10) is None  # update 4 warmed up
-    assert grow_warmup_after({**s, "grow_schedule": "continue"}, [wide, later], 10) == 0
-    assert grow_warmup_after({**s, "grow_warmup": 3}, [later], 10) == 3
-    assert grow_warmup_after({**s, "schedule": "cosine"}, [later], 10) is None
 
 
 def test_a_run_folder_stacked_then_widened_keeps_one_schedule(world, tmp_path):

@@ -236,8 +236,7 @@ class Settings:
         None,
         "LR warm-up, in updates, after a growth that re-warms the schedule (--grow-schedule rewarm or "
         "rewarm-width); 0 keeps the LR at its peak and restarts only the decay's span (its length a "
-        "--decay-fraction of the steps left); default --warmup, and 0 once expand RUN grows a run folder "
-        "under wsd (measured: bench/README.md)",
+        "--decay-fraction of the steps left); default --warmup",
         low=0,
     )
     new_lr_mult: float = setting(

@@ -36,9 +36,8 @@ from growtool.grow.plan import Units, build_plan, lineage_entry
 from growtool.io import checkpoint, confine
 from growtool.nn.errors import GrowError
 from growtool.nn.families import expected_shapes
-from growtool.training.resume import changed_update
 from growtool.training.run_folder import MODEL, PRE_DECAY, STATE, read_metrics, save_bytes, write_metrics
-from growtool.training.schedule import lr_start, mup, run_gate, run_gate_for
+from growtool.training.schedule import mup, run_gate, run_gate_for
 from growtool.training.settings import (
     default_gate_tokens,
     grow_schedule_after,
@@ -273,7 +272,6 @@ def expand_run(src: Path, out: Path, growth: Growth, force: bool = False) -> tup
         record.update(layers=plan.cfg.layers, layers_from=plan.src.layers)
     growths.append(record)
     s["grow_schedule"] = grow_schedule_after(s, growths)  # a growth in depth under wsd: no re-warm
-    s["grow_warmup"] = grow_warmup_after(s, growths, step)  # a re-warm under wsd: at the peak LR
     new_state = {**state, "settings": s, "optimizer": opt_state, "growths": growths}
     lineage = last.lineage + [{**entry, "step": step}, dict(last.lineage[-1])]
     records = [r for r in read_metrics(src / "metrics.jsonl") if r["step"] <= step]
@@ -285,21 +283,6 @@ def expand_run(src: Path, out: Path, growth: Growth, force: bool = False) -> tup
         records,
     )
     return plan, step
-
-
-def grow_warmup_after(s: dict, growths: list[dict], step: int) -> int | None:
-    """--grow-warmup for a run folder that ``expand RUN`` grew at ``step`` (``growths``: the run's growth
-    records, the new one included): a value the run was given is kept; otherwise, under wsd, 0 (the LR
-    stays at its peak through a re-warm and the decay is measured from the growth: a finished GPT-2 run
-    widened from its ``pre-decay/`` ended lower than re-warmed over --warmup on 5 of 7 seeds at 10 tokens /
-    parameter, 14.7% saved against 11.1%; widened, then stacked, the two tie, 5 of 10 lower, 18.3% against
-    18.0%: bench/results/budget_d64/WRITEUP.md, thirty-first session), unless an update done would get
-    another LR (a run that re-warmed at a --grow-at growth keeps --warmup)."""
-    given = saved_setting(s, "grow_warmup")
-    if given is not None or saved_setting(s, "schedule") != "wsd":
-        return given
-    hold = {**s, "grow_warmup": 0}
-    return 0 if changed_update(s, hold, step, lambda x, t: lr_start(x, growths, t)) is None else None
 
 
 def _check_run_paths(src: Path, out: Path, force: bool) -> None:
