@@ -447,7 +447,7 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
         wasted += recs[-1]["flops"] - next(r["flops"] for r in recs if r["step"] == k)  # this run's decay
         out, wide = run / folders[i + 1], g[1] != shape[0]
         surgery.expand(str(run / folders[i] / "pre-decay"), out=str(out), **expand_kw(shape, g))
-        pinned = one or (mode if widened and not wide else {})
+        pinned = {**(one or (mode if widened and not wide else {})), **hold}
         done.append({"width": g[1], "from": shape[0], **({"layers": g[2]} if g[2] != shape[1] else {})})
         sched = pinned.get("grow_schedule") or next_grow_schedule("wsd", sched, done)  # train's run-folder rule
         since = k if rewarms(sched, done[-1]) else since  # where the schedule in force began
@@ -457,9 +457,9 @@ def branch_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict,
             n = next(
                 n for n in range(ks[i + 1], 4 * ks[i + 1]) if decay_start({**saved, "steps": n}, since) == ks[i + 1]
             )
-            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **pinned, **hold)
+            s, recs = train_phase(Q, base, str(out), n * per_step, spec["seed"], resume=True, **pinned)
         else:
-            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **pinned, **hold)
+            s, recs = train_phase(Q, base, str(out), tokens, spec["seed"], resume=True, **pinned)
         curve += _curve([r for r in recs if r["step"] > k], wasted)
     return s, recs, curve
 
