@@ -172,6 +172,8 @@ OPTIONS = {
     # /branch: passed at every growth of the finished run, so one schedule from the base's first step)
     "hold": (None, {}, {"grow_warmup": 0}),  # a re-warm without its warm-up: the LR stays at the peak, the decay's
     # span restarts at the growth (with /branch: passed at every growth of the finished run)
+    "drop1": (None, {}, {"grow_dropout": 0.1}),  # dropout on the MLP units and heads' outputs through each gate ramp
+    "drop3": (None, {}, {"grow_dropout": 0.3}),
     "rww": (None, {}, {"grow_schedule": "rewarm-width"}),  # re-warm at growths in width only (with /branch: at a
     # stacking after a width growth; /branch without it re-warms there, the rule its cached runs had)
     "plain": (None, {}, {}),  # the plain path: train BASE, expand, train GROWN, all defaults (plain_path)

@@ -130,6 +130,43 @@ def test_grow_lr_mup_scales_the_hidden_matrices_and_resumes_exactly(world):  # n
     assert same["val_loss"] != b["val_loss"]  # the option changes training
 
 
+def test_grow_dropout_runs_from_the_growth_through_the_gate_ramp_and_resumes_exactly(world):  # noqa: F811
+    """``--grow-dropout``: off before the growth (the first 6 updates match a run without it), on for the
+    gate ramp's 3 updates after it (the losses differ), off after (the rate, ``dropout_at``); twin units'
+    masks differ; a run stopped inside the window and resumed matches one run; the evaluation has no dropout."""
+    from growtool.nn.errors import GrowError
+    from growtool.nn.model import drop_units
+    from growtool.training.schedule import dropout_at
+    from growtool.training.settings import Settings
+
+    d, text, base = world["dir"], world["text"], world["base"]
+    kw = dict(KW, steps=12, save_every=1, grow_at=("0.5:48",), gate_warmup_tokens=3 * 8 * 32)
+    off = train(base, [text], d / "drop-off", **kw)
+    on = train(base, [text], d / "drop", grow_dropout=0.3, stop_at=8, **kw)
+    assert on["final"] is None
+    train(base, [text], d / "drop", grow_dropout=0.3, resume=True, **kw)
+    once = train(base, [text], d / "drop-once", grow_dropout=0.3, **kw)
+    assert strip(read_metrics(d / "drop" / "metrics.jsonl")) == strip(read_metrics(d / "drop-once" / "metrics.jsonl"))
+    s, growths = once["settings"], [{"step": 6}]
+    assert [dropout_at(i, s, growths) for i in range(12)] == [0.0] * 6 + [0.3] * 3 + [0.0] * 3
+    assert [dropout_at(i, s, []) for i in range(12)] == [0.0] * 12
+    loss = {k: [r["loss"] for r in read_metrics(d / k / "metrics.jsonl")[1:]] for k in ("drop-off", "drop-once")}
+    assert loss["drop-off"][:6] == loss["drop-once"][:6]
+    assert all(a != b for a, b in zip(loss["drop-off"][6:9], loss["drop-once"][6:9]))
+    assert once["val_loss"] != off["val_loss"]
+    h = torch.ones(2, 5, 8)
+    m = drop_units(h, (0.5, 7), 1)
+    assert set(m.unique().tolist()) <= {0.0, 2.0} and not torch.equal(m[..., :4], m[..., 4:])  # twins differ
+    assert torch.equal(m, drop_units(h, (0.5, 7), 1)) and not torch.equal(m, drop_units(h, (0.5, 8), 1))
+    for bad in (dict(grow_dropout=0.1, compile=True), dict(grow_dropout=0.95)):
+        with pytest.raises(GrowError, match="--grow-dropout"):
+            Settings(**bad).check()
+    model, x = init_model(_cfg("llama"), gamma=0.5, seed=0).eval(), torch.arange(8).view(1, 8)
+    plain = model(x)
+    model.set_dropout(0.5, 1)
+    assert torch.equal(model(x), plain) and not torch.equal(model.train()(x), plain)  # training mode alone
+
+
 def test_grow_schedule_rewarm_restarts_the_lr_at_the_growth(world):  # noqa: F811
     d, text, base = world["dir"], world["text"], world["base"]
     kw = dict(KW, steps=12, grow_at=("0.5:48",), gate_warmup_tokens=256, warmup=2, schedule="cosine")  # rewarm: default

@@ -47,6 +47,7 @@ ALT = dict(
     grow_warmup=0,
     new_lr_mult=3.0,
     new_rewarm_steps=3,
+    grow_dropout=0.1,
     schedule="cosine",
     decay_fraction=0.3,
     decay_shape="linear",

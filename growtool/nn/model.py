@@ -132,6 +132,16 @@ def unit_mask(n: int, base: int, gate: torch.Tensor, like: torch.Tensor) -> torc
     return m
 
 
+def drop_units(t: torch.Tensor, drop: tuple[float, int], salt: int) -> torch.Tensor:
+    """Dropout of rate p = ``drop[0]``: ``t`` times a mask of keep-probability 1 - p, over 1 - p. The
+    mask is drawn from a generator seeded by ``drop[1]`` (the run's seed and step) and ``salt`` (the
+    place), so a rerun forward (activation checkpointing) and a resumed run draw the same mask."""
+    p, key = drop
+    gen = torch.Generator(device=t.device).manual_seed(key * 1024 + salt)
+    keep = torch.rand(t.shape, generator=gen, device=t.device) >= p
+    return t * keep.to(t.dtype) / (1 - p)
+
+
 def _has(root: nn.Module, path: str) -> bool:
     try:
         root.get_submodule(path)
@@ -268,6 +278,7 @@ class Block(nn.Module):
             self.get_submodule(parent).register_buffer(last, torch.zeros(shape))
         if cfg.gated:
             self.growth_gate = nn.Parameter(torch.zeros(1))
+        self.grow_dropout: tuple[float, int] | None = None  # (rate, key) while --grow-dropout is on (LM.set_dropout)
 
     def _gate(self, alpha):
         if alpha is not None:
@@ -321,6 +332,8 @@ class Block(nn.Module):
             y = y * mult
         if gate is not None:
             y = y * gate
+        if self.grow_dropout and self.training:  # per head channel: twin heads get different masks
+            y = drop_units(y, self.grow_dropout, 2 * self.layer)
         return s["o"](y.transpose(1, 2).reshape(B, T, H * hd))
 
     def _moe(self, x, g):
@@ -374,6 +387,8 @@ class Block(nn.Module):
             h = act(s["up"](x))
         if base < n:  # grown neurons behind the gate (skipped in a plain model)
             h = h * unit_mask(n, base, g, h)
+        if self.grow_dropout and self.training:  # per unit: twin units get different masks
+            h = drop_units(h, self.grow_dropout, 2 * self.layer + 1)
         return s["down"](h) if md is None else s["down"](h) * md
 
     def forward(self, x, rope=None, alpha=None):
@@ -443,6 +458,12 @@ class LM(nn.Module):
             for b in self.blocks:
                 if self.cfg.gated:
                     b.growth_gate.fill_(value)
+
+    def set_dropout(self, p: float, key: int) -> None:
+        """``--grow-dropout``: rate ``p`` (0: off) in every block's dense MLP units and attention heads'
+        outputs while training, the masks drawn from ``key`` (``drop_units``)."""
+        for b in self.blocks:
+            b.grow_dropout = (p, key) if p > 0 else None
 
     def forward(self, idx, targets=None, alpha=None):
         logits = run(self, idx, alpha)

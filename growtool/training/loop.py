@@ -74,7 +74,7 @@ from growtool.training.run_folder import (
     save_bytes,
     write_metrics,
 )
-from growtool.training.schedule import decay_start, lr_at, lr_start, mup, run_gate, width_lr_scale
+from growtool.training.schedule import decay_start, dropout_at, lr_at, lr_start, mup, run_gate, width_lr_scale
 from growtool.training.settings import Settings, saved_setting
 
 # ---- pieces -----------------------------------------------------------------------------------
@@ -389,6 +389,8 @@ def one_step(run: Run, module, params, step: int) -> dict:
     g, lr_now = run_gate(run, step), lr_at(step, s, lr_start(s, run.growths, step))
     if g is not None:
         model.set_gates(g)
+    key = ((s["seed"] * 1_000_003 + step) * run.world + run.rank) % 2**48  # the masks of this update, on this rank
+    model.set_dropout(dropout_at(step, s, run.growths), key)
     scale = width_lr_scale(model.cfg, run.growths)
     for group in run.opt.param_groups:
         group["lr"] = lr_now * (scale if group.get("width_scaled") else 1.0)

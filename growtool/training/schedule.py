@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import math
 
-from growtool.training.settings import rewarms, saved_setting
+from growtool.training.settings import default_gate_tokens, rewarms, saved_setting
 
 SCHEDULES = ("cosine", "wsd", "constant")
 
@@ -82,6 +82,17 @@ def run_gate_for(cfg, s: dict, growths: list, step: int) -> float | None:
 
 def run_gate(run, step: int) -> float | None:
     return run_gate_for(run.model.cfg, run.s, run.growths, step)
+
+
+def dropout_at(step: int, s: dict, growths: list) -> float:
+    """``--grow-dropout``'s rate for update ``step`` (0-based): its value from a growth until the gates'
+    ramp after it ends (``gate_warmup_tokens``, default 10% of the run), 0 before any growth and after."""
+    p = saved_setting(s, "grow_dropout")
+    if not p or not any(g["step"] <= step for g in growths):
+        return 0.0
+    per_step = s["batch"] * s["seq"]
+    ramp = s.get("gate_warmup_tokens") or default_gate_tokens(s["steps"], per_step)
+    return p if (step - last_growth(growths, step)) * per_step < ramp else 0.0
 
 
 def last_growth(growths: list, step: int) -> int:

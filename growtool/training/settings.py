@@ -255,6 +255,14 @@ class Settings:
         "gate ramp's updates, 10% of the run)",
         low=0,
     )
+    grow_dropout: float = setting(
+        0.0,
+        "dropout on the dense MLP's units and the attention heads' outputs from a growth until its gate ramp "
+        "ends (a symmetry breaker: twin units get different masks; each mask follows the seed and the step, "
+        "so a resumed run is exact); 0: off (measured: bench/README.md, issue 40)",
+        low=0.0,
+        high=0.9,
+    )
     stop_at: int | None = setting(
         None, "end this invocation after this step (resumable)", low=1, resume="each invocation may stop elsewhere"
     )
@@ -273,6 +281,8 @@ class Settings:
             check_field(f, getattr(self, f.name))
         if self.tokens is not None and self.steps is not None:
             raise GrowError("give --tokens or --steps, not both")
+        if self.grow_dropout and self.compile:
+            raise GrowError("--grow-dropout: not with --compile (each update's masks would recompile the model)")
         parse_grow_at(self.grow_at)
 
     def resolve(
@@ -433,6 +443,7 @@ ABSENT = {
     "new_lr_mult": 1.0,
     "new_rewarm_steps": 0,
     "grow_warmup": None,  # runs before --grow-warmup re-warmed over --warmup
+    "grow_dropout": 0.0,
 }
 
 
