@@ -40,6 +40,7 @@ import torch
 from growtool.nn.errors import GrowError
 from growtool.nn.families import arch_of, tensor_specs, unit_count
 from growtool.nn.model import Linear
+from growtool.training.schedule import ramp_tokens
 
 
 def latest_growth(lineage: list) -> dict | None:
@@ -295,8 +296,7 @@ class Tracker:
         if step % s["metrics_every"] == 0 or step == s["steps"]:
             return True
         per_step = s["batch"] * s["seq"]
-        ramp_tokens = s.get("gate_warmup_tokens") or max(1, round(0.1 * s["steps"] * per_step))
-        ramp = max(1, math.ceil(ramp_tokens / per_step))
+        ramp = max(1, math.ceil(ramp_tokens(s) / per_step))
         k = step - since
         return 0 < k <= ramp and (k == 1 or k % max(1, ramp // 8) == 0)
 

@@ -90,9 +90,13 @@ def dropout_at(step: int, s: dict, growths: list) -> float:
     p = saved_setting(s, "grow_dropout")
     if not p or not any(g["step"] <= step for g in growths):
         return 0.0
-    per_step = s["batch"] * s["seq"]
-    ramp = s.get("gate_warmup_tokens") or default_gate_tokens(s["steps"], per_step)
-    return p if (step - last_growth(growths, step)) * per_step < ramp else 0.0
+    return p if (step - last_growth(growths, step)) * s["batch"] * s["seq"] < ramp_tokens(s) else 0.0
+
+
+def ramp_tokens(s: dict) -> int:
+    """The tokens of the gate ramp after a growth: ``gate_warmup_tokens``, or (a run saved without gates)
+    the default, 10% of the run's tokens."""
+    return s.get("gate_warmup_tokens") or default_gate_tokens(s["steps"], s["batch"] * s["seq"])
 
 
 def last_growth(growths: list, step: int) -> int:
