@@ -94,9 +94,9 @@ def listing(folder) -> dict[str, int]:
     return {str(p.relative_to(folder)): (p.stat().st_size if p.is_file() else -1) for p in folder.rglob("*")}
 
 
-def cli(*args, input=None):
-    """The CLI in-process; click's Result has exit_code, stdout, stderr."""
-    return CliRunner().invoke(main, [str(a) for a in args], input=input)
+def cli(*args, input=None, env=None):
+    """The CLI in-process (``env``: variables set for the call); click's Result has exit_code, stdout, stderr."""
+    return CliRunner().invoke(main, [str(a) for a in args], input=input, env=env)
 
 
 def run(*args, input=None, user=None, cwd=None, timeout=1800, env=None) -> subprocess.CompletedProcess:

@@ -9,6 +9,7 @@ CLI and the resume check.
 
 from __future__ import annotations
 
+import functools
 import math
 import typing
 from dataclasses import MISSING, dataclass, field, fields
@@ -456,8 +457,10 @@ def option(name: str) -> str:
     return "--" + name.replace("_", "-")
 
 
+@functools.cache
 def value_type(name: str) -> type:
-    """int, float, str or bool: the field's annotation without its ``| None``."""
+    """int, float, str or bool: the field's annotation without its ``| None`` (resolved once: the
+    annotations are strings, and resolving them all costs more than a short run's step)."""
     t = typing.get_type_hints(Settings)[name]
     return next(a for a in typing.get_args(t) if a is not type(None)) if typing.get_args(t) else t
 
