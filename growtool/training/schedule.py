@@ -94,8 +94,9 @@ def dropout_at(step: int, s: dict, growths: list) -> float:
 
 
 def ramp_tokens(s: dict) -> int:
-    """The tokens of the gate ramp after a growth: ``gate_warmup_tokens``, or (a run saved without gates)
-    the default, 10% of the run's tokens."""
+    """The tokens of the gate ramp after a growth: ``gate_warmup_tokens``, or the default, 10% of the
+    run's tokens, where it is None (a run saved without gates) or 0 (gates open at once: the dropout
+    window and the diagnostics' dense cadence after a growth then keep the default's length)."""
     return s.get("gate_warmup_tokens") or default_gate_tokens(s["steps"], s["batch"] * s["seq"])
 
 
