@@ -115,6 +115,15 @@ def test_verify_memory_quick(tmp_path):
     assert abs(row["streamed_rel"] - row["whole_rel"]) <= FLOAT32_K * row["floor"], row
 
 
+def test_write_small_quick(tmp_path):
+    d = run_bench("write_small", tmp_path)
+    files_ok(d, ["results.csv", "results.json"])
+    res = json.loads((d / "results.json").read_text())
+    assert res["inline_below_MB"] == 4 and [(r["width"], r["layers"]) for r in res["rows"]] == [(64, 2), (128, 4)]
+    assert all(positive(r["output_MB"], r["writer_thread_ms"], r["producers_ms"]) for r in res["rows"])
+    assert not list(d.glob("tmp-*"))  # its checkpoints are removed
+
+
 def test_write_chunks_quick(tmp_path):
     d = run_bench("write_chunks", tmp_path)
     files_ok(d, ["results.csv", "results.json"])

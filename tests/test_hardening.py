@@ -29,7 +29,7 @@ from safetensors.torch import save_file
 
 from growtool.check import compare, random_batches
 from growtool.grow import engine, recipes
-from growtool.io import checkpoint, header, hf_remote
+from growtool.io import checkpoint, header, hf_remote, stream
 from growtool.io.files import parse_size
 from growtool.io.header import DTYPE_NAME
 from growtool.io.stream import DirectSink, Producer, prefetch, write_stream
@@ -61,6 +61,7 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch, thread
     growing a reader holds a norm gain too, and a fold to the same dtype writes the source itself,
     so a finished tensor waiting for its turn holds one)."""
     monkeypatch.setenv("GROWTOOL_THREADS", str(threads))
+    monkeypatch.setattr(stream, "INLINE_BELOW", 0)  # on the producing threads, as a larger model
     src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=3, attn_gate=True))
     reads, outs, worst = [], [], {"src": 0, "out": 0}
     real_read, real_bytes = checkpoint.read_tensor, header._tensor_bytes
@@ -83,6 +84,33 @@ def test_expand_and_fold_hold_one_tensor_at_a_time(tmp_path, monkeypatch, thread
     n_tensors = len(checkpoint.load(src).names()) + len(checkpoint.load(tmp_path / "b.safetensors").names())
     assert len(outs) == n_tensors and len(reads) >= n_tensors  # every tensor went through the hooks
     assert worst["out"] == 0 and worst["src"] <= 3 * threads, worst
+
+
+def test_a_small_output_is_produced_in_the_writers_thread_a_large_one_by_the_producers(tmp_path, monkeypatch):
+    """Under ``stream.INLINE_BELOW`` bytes every tensor is read and grown in the writer's own thread;
+    at or above it, on the producing threads; the bytes are the same either way."""
+    import threading
+
+    monkeypatch.setenv("GROWTOOL_THREADS", "2")
+    src = write_ckpt(tmp_path / "a.safetensors", make_config(layers=2))
+    where, real_read = [], checkpoint.read_tensor
+
+    def read(*a, **kw):
+        where.append(threading.current_thread().name)
+        return real_read(*a, **kw)
+
+    monkeypatch.setattr(checkpoint, "read_tensor", read)
+    seen, hashes, default = {}, {}, stream.INLINE_BELOW
+    for below in (default, 0):
+        monkeypatch.setattr(stream, "INLINE_BELOW", below)
+        where.clear()
+        out = tmp_path / f"b{below}.safetensors"
+        assert cli("expand", src, "--width", 48, "-q", "-o", out).exit_code == 0
+        assert out.stat().st_size < 1 << 20
+        seen[below], hashes[below] = set(where), sha256(out)
+    assert seen[default] == {"MainThread"}, seen
+    assert {n for n in seen[0] if n.startswith("growtool-produce-")}, seen
+    assert hashes[0] == hashes[default]
 
 
 # ---- sharded output and input -----------------------------------------------------------------

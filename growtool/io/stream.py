@@ -25,6 +25,9 @@ from growtool.machine import linux_call
 # tensors in one write() were slower still (1.9-4.4 s for 1.9 GB against 0.6 s in pieces).
 WRITE_CHUNK = 1 << 20
 WRITEBACK_EVERY = 1 << 26  # start the disk writing every 64 MB written (see ``start_writeback``)
+# An output of fewer bytes is produced in the writer's own thread: there, handing each piece from a
+# producing thread to the writer costs more than their overlap gives back (bench/write_small.py).
+INLINE_BELOW = 4 << 20
 
 
 def start_writeback(fd: int, offset: int, nbytes: int) -> None:
@@ -272,8 +275,9 @@ def write_stream(
     the header is written with its token and rewritten in place with the digest once the tensors
     are written (``fh`` must be a seekable file: the caller fsyncs it afterwards).
 
-    Producing and writing overlap: ``producer.workers`` threads produce the next pieces while piece
-    k is written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a
+    Producing and writing overlap (for an output of ``INLINE_BELOW`` bytes or more; a smaller one is
+    produced in this thread): ``producer.workers`` threads produce the next pieces while piece k is
+    written (torch and file writes release the GIL), up to ``3 * workers`` pieces alive at a
     time (made and not yet written: a worker may run ahead past small tensors while another makes a
     large one) and together at most twice the largest tensor's bytes (so that memory does not grow
     with the number of cores); the bytes are the same as producing them one after another. A
@@ -306,7 +310,8 @@ def _write_items(sink, items: list, producer: Producer, specs, progress: Progres
     recycle, workers = producer.recycle, producer.workers
     done = 0  # bytes of the current tensor written
     budget = 2 * max((_nbytes(shape, dt) for _, shape, dt in specs), default=0)
-    made = prefetch(items, make, ahead=2 * workers, workers=workers, cost=_item_nbytes, budget=budget)
+    ahead = 2 * workers if sum(_nbytes(shape, dt) for _, shape, dt in specs) >= INLINE_BELOW else 0
+    made = prefetch(items, make, ahead=ahead, workers=workers, cost=_item_nbytes, budget=budget)
     for item, t in zip(items, made):
         name, shape, dt, rows = item
         want = _item_shape(item)
