@@ -16,12 +16,11 @@ import time
 
 import torch
 from common import machine, parse_args, table, write_csv, write_json
-from safetensors.torch import save_file
+from surgery import write_random_checkpoint
 
 import growtool
-from growtool.io import checkpoint, stream
+from growtool.io import stream
 from growtool.nn.config import ModelConfig
-from growtool.nn.families import expected_shapes
 
 SIZES = ((32, 2), (64, 2), (128, 4), (256, 4), (512, 4), (768, 8))  # (width, layers)
 
@@ -31,11 +30,7 @@ def random_llama(path, width: int, layers: int) -> None:
         family="llama", vocab_size=512, width=width, layers=layers, heads=4, kv_heads=4, head_dim=width // 4,
         ffn=2 * width, context=64,
     )  # fmt: skip
-    g = torch.Generator().manual_seed(0)
-    tensors = {
-        n: 0.02 * torch.randn(s, generator=g) + (1.0 if len(s) == 1 else 0.0) for n, s in expected_shapes(cfg).items()
-    }
-    save_file(tensors, path, metadata=checkpoint.metadata(cfg, [{"op": "bench-random", "seed": 0}]))
+    write_random_checkpoint(path, cfg, torch.float32)
 
 
 def main():

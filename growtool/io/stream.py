@@ -309,8 +309,9 @@ def _write_items(sink, items: list, producer: Producer, specs, progress: Progres
 
     recycle, workers = producer.recycle, producer.workers
     done = 0  # bytes of the current tensor written
-    budget = 2 * max((_nbytes(shape, dt) for _, shape, dt in specs), default=0)
-    ahead = 2 * workers if sum(_nbytes(shape, dt) for _, shape, dt in specs) >= INLINE_BELOW else 0
+    sizes = [_nbytes(shape, dt) for _, shape, dt in specs]
+    budget = 2 * max(sizes, default=0)
+    ahead = 2 * workers if sum(sizes) >= INLINE_BELOW else 0
     made = prefetch(items, make, ahead=ahead, workers=workers, cost=_item_nbytes, budget=budget)
     for item, t in zip(items, made):
         name, shape, dt, rows = item
