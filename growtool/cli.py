@@ -5,25 +5,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import gc
 import json
 import os
 import sys
 import time
 
-# Start-up: importing torch creates some 250,000 Python objects, and the cyclic garbage
-# collector walks them all several times while they are being made (0.2-0.4 s of a 1.6 s start on
-# a 2-core machine). It is off during the imports; what they made is then frozen (never scanned
-# again: module-level objects live as long as the process) and the collector is back on.
-_GC_WAS_ON = gc.isenabled()
-gc.disable()
+import click
+from rich.console import Console
 
-import click  # noqa: E402
-import torch  # noqa: E402
-from rich.console import Console  # noqa: E402
-
-from growtool import check, info, surgery, views  # noqa: E402
-from growtool.console import (  # noqa: E402 (the frame of the command line)
+from growtool.console import (  # the frame of the command line
     DEPTH_OPTIONS,
     SEED,
     Bar,
@@ -36,18 +26,16 @@ from growtool.console import (  # noqa: E402 (the frame of the command line)
     settings_options,
     size_or_ratio,
 )
-from growtool.grow import recipes  # noqa: E402
-from growtool.io import checkpoint  # noqa: E402
-from growtool.io.files import parse_size  # noqa: E402
-from growtool.nn.errors import GrowError  # noqa: E402
-from growtool.nn.families import ARCHS, arch_of  # noqa: E402
+from growtool.io.files import parse_size
+from growtool.nn.errors import GrowError
+from growtool.nn.families import ARCHS, arch_of
 
-gc.freeze()
-if _GC_WAS_ON:
-    gc.enable()
+# Each command imports the library (torch with it) in its body: ``growtool --help``, ``--version``,
+# ``growtool CMD --help`` and a usage error answer without torch (2 s on 2 cores); program.py
+# imports torch ahead of a command, the cyclic garbage collector off.
 
 err = Console(stderr=True)
-DTYPE_OPT = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = ("float32", "float16", "bfloat16")  # surgery.DTYPES' names (the library takes them as they are)
 
 
 @click.group(cls=Growtool, context_settings={"help_option_names": ["-h", "--help"]})
@@ -159,6 +147,7 @@ def init(
 ):
     """Create a new model with gamma-initialisation."""
     from growtool.init import init_model
+    from growtool.io import checkpoint
     from growtool.nn.config import ModelConfig
 
     if width % heads:
@@ -196,10 +185,6 @@ def init(
 # ---- expand -------------------------------------------------------------------------------
 
 
-default_out = surgery.default_out
-plan_table, plan_json = views.plan_table, views.plan_json
-
-
 @main.command()
 @click.argument("ckpt")
 @click.option(
@@ -220,7 +205,7 @@ plan_table, plan_json = views.plan_table, views.plan_json
 @click.option("-o", "--out", default=None, help="output (.safetensors, folder, or -)")
 @click.option("--allow-lossy", is_flag=True, help="grow even if the function is not kept")
 @click.option("--untie", is_flag=True, help="a tied head becomes a tensor of its own (+vocab x width parameters)")
-@click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None, help="output dtype (default: input's)")
+@click.option("--dtype", type=click.Choice(DTYPES), default=None, help="output dtype (default: input's)")
 @SHARD_SIZE
 @click.option("--force", is_flag=True, help="replace an existing output")
 @click.option("--dry-run", is_flag=True, help="show the plan and whether it is exact; read no tensors, write nothing")
@@ -253,6 +238,9 @@ def expand(
 
     CKPT may be a training run folder (holding last.safetensors + last.pt): then the output is a new
     run folder whose model and AdamW moments are grown, to continue with ``growtool train --resume``."""
+    from growtool import surgery, views
+    from growtool.grow import recipes
+
     shard_size = parse_size(shard_size) if shard_size is not None else None
     width, layers = ratios_resolved(ckpt, width, layers)
     r = recipes.load(recipe, recipes.parse_set(sets))
@@ -268,7 +256,7 @@ def expand(
         insert_at=insert_at,
         seed=seed,
         allow_lossy=allow_lossy,
-        dtype=DTYPE_OPT[dtype] if dtype else None,
+        dtype=dtype,
         shard_size=shard_size,
         force=force,
         tokenizer_path=tokenizer_path,
@@ -294,7 +282,7 @@ def expand(
         head = arch_of(job.ck.config).modules["head"] + ".weight"
         err.print(f"untied (--untie): the tied embedding is also written as {head}, a head of its own", soft_wrap=True)
     if plan_json_:
-        click.echo(json.dumps(plan_json(plan, None if dry_run else out)))
+        click.echo(json.dumps(views.plan_json(plan, None if dry_run else out)))
     if dry_run:
         views.show_dry_run(err, plan, out, quiet)
         return
@@ -307,6 +295,9 @@ def expand(
 
 def ratios_resolved(ckpt, width, layers):
     """``--width 1.5x`` / ``--layers 2x``: the sizes they come to, from the source's header."""
+    from growtool import info
+    from growtool.io import checkpoint
+
     if not isinstance(width, Ratio) and not isinstance(layers, Ratio):
         return width, layers
     if ckpt == "-":
@@ -367,6 +358,8 @@ def verify(
     for float32 ones max(--tol, 4 x floor), the floor being the source's float32 round-off (against float64).
     At --alpha above 0 a grown model is meant to differ from its source: the figures are shown for
     information and the exit is 0, unless --expect-equal."""
+    from growtool import check, views
+
     if source == "-" and grown == "-":
         raise GrowError("only one of SOURCE and GROWN can be standard input")
     if prompts and gen_tokens is None:
@@ -429,19 +422,21 @@ def verify(
     help="gate value to bake in (0 = lossless, 1 = plain model)",
 )
 @click.option("-o", "--out", required=True, help="output (.safetensors, folder, or -)")
-@click.option("--dtype", type=click.Choice(list(DTYPE_OPT)), default=None)
+@click.option("--dtype", type=click.Choice(DTYPES), default=None)
 @SHARD_SIZE
 @click.option("--force", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True, help="no progress bar")
 @ATTACH_TOKENIZER
 def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
     """Bake the growth gates away: a plain, gate-free checkpoint."""
+    from growtool import surgery
+
     shard_size = parse_size(shard_size) if shard_size is not None else None
     r = surgery.run_fold(
         grown,
         alpha=alpha,
         out=out,
-        dtype=DTYPE_OPT[dtype] if dtype else None,
+        dtype=dtype,
         shard_size=shard_size,
         force=force,
         tokenizer_path=tokenizer_path,
@@ -465,6 +460,8 @@ def fold(grown, alpha, out, dtype, shard_size, force, quiet, tokenizer_path):
 def inspect(ckpt, metrics, as_json):
     """Family, shapes, parameters, dtype, gate state and lineage of a checkpoint (or of a training
     run folder's last.safetensors, the state --resume continues from)."""
+    from growtool import info, views
+
     facts = info.inspect(ckpt, metrics=metrics)
     if as_json:
         click.echo(json.dumps(facts, indent=2))
@@ -510,6 +507,9 @@ def inspect(ckpt, metrics, as_json):
 @click.option("--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True)
 def sample(ckpt, prompt, max_tokens, temperature, top_k, seed, alpha, tokenizer_spec, device):
     """Continue --prompt with CKPT and its own tokenizer; prints the continuation on stdout."""
+    import torch
+
+    from growtool.io import checkpoint
     from growtool.sample import eos_id, generate
     from growtool.tokenizer import tokenizer_for
     from growtool.training.loop import pick_device

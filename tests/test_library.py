@@ -76,3 +76,38 @@ def test_import_growtool_imports_no_torch():
     code = "import sys, growtool; assert 'torch' not in sys.modules; f = growtool.verify; import growtool.check; "
     code += "assert growtool.verify is f and callable(f); assert 'torch' in sys.modules"
     subprocess.run([sys.executable, "-c", code], check=True, cwd=ROOT)
+
+
+PROGRAM = """import gc, sys
+sys.argv = ["growtool", *sys.argv[1:]]
+from growtool import program
+try:
+    program.main()
+finally:
+    print("torch" in sys.modules, gc.get_freeze_count() > 0, file=sys.stderr)
+"""
+
+
+@pytest.mark.parametrize(
+    "argv,help_text",
+    [(["--help"], "Commands:"), (["--version"], "version"), (["expand", "--help"], "--width"), (["grwo"], "")],
+)
+def test_help_version_and_usage_errors_answer_without_torch(argv, help_text):
+    """The commands import the library in their bodies: help, the version and a usage error never
+    import torch (2 s of a 2-core machine's start, for a screen of text)."""
+    r = subprocess.run([sys.executable, "-c", PROGRAM, *argv], capture_output=True, text=True, cwd=ROOT)
+    assert r.returncode == (2 if argv == ["grwo"] else 0), r.stderr
+    assert help_text in r.stdout and r.stderr.splitlines()[-1] == "False False", r.stderr
+
+
+def test_a_command_imports_torch_with_the_collector_off_then_frozen():
+    """``program.import_library`` before a command: torch and the library imported, what they made frozen."""
+    r = subprocess.run([sys.executable, "-c", PROGRAM, "inspect", str(FIXTURE)], capture_output=True, text=True)
+    assert r.returncode == 0 and "llama" in r.stderr, r.stderr
+    assert r.stderr.splitlines()[-1] == "True True", r.stderr
+
+
+def test_the_command_lines_dtypes_are_the_librarys():
+    from growtool import cli, surgery
+
+    assert list(cli.DTYPES) == list(surgery.DTYPES)
