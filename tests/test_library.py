@@ -5,6 +5,7 @@ growtool`` stays light."""
 from __future__ import annotations
 
 import hashlib
+import os
 import re
 import shutil
 import subprocess
@@ -111,3 +112,10 @@ def test_the_command_lines_dtypes_are_the_librarys():
     from growtool import cli, surgery
 
     assert list(cli.DTYPES) == list(surgery.DTYPES)
+
+
+def test_tab_completion_answers_without_torch():
+    env = {**os.environ, "_GROWTOOL_COMPLETE": "bash_complete", "COMP_WORDS": "growtool expand --wi", "COMP_CWORD": "2"}
+    r = subprocess.run([sys.executable, "-c", PROGRAM], capture_output=True, text=True, cwd=ROOT, env=env)
+    assert r.returncode == 0 and "plain,--width" in r.stdout.splitlines(), (r.stdout, r.stderr)
+    assert r.stderr.splitlines()[-1] == "False False", r.stderr
