@@ -1,5 +1,6 @@
 """The command line: a thin click layer over the library. Human-facing output goes to stderr;
-stdout carries only what a pipeline consumes (written paths, checkpoint bytes, --json)."""
+stdout carries only what a pipeline consumes (written paths, checkpoint bytes, --json). Each command
+imports the library (torch with it) in its body: help, the version and usage errors answer without torch."""
 
 from __future__ import annotations
 
@@ -29,10 +30,6 @@ from growtool.console import (  # the frame of the command line
 from growtool.io.files import parse_size
 from growtool.nn.errors import GrowError
 from growtool.nn.families import ARCHS, arch_of
-
-# Each command imports the library (torch with it) in its body: ``growtool --help``, ``--version``,
-# ``growtool CMD --help`` and a usage error answer without torch (2 s on 2 cores); program.py
-# imports torch ahead of a command, the cyclic garbage collector off.
 
 err = Console(stderr=True)
 DTYPES = ("float32", "float16", "bfloat16")  # surgery.DTYPES' names (the library takes them as they are)
@@ -596,4 +593,7 @@ def demo(out, quick):
 
 
 if __name__ == "__main__":  # python -m growtool.cli (what torchrun runs)
+    from growtool.program import import_library
+
+    import_library()  # torch as the growtool program imports it (every rank runs a command)
     run()
