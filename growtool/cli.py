@@ -593,7 +593,4 @@ def demo(out, quick):
 
 
 if __name__ == "__main__":  # python -m growtool.cli (what torchrun runs)
-    from growtool.program import import_library
-
-    import_library()  # torch as the growtool program imports it (every rank runs a command)
     run()

@@ -1,7 +1,7 @@
 """The ``growtool`` program: starts hashing an expand / fold source in a child process
-(``prehash``), imports torch and the library with the cyclic garbage collector off, then runs the
-command line (``cli.run``). Help, the version and
-usage errors are answered without torch."""
+(``prehash``), imports torch and the library with the cyclic garbage collector off
+(``import_library``), then runs the command line (``cli.run``). Help, the version,
+completion and usage errors are answered without torch."""
 
 from __future__ import annotations
 
