@@ -181,10 +181,14 @@ OPTIONS = {
     "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
     "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
     "addbias": (None, {}, {}),  # with /plain: zero biases on the grown model's linear layers (add_zero_biases)
+    "addattn": (None, {}, {}),  # with /plain: on q, k, v and o only (HF Llama's attention_bias)
+    "addmlp": (None, {}, {}),  # with /plain: on the MLP's only (HF Llama's mlp_bias)
     "runfolder": (None, {}, {}),  # train BASE --stop-at K, expand RUN (moments grown), train --resume (run_folder_path)
     "branch": (None, {}, {}),  # train BASE to the end of its decay, expand RUN/pre-decay, train --resume (branch_path)
     "deflr": (None, {}, {}),  # with /plain or /branch: no --lr, each phase at train's default (the LR labels it)
 }
+
+BIASES = {"addbias": ("attention", "mlp"), "addattn": ("attention",), "addmlp": ("mlp",)}  # what each adds
 
 
 def options(p):
@@ -227,7 +231,7 @@ def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
 def depth_spec(P, variant: str) -> dict:
     """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
     name, t, opts = parse_variant(variant)
-    for o in ("base2", "stable", "nowarm", "addbias"):
+    for o in ("base2", "stable", "nowarm", *BIASES):
         if o in opts and "plain" not in opts:
             raise SystemExit(f"{variant}: /{o} sets a phase of the plain path; add /plain")
     if "deflr" in opts and not {"plain", "branch"} & set(opts):
@@ -381,24 +385,27 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     grown = surgery.expand(
         s1["final"], out=str(run / "grown.safetensors"), **expand_kw(spec["base"], spec["growths"][0])
     )
-    if "addbias" in spec["opts"]:
-        grown = add_zero_biases(grown)
+    for o in BIASES.keys() & set(spec["opts"]):
+        grown = add_zero_biases(grown, *BIASES[o])
     kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
     s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"], **kg)
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
 
 
-def add_zero_biases(path) -> str:
-    """The checkpoint at ``path``, rewritten with a zero bias on every linear layer but the head (q, k, v,
-    o and the MLP's: HF Llama's ``attention_bias`` and ``mlp_bias``). The function is kept exactly; the
-    growth's lineage entry notes the biases, so ``train`` still sees a checkpoint grown and not trained."""
+def add_zero_biases(path, *parts: str) -> str:
+    """The checkpoint at ``path``, rewritten with a zero bias on every linear layer of ``parts`` ("attention":
+    q, k, v and o, HF Llama's ``attention_bias``; "mlp": the MLP's, its ``mlp_bias``; both by default): every
+    linear layer but the head. The function is kept exactly; the growth's lineage entry notes the biases, so
+    ``train`` still sees a checkpoint grown and not trained."""
     import torch
 
     from growtool.io import checkpoint
     from growtool.nn.model import LM
 
     ck = checkpoint.load(path)
-    cfg = ck.config.replace(qkv_bias=True, o_bias=True, mlp_bias=True)
+    attn, mlp = ("attention" in parts or not parts), ("mlp" in parts or not parts)
+    cfg = ck.config.replace(qkv_bias=ck.config.qkv_bias or attn, o_bias=ck.config.o_bias or attn)
+    cfg = cfg.replace(mlp_bias=cfg.mlp_bias or mlp)
     tensors = {n: ck.get(n) for n in ck.names()}
     added = {n: torch.zeros_like(t) for n, t in LM(cfg).tensors().items() if n not in tensors}
     if not added or any(not n.endswith(".bias") for n in added):
