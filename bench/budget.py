@@ -188,7 +188,11 @@ OPTIONS = {
     "deflr": (None, {}, {}),  # with /plain or /branch: no --lr, each phase at train's default (the LR labels it)
 }
 
-BIASES = {"addbias": ("attention", "mlp"), "addattn": ("attention",), "addmlp": ("mlp",)}  # what each adds
+BIASES = {  # the config's bias flags each /add... option sets (add_zero_biases)
+    "addbias": ("qkv_bias", "o_bias", "mlp_bias"),
+    "addattn": ("qkv_bias", "o_bias"),
+    "addmlp": ("mlp_bias",),
+}
 
 
 def options(p):
@@ -392,20 +396,20 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
 
 
-def add_zero_biases(path, *parts: str) -> str:
-    """The checkpoint at ``path``, rewritten with a zero bias on every linear layer of ``parts`` ("attention":
-    q, k, v and o, HF Llama's ``attention_bias``; "mlp": the MLP's, its ``mlp_bias``; both by default): every
-    linear layer but the head. The function is kept exactly; the growth's lineage entry notes the biases, so
-    ``train`` still sees a checkpoint grown and not trained."""
+def add_zero_biases(path, *flags: str) -> str:
+    """The checkpoint at ``path``, rewritten with a zero bias on every linear layer that the config's bias
+    ``flags`` name (``qkv_bias``: q, k, v and the attention gate's g; ``o_bias``; ``mlp_bias``; all three by
+    default: every linear layer but the head, HF Llama's ``attention_bias`` and ``mlp_bias``; a Llama takes
+    ``qkv_bias`` and ``o_bias`` together, as HF's one ``attention_bias``). The function
+    is kept exactly; the growth's lineage entry notes the biases, so ``train`` still sees a checkpoint grown
+    and not trained."""
     import torch
 
     from growtool.io import checkpoint
     from growtool.nn.model import LM
 
     ck = checkpoint.load(path)
-    attn, mlp = ("attention" in parts or not parts), ("mlp" in parts or not parts)
-    cfg = ck.config.replace(qkv_bias=ck.config.qkv_bias or attn, o_bias=ck.config.o_bias or attn)
-    cfg = cfg.replace(mlp_bias=cfg.mlp_bias or mlp)
+    cfg = ck.config.replace(**{f: True for f in flags or BIASES["addbias"]})
     tensors = {n: ck.get(n) for n in ck.names()}
     added = {n: torch.zeros_like(t) for n, t in LM(cfg).tensors().items() if n not in tensors}
     if not added or any(not n.endswith(".bias") for n in added):

@@ -589,14 +589,16 @@ def test_addbias_gives_the_grown_checkpoint_zero_biases_that_keep_its_function(t
     assert check.verify(str(src), with_biases, samples=4).passed
     with pytest.raises(SystemExit, match="add /plain"):
         budget.depth_spec({**QUICK, "layers": 4, "schedule": "wsd"}, "width2x@0.15/addbias")
-    attention, mlp = {"q_proj", "k_proj", "v_proj", "o_proj", "g_proj"}, {"gate_proj", "up_proj", "down_proj"}
-    for part, kinds in (("attention", attention), ("mlp", mlp)):  # g_proj: the bench Llama's attention gate
-        grown_part = surgery.expand(str(src), width=64, out=str(tmp_path / f"{part}.safetensors"))
-        one = checkpoint.load(budget.add_zero_biases(grown_part, part))
+    parts = {  # g_proj: the bench Llama's attention gate, whose bias is qkv_bias's (as Qwen2's)
+        "addattn": {"q_proj", "k_proj", "v_proj", "g_proj", "o_proj"},
+        "addmlp": {"gate_proj", "up_proj", "down_proj"},
+    }
+    for option, kinds in parts.items():
+        grown_part = surgery.expand(str(src), width=64, out=str(tmp_path / f"{option}.safetensors"))
+        one = checkpoint.load(budget.add_zero_biases(grown_part, *budget.BIASES[option]))
         added = set(one.names()) - set(plain.names())
-        assert {n.split(".")[-2] for n in added} == kinds, part
+        assert {n.split(".")[-2] for n in added} == kinds, option
         assert check.verify(str(src), one, samples=4).passed
-    assert budget.BIASES["addattn"] == ("attention",) and budget.BIASES["addmlp"] == ("mlp",)
 
 
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):
