@@ -400,9 +400,8 @@ def add_zero_biases(path, *flags: str) -> str:
     """The checkpoint at ``path``, rewritten with a zero bias on every linear layer that the config's bias
     ``flags`` name (``qkv_bias``: q, k, v and the attention gate's g; ``o_bias``; ``mlp_bias``; all three by
     default: every linear layer but the head, HF Llama's ``attention_bias`` and ``mlp_bias``; a Llama takes
-    ``qkv_bias`` and ``o_bias`` together, as HF's one ``attention_bias``). The function
-    is kept exactly; the growth's lineage entry notes the biases, so ``train`` still sees a checkpoint grown
-    and not trained."""
+    ``qkv_bias`` and ``o_bias`` together, as HF's one ``attention_bias``). The function is kept exactly;
+    the growth's lineage entry notes the biases, so ``train`` still sees a checkpoint grown and not trained."""
     import torch
 
     from growtool.io import checkpoint

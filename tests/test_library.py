@@ -1,6 +1,6 @@
 """The public API: docs/library.md's example runs as written (load, expand, verify, fold from
-Python), the library writes the same bytes as the CLI, verify's report judges, and ``import
-growtool`` stays light."""
+Python), the library writes the same bytes as the CLI, verify's report judges, ``import growtool``
+stays light, and the program answers help, the version and completion without torch."""
 
 from __future__ import annotations
 
