@@ -180,19 +180,16 @@ OPTIONS = {
     "base2": (None, {}, {}),  # with /plain: the base phase at twice the run's LR (a smaller model's larger LR)
     "stable": (None, {}, {}),  # with /plain: the base phase without wsd's decay (a run's last checkpoint before it)
     "nowarm": (None, {}, {}),  # with /plain: the grown phase without a warm-up (train GROWN --warmup 0)
-    "addbias": (None, {}, {}),  # with /plain: zero biases on the grown model's linear layers (add_zero_biases)
-    "addattn": (None, {}, {}),  # with /plain: on q, k, v and o only (HF Llama's attention_bias)
-    "addmlp": (None, {}, {}),  # with /plain: on the MLP's only (HF Llama's mlp_bias)
+    "addbias": (None, {"add_biases": "all"}, {}),  # zero biases added on every linear layer but the head
+    "addattn": (None, {"add_biases": "attention"}, {}),  # on q, k, v (and the gate's g) and o: attention_bias
+    "addmlp": (None, {"add_biases": "mlp"}, {}),  # on the MLP's only (HF Llama's mlp_bias)
+    "rerun": (None, {}, {}),  # the same computation under a new key: a same-host rerun of a reference
     "runfolder": (None, {}, {}),  # train BASE --stop-at K, expand RUN (moments grown), train --resume (run_folder_path)
     "branch": (None, {}, {}),  # train BASE to the end of its decay, expand RUN/pre-decay, train --resume (branch_path)
     "deflr": (None, {}, {}),  # with /plain or /branch: no --lr, each phase at train's default (the LR labels it)
 }
 
-BIASES = {  # the config's bias flags each /add... option sets (add_zero_biases)
-    "addbias": ("qkv_bias", "o_bias", "mlp_bias"),
-    "addattn": ("qkv_bias", "o_bias"),
-    "addmlp": ("mlp_bias",),
-}
+BIASES = ("addbias", "addattn", "addmlp")  # recipe add_biases: with /plain, given to expand as --set
 
 
 def options(p):
@@ -235,7 +232,7 @@ def parse_variant(v: str) -> tuple[str, float | None, list[str]]:
 def depth_spec(P, variant: str) -> dict:
     """A depth variant's base [width, layers] and growths [fraction, width, layers, method]."""
     name, t, opts = parse_variant(variant)
-    for o in ("base2", "stable", "nowarm", *BIASES):
+    for o in ("base2", "stable", "nowarm"):
         if o in opts and "plain" not in opts:
             raise SystemExit(f"{variant}: /{o} sets a phase of the plain path; add /plain")
     if "deflr" in opts and not {"plain", "branch"} & set(opts):
@@ -386,35 +383,12 @@ def plain_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, 
     Qb = {**Q, "lr": 2 * Q["lr"]} if "base2" in spec["opts"] else Q
     kb = {"decay_fraction": 0.0} if "stable" in spec["opts"] else {}
     s1, r1 = train_phase(Qb, base, str(run / "base-out"), first, spec["seed"], **kb)
-    grown = surgery.expand(
-        s1["final"], out=str(run / "grown.safetensors"), **expand_kw(spec["base"], spec["growths"][0])
-    )
-    for o in BIASES.keys() & set(spec["opts"]):
-        grown = add_zero_biases(grown, *BIASES[o])
+    sets = [f"add_biases={OPTIONS[o][1]['add_biases']}" for o in spec["opts"] if o in BIASES]
+    kw = expand_kw(spec["base"], spec["growths"][0]) | ({"sets": sets} if sets else {})
+    grown = surgery.expand(s1["final"], out=str(run / "grown.safetensors"), **kw)
     kg = {"warmup": 0} if "nowarm" in spec["opts"] else {}
     s, recs = train_phase(Q, str(grown), str(run / "out"), tokens - first, spec["seed"], **kg)
     return s, recs, _curve(r1) + _curve(recs[1:], r1[-1]["flops"])
-
-
-def add_zero_biases(path, *flags: str) -> str:
-    """The checkpoint at ``path``, rewritten with a zero bias on every linear layer that the config's bias
-    ``flags`` name (``qkv_bias``: q, k, v and the attention gate's g; ``o_bias``; ``mlp_bias``; all three by
-    default: every linear layer but the head, HF Llama's ``attention_bias`` and ``mlp_bias``; a Llama takes
-    ``qkv_bias`` and ``o_bias`` together, as HF's one ``attention_bias``). The function is kept exactly;
-    the growth's lineage entry notes the biases, so ``train`` still sees a checkpoint grown and not trained."""
-    import torch
-
-    from growtool.io import checkpoint
-    from growtool.nn.model import LM
-
-    ck = checkpoint.load(path)
-    cfg = ck.config.replace(**{f: True for f in flags or BIASES["addbias"]})
-    tensors = {n: ck.get(n) for n in ck.names()}
-    added = {n: torch.zeros_like(t) for n, t in LM(cfg).tensors().items() if n not in tensors}
-    if not added or any(not n.endswith(".bias") for n in added):
-        raise SystemExit(f"{path}: no linear layer without a bias, or a new tensor that is not one: {sorted(added)}")
-    lineage = ck.lineage[:-1] + [{**ck.lineage[-1], "zero_biases_added": len(added)}]
-    return checkpoint.save_tensors(str(path), cfg, lineage, {**tensors, **added}, force=True)
 
 
 def run_folder_path(Q, spec: dict, base: str, run: Path, tokens: int) -> tuple[dict, list[dict]]:

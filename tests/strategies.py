@@ -48,8 +48,8 @@ def _mixers(draw, arch, width: int, layers: int) -> dict:
 
 
 @st.composite
-def growth_cases(draw):
-    family = draw(st.sampled_from(sorted(ARCHS)))
+def growth_cases(draw, family=None):
+    family = family or draw(st.sampled_from(sorted(ARCHS)))
     f = ARCHS[family].features
     partial = ARCHS[family].defaults.get("rotary_fraction", 1.0) < 1  # NeoX rotates 1/4, Phi 1/2
     head_dim = draw(st.sampled_from([8, 16] if partial else [4, 6, 8, 16]))
@@ -82,7 +82,8 @@ def growth_cases(draw):
     if f.moe_layers:  # DeepSeek-style: shared experts, dense blocks of their own width (drawn last, as above)
         kinds = [draw(st.integers(0, 1)) for _ in range(cfg.layers)]
         shared = None if f.shared_plain else draw(st.integers(0, 2))  # Llama 4's shared expert: always, of ffn
-        cfg = cfg.replace(shared_experts=shared, moe_layers=kinds, dense_ffn=draw(st.integers(1, 40)))
+        shared_ffn = dict(shared_ffn=None, base_shared_ffn=None)  # of the drawn count (ModelConfig fills them)
+        cfg = cfg.replace(shared_experts=shared, moe_layers=kinds, dense_ffn=draw(st.integers(1, 40)), **shared_ffn)
     # copy adds ungated heads: refused as lossy under a q/k norm over all heads (OLMo 2), whose new rows must be 0
     recipes_ = ["srio"] + (["copy"] if f.qk_norm != "full" else []) + (["nrio"] if f.norm == "rmsnorm" else [])
     D = new_kv * per_kv * head_dim

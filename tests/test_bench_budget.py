@@ -567,38 +567,40 @@ def test_every_recipe_option_writes_a_recipe_the_schema_accepts(tmp_path):
     assert recipes.load(budget.option_kw({"opts": ["eps1"]}, tmp_path)["grow_recipe"])["rotation"]["eps"] == 1.0
 
 
-def test_addbias_gives_the_grown_checkpoint_zero_biases_that_keep_its_function(tmp_path):
-    """``/plain/addbias``: the grown checkpoint gets a zero bias on every linear layer but the head, the
-    config says so, ``verify`` passes against the source, and ``train`` still reads it as just grown."""
+def test_bias_options_grow_through_recipe_add_biases_and_keep_the_function(tmp_path, monkeypatch):
+    """``/plain/addbias``, ``/addattn``, ``/addmlp``: the plain path's ``expand`` gets the recipe's
+    ``add_biases`` (all, attention, mlp): zero biases on those linear layers, the config says so, ``verify``
+    passes against the source; under ``--grow-at`` the same options are recipe overrides."""
     import budget
 
     from growtool import check, surgery
+    from growtool.grow import recipes
     from growtool.io import checkpoint
 
     src = budget._init(dict(QUICK), "llama", 32, 0, tmp_path / "s.safetensors")
-    grown = surgery.expand(str(src), width=64, out=str(tmp_path / "g.safetensors"))
-    plain = checkpoint.load(grown)
-    with_biases = checkpoint.load(budget.add_zero_biases(grown))
-    cfg = with_biases.config
-    assert (cfg.qkv_bias, cfg.o_bias, cfg.mlp_bias) == (True, True, True) and not plain.config.qkv_bias
-    added = set(with_biases.names()) - set(plain.names())
-    assert added and all(n.endswith(".bias") and not with_biases.get(n).any() for n in added)
-    assert {n.split(".")[-2] for n in added} >= {"q_proj", "k_proj", "v_proj", "o_proj", "up_proj", "down_proj"}
-    assert with_biases.lineage[-1]["op"] == "expand" and with_biases.lineage[-1]["zero_biases_added"] == len(added)
-    assert check.verify(str(src), str(grown), samples=4).passed
-    assert check.verify(str(src), with_biases, samples=4).passed
-    with pytest.raises(SystemExit, match="add /plain"):
-        budget.depth_spec({**QUICK, "layers": 4, "schedule": "wsd"}, "width2x@0.15/addbias")
+    plain = checkpoint.load(surgery.expand(str(src), width=64, out=str(tmp_path / "g.safetensors")))
     parts = {  # g_proj: the bench Llama's attention gate, whose bias is qkv_bias's (as Qwen2's)
+        "addbias": {"q_proj", "k_proj", "v_proj", "g_proj", "o_proj", "gate_proj", "up_proj", "down_proj"},
         "addattn": {"q_proj", "k_proj", "v_proj", "g_proj", "o_proj"},
         "addmlp": {"gate_proj", "up_proj", "down_proj"},
     }
+    expands = []
+    real_expand = surgery.expand
+    monkeypatch.setattr(surgery, "expand", lambda *a, **kw: expands.append(kw) or real_expand(*a, **kw))
+    monkeypatch.setattr(budget, "train_phase", lambda Q, init, out, *a, **kw: ({"final": init}, [{"flops": 0}]))
     for option, kinds in parts.items():
-        grown_part = surgery.expand(str(src), width=64, out=str(tmp_path / f"{option}.safetensors"))
-        one = checkpoint.load(budget.add_zero_biases(grown_part, *budget.BIASES[option]))
+        spec = {"opts": ["plain", option], "growths": [[0.5, 64, 4, None]], "base": [32, 4], "seed": 0}
+        (tmp_path / option).mkdir()
+        budget.plain_path(dict(QUICK), spec, str(src), tmp_path / option, 100)
+        one = checkpoint.load(tmp_path / option / "grown.safetensors")
         added = set(one.names()) - set(plain.names())
-        assert {n.split(".")[-2] for n in added} == kinds, option
+        assert {n.split(".")[-2] for n in added} == kinds and all(n.endswith(".bias") for n in added), option
+        assert not any(one.get(n).any() for n in added)
         assert check.verify(str(src), one, samples=4).passed
+        want = budget.OPTIONS[option][1]["add_biases"]
+        assert expands[-1]["sets"] == [f"add_biases={want}"]
+        assert recipes.load(budget.option_kw({"opts": [option]}, tmp_path)["grow_recipe"])["add_biases"] == want
+    assert "sets" not in budget.expand_kw([32, 4], [0.5, 64, 4, None])
 
 
 def test_runfolder_stops_the_base_run_at_the_growth_grows_its_folder_and_resumes(tmp_path, monkeypatch):

@@ -313,6 +313,8 @@ def build(
     """Width (``width_plan``, or None) and depth growth of ``src`` as one ``Grown`` plan; ``depth``:
     (layers, method, insert_at) (``surgery.depth_args``)."""
     layers, method, insert_at = depth
+    if recipe.get("add_biases", "none") != "none":
+        raise GrowError("recipe add_biases applies to a width growth alone: grow the width, then the depth")
     if src.gated and gate_values and any(v != 0.0 for v in gate_values):
         raise GrowError(
             f"the source's growth gates are open (values up to {max(gate_values):g}): "

@@ -179,7 +179,7 @@ def grow_tensor(
             held[n] = get(n)
         return held[n]
 
-    if spec.role == "growth_gate":
+    if steps and not steps[0].reads:  # made without a source (a gate, a new zero bias)
         t = src = None
     else:
         t = src = (read or get)(name) if rows is None else (read or get)(name, rows=rows)

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from growtool.grow import draws, mixer, ops, recipes
+from growtool.grow import biases, draws, mixer, ops, recipes
 from growtool.grow.steps import (
     CopyOldWrites,
     Duplicate,
@@ -20,6 +20,7 @@ from growtool.grow.steps import (
     FoldGain,
     GateZero,
     Keep,
+    NewZero,
     NormGain,
     PadZero,
     PermuteHeads,
@@ -440,7 +441,8 @@ def build_plan(
 
     ffn, heads = units.ffn, units.heads
     limits.check_growth(src, width, ffn, dtype.itemsize)  # an absurd width: one line, before the plan
-    cfg = target_config(src, width, ffn, heads)
+    added_biases = recipe.get("add_biases", "none")  # (a lineage recorded before the key has none)
+    cfg = biases.with_biases(src, target_config(src, width, ffn, heads), added_biases)
     eps, why, lossy = residual_map(src, width, recipe["rotation"]["eps"])
     alibi = arch_of(src).features.positions == "alibi"
     _check_source(src, recipe, gate_values, alibi)
@@ -466,12 +468,13 @@ def build_plan(
         warnings=warnings,
         head_order=alibi_order(src.heads, cfg.heads) if alibi and cfg.heads > src.heads else None,
     )
+    added = biases.added(src, cfg, added_biases)
     for name, spec in tensor_specs(cfg).items():
         layer = None
         if "{i}" in spec.pattern:
             layer = int(name[len(spec.pattern.split("{i}")[0]) :].split(".")[0])
         plan.specs[name] = (spec, layer)
-        plan.steps[name] = tensor_steps(spec, name, plan)
+        plan.steps[name] = [NewZero()] if name in added else tensor_steps(spec, name, plan)
     plan.shapes.update(expected_shapes(cfg))
     return plan
 

@@ -19,6 +19,8 @@
                             # v/2 + delta, source v/2 - delta, delta ~ pair_noise x rms(v); 0 = off
     split_alpha: 0.5        # the source's share of a split unit's write (LEMON's unequal split when
                             # != 0.5: alpha v and (1 - alpha) v for one copy); in (0, 1)
+    add_biases: none        # zero biases added to linear layers that have none: none | attention (q, k,
+                            # v and o: HF's attention_bias) | mlp (mlp_bias) | all; where the config can say so
 
 ``eps: auto`` is the exact angle: sqrt(d/D) (LayerNorm absorbs exactly that one; RMSNorm any),
 except with a tied RMSNorm head, where only the identity (eps = 1) is exact.
@@ -35,6 +37,7 @@ from pathlib import Path
 
 import yaml
 
+from growtool.grow import biases
 from growtool.grow.ops import KINDS
 from growtool.nn.errors import GrowError
 
@@ -53,6 +56,7 @@ DEFAULTS = {
     "noise": 0.0,
     "pair_noise": 0.0,
     "split_alpha": 0.5,
+    "add_biases": "none",
 }
 
 
@@ -60,7 +64,7 @@ MAX_RECIPE = 1 << 20
 
 # keys added after grown checkpoints were first written: recorded in a lineage only when set, so a
 # growth that does not use them writes the same bytes as before they existed (bench/byte_identity.py)
-LATER_KEYS = ("pair_noise", "split_alpha")
+LATER_KEYS = ("pair_noise", "split_alpha", "add_biases")
 
 
 def stored(r: dict) -> dict:
@@ -171,6 +175,8 @@ def validate(r: dict, src: str = "recipe") -> dict:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)) or not 0.0 < alpha < 1.0:
         bad("split_alpha", alpha, "a number in (0, 1)")
     r["split_alpha"] = float(alpha)
+    if r["add_biases"] not in biases.FLAGS:
+        bad("add_biases", r["add_biases"], " | ".join(biases.FLAGS))
     k = r["convex_k"]
     if isinstance(k, bool) or not isinstance(k, int) or k < 1:
         bad("convex_k", k, "an integer >= 1")

@@ -11,6 +11,7 @@ runs them). Each is a small frozen dataclass with ``apply(t, ctx)`` and ``descri
   BreakSymmetry   recipe ``noise``: noise on new units that keeps the function at gate 0
   CancelPairs     recipe ``pair_noise``: +/- delta (relative to the unit) on split copies' writers
   NormGain, PadZero, Keep, GateZero   norms, biases, per-head norms, warm-up gates
+  NewZero         a tensor the source lacks, all zeros (recipe ``add_biases``: a zero bias adds nothing)
   Duplicate, CopyOldWrites, PermuteHeads   the duplicated residual of an embedding norm (BLOOM), ALiBi order
   RefitEmbedding, RefitEmbedNorm   an untied embedding norm's table and norm, refit for any width (BLOOM)
 """
@@ -67,6 +68,7 @@ class Step:
     raw = False  # takes the source tensor in its stored dtype (float32 / bfloat16 / float16), converting exactly
     row_local = False  # on a 2-D tensor with the residual axis last, row r of the result is made from row r alone
     rounds = False  # as the last step, rounds its result into ``Ctx.out`` when given one (and returns it)
+    reads = True  # as the first step, takes the tensor's source (else ``t`` is None: nothing is read)
 
     def apply(self, t: torch.Tensor, c: Ctx) -> torch.Tensor:  # pragma: no cover - interface
         raise NotImplementedError
@@ -77,11 +79,26 @@ class Step:
 
 @dataclass(frozen=True)
 class GateZero(Step):
+    reads = False
+
     def apply(self, t, c):
         return torch.zeros(1)
 
     def describe(self, plan, spec):
         return "warm-up gate = 0"
+
+
+@dataclass(frozen=True)
+class NewZero(Step):
+    """A bias the source does not have: zeros (y = Wx + 0 = Wx, so the function is kept)."""
+
+    reads = False
+
+    def apply(self, t, c):
+        return torch.zeros(c.shape)
+
+    def describe(self, plan, spec):
+        return "new: zeros (add_biases)"
 
 
 @dataclass(frozen=True)
