@@ -119,6 +119,23 @@ def test_final_checkpoint_is_plain_and_keeps_the_trained_function(world, grown_r
     assert (world["dir"] / "grown-run" / "loss.png").stat().st_size > 1000
 
 
+def test_a_folder_of_the_users_is_never_written_over(world, tmp_path):
+    """``--out`` naming a folder that holds no run but files a run writes beside its final checkpoint
+    (a model card, a tokenizer): refused in one line, every file as it was; an empty folder trains."""
+    for name in ("README.md", "tokenizer.json", "final.safetensors"):
+        d = tmp_path / name.split(".")[0]
+        d.mkdir()
+        (d / name).write_text("the user's own\n")
+        r = cli("train", world["grown"], "--data", world["text"], "--out", d, "--steps", 2, "--device", "cpu", "-q")
+        assert r.exit_code == 2 and f"holds {name} and no training run" in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1 and [p.name for p in d.iterdir()] == [name]
+        assert (d / name).read_text() == "the user's own\n"
+    (tmp_path / "empty").mkdir()
+    r = cli("train", world["grown"], "--data", world["text"], "--out", tmp_path / "empty", "--steps", 2, "-q",
+            "--batch", BATCH, "--seq", SEQ, "--device", "cpu")  # fmt: skip
+    assert r.exit_code == 0, r.stderr
+
+
 def test_stop_and_resume_equals_an_uninterrupted_run(world):
     d, kw = world["dir"], dict(steps=30, lr=3e-3, eval_every=5, save_every=4, **KW)
     full = train(world["grown"], [world["text"]], d / "full", **kw)
