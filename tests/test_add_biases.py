@@ -214,6 +214,9 @@ def test_grow_at_grows_zero_biases_inside_a_run(world, tmp_path):
         assert res.exit_code == 0, res.stderr
     plain, biased = _losses(d / "in_plain"), _losses(d / "in_biased")
     assert abs(plain[10] - biased[10]) <= 1e-5 * plain[10] and plain[12] != biased[12]
+    res = cli("train", base, "--data", text, "--out", d / "deep", "--grow-at", "0.5:width=64,layers=2",
+              "--grow-recipe", recipe, *OPTS)  # fmt: skip
+    assert res.exit_code == 2 and "width growths alone" in res.stderr and not (d / "deep").exists()
     final = checkpoint.load(d / "in_biased" / "final.safetensors")
     new = [n for n in final.names() if n.endswith("_proj.bias")]
     assert len(new) == 5 and all(final.get(n).any() for n in new)  # trained after the growth

@@ -65,8 +65,8 @@ def precheck(grow_at, recipe: str, cfg, fsdp: bool = False, device=None) -> None
             limits.check_depth(cfg, layers, 4, f"--grow-at {item}: layers")
         limits.check_growth(cfg, width, None, 4, f"--grow-at {item}: width")
         limits.check_trainable(cfg, width, layers, device, f"--grow-at {item}")
-    if grow_at:
-        recipes.load(recipe)
+    if grow_at and recipes.load(recipe)["add_biases"] != "none" and any(target_layers(w) for w in targets):
+        raise GrowError("--grow-recipe: add_biases applies to width growths alone, and --grow-at grows the depth")
 
 
 def run_params(grow_at, cfg) -> int:
