@@ -4,7 +4,7 @@ A zero bias adds nothing (W x + 0 = W x), so the grown model computes the source
 config says so (Llama's ``attention_bias`` for q, k, v and o, its ``mlp_bias``), and a folder written
 with it loads in transformers. Where a family's config cannot state a bias (fixed off, or no key for
 it) or states attention and MLP biases with one key (Falcon's ``bias``, OPT's ``enable_bias``), the
-option is refused. Measured on Llama (bench/results/budget_bpe_schedules/WRITEUP.md): the attention's
+option is refused. Measured on Llama (bench/results/budget_d64/WRITEUP.md): the attention's
 biases lower the final loss of a width growth; the MLP's do not.
 """
 
