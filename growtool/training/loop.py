@@ -221,13 +221,10 @@ def prepare(ckpt, data_files, out: Path, opts: Settings, resume: bool, cache_dir
     has_run = (out / STATE).exists()  # metrics without a saved state: the first save never completed
     if has_run and not resume:
         raise GrowError(f"{out}: already holds a training run (pass --resume to continue it, or another --out)")
+    # a folder of the user's (a model, notes): what a run writes beside its final checkpoint would replace theirs
     theirs = [n for n in (FINAL, "README.md", "loss.png", *CARRIED) if not has_run and (out / n).exists()]
-    if (
-        theirs
-    ):  # a folder of the user's (a model, notes): what a run writes beside its final checkpoint would replace it
-        raise GrowError(
-            f"{out}: holds {theirs[0]} and no training run, and train would overwrite it (give a new --out)"
-        )
+    if theirs:
+        raise GrowError(f"{out}: holds {theirs[0]} and no training run; train would overwrite it (give a new --out)")
     if resume and not (out / STATE).exists():
         raise GrowError(f"{out}: nothing to resume (no {STATE})")
     if not out.parent.is_dir():
