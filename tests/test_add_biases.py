@@ -2,7 +2,7 @@
 whose config can state them, and are refused in one line where it cannot.
 
 * every family and ratio (hypothesis): the grown tensors are the plain growth's bit for bit, plus zero
-  biases on exactly the layers the option names; gate 0 exact (1e-4 x the logit scale);
+  tensors of bias roles; gate 0 exact (1e-4 x the logit scale); the exact layers named: Llama;
 * models that transformers creates and saves here: grown, folded at gate 0, they load in transformers with
   the config's bias flags set, the source's logits and the biases read from the file (zero);
 * a run folder grows them with zero AdamW moments, ``--grow-at`` grows them inside a run, both train them;
