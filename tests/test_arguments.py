@@ -14,8 +14,6 @@ from growtool.nn.errors import GrowError
 
 from helpers import listing, make_config, write_ckpt
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
 NAN, INF = float("nan"), float("inf")
 
 

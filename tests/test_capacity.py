@@ -26,8 +26,6 @@ from growtool.training.run_folder import read_metrics
 
 from helpers import cli, make_text
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 KW = dict(batch=2, seq=16, eval_batches=1, device="cpu", progress=False)
 
 

@@ -35,9 +35,6 @@ WORDS = "the a cat dog fox king bird sees likes finds helps über naïve café 4
 KW = dict(batch=4, seq=16, eval_batches=2, device="cpu", progress=False)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
 @pytest.fixture
 def small_sizes(monkeypatch):
     """Blocks, pieces, batches and checkpoints a few hundred units long, so small files cross them."""

@@ -31,8 +31,6 @@ from arch_cases import FAMILY_X as X  # noqa: E402
 from arch_cases import hf_logits, make_source, rel  # noqa: E402
 from helpers import cli, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 # model_type -> (a row whose block 0 is dense, a depth placement its config cannot say, that layout)
 DENSE1 = {
     "glm4_moe": ("glm4_moe-dense1-groups-qknorm", ("--depth-method", "stack"), "DMDM"),

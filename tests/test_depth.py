@@ -137,9 +137,6 @@ VARIANTS = [
 ]
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
 def test_every_architecture_is_covered():
     assert set(ARCH_CASES) == depth.DEPTH_FAMILIES == set(ARCHS)
 

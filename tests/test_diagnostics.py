@@ -22,9 +22,6 @@ from helpers import cli, make_text, tiny_cfg
 KW = dict(batch=8, seq=32, eval_batches=2, device="cpu", progress=False, lr=1e-2)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("diag")

@@ -34,8 +34,6 @@ from arch_cases import FAMILY_X as X  # noqa: E402
 from arch_cases import hf_logits, make_source, rel  # noqa: E402
 from helpers import cli, perturbed, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 EXAONE_4X = {
     "num_hidden_layers": "num_layers",
     "rms_norm_eps": "layer_norm_epsilon",

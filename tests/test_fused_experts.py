@@ -32,8 +32,6 @@ from arch_cases import CASES, hf_logits, make_source, rel  # noqa: E402
 from arch_cases import FAMILY_X as X  # noqa: E402
 from helpers import cli, make_text, perturbed, random_tensors, tiny_cfg, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 B = "model.layers.{i}.block_sparse_moe."
 GU, DOWN = B + "input_linear.weight", B + "output_linear.weight"  # Granite-MoE's own layout
 # name -> (layout, module paths of its expert slots): the layouts of the families that store experts fused

@@ -24,8 +24,6 @@ from arch_cases import CASES, hf_logits, make_source, rel  # noqa: E402
 from arch_cases import FAMILY_X as X  # noqa: E402
 from helpers import cli, make_text, perturbed, tiny_cfg, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def _qkv(B=2, H=4, K=2, T=10, hd=8):
     g = torch.Generator().manual_seed(0)

@@ -26,9 +26,6 @@ from helpers import GROWTOOL, cli, make_config, raw_safetensors, read_raw, refus
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
 # ---- 1: no code execution from a run folder ---------------------------------------------------
 
 

@@ -28,8 +28,6 @@ from helpers import cli, make_config, refused, run, text_file, tree, write_ckpt
 
 TRAIN = ("--steps", 4, "--batch", 2, "--seq", 8, "--eval-batches", 1, "--device", "cpu", "-q")
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
 
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):

@@ -32,7 +32,6 @@ from arch_cases import FAMILY_X as X  # noqa: E402
 from arch_cases import GDN_ATTN, hf_logits, make_source, rel  # noqa: E402
 from helpers import cli, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 CONV = "model.layers.0.conv."  # lfm2-conv-attn: block 0 is a conv layer, block 1 attention
 
 

@@ -24,8 +24,6 @@ from growtool.nn import families  # noqa: E402
 
 from helpers import cli, perturbed, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 V = 128
 X = torch.randint(V, (2, 24), generator=torch.Generator().manual_seed(1))  # longer than the window (8)
 

@@ -27,8 +27,6 @@ from arch_cases import FAMILY_CASES, MIXER_CASES, _nemotron_h, hf_logits, make_s
 from arch_cases import FAMILY_X as X  # noqa: E402
 from helpers import cli, perturbed, verify_json  # noqa: E402
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 INNER = ("conv1d.weight", "conv1d.bias", "dt_bias", "A_log", "D", "norm.weight")
 
 

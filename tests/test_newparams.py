@@ -19,8 +19,6 @@ from helpers import make_text, tiny_cfg
 
 KW = dict(batch=4, seq=32, eval_batches=1, device="cpu", progress=False, lr=1e-2, save_every=1)
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):

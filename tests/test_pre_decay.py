@@ -24,9 +24,6 @@ from helpers import cli, make_text, tiny_cfg
 KW = dict(batch=4, seq=16, eval_batches=2, device="cpu", progress=False, lr=3e-3, warmup=2, gate_warmup_tokens=256)
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     d = tmp_path_factory.mktemp("predecay")

@@ -177,7 +177,6 @@ def test_every_block_runs_or_says_why_not():
 
 
 @pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
-@pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread (a shared 2-core machine runs steadier so)
 def test_every_block_runs_as_shown(page, tmp_path, monkeypatch):
     found = [b for b in blocks(page.read_text()) if not b[2]]
     if page.name in ("README.md", "commands.md"):

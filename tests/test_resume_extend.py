@@ -25,14 +25,6 @@ from helpers import cli, listing, make_text, tiny_cfg
 KW = dict(batch=4, seq=16, eval_batches=2, device="cpu", progress=False, lr=3e-3, warmup=2, gate_warmup_tokens=256)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A grown (gated) model, a training text and a held-out text."""

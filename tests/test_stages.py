@@ -20,9 +20,6 @@ from helpers import STAGES_KW, cli, stages_world, strip, tiny_cfg
 KW = STAGES_KW
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")  # conftest: torch on one thread per module
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     return stages_world(tmp_path_factory.mktemp("stages"))

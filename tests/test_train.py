@@ -25,14 +25,6 @@ BATCH = 8
 KW = dict(batch=BATCH, seq=SEQ, eval_batches=4, device="cpu", progress=False)
 
 
-@pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny models: threads only add contention
-    yield
-    torch.set_num_threads(n)
-
-
 @pytest.fixture(scope="module")
 def world(tmp_path_factory):
     """A data file, a source model trained on it, and the source grown to d48 with SRIO (library)."""
