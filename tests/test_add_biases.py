@@ -221,3 +221,32 @@ def test_grow_at_grows_zero_biases_inside_a_run(world, tmp_path):
     new = [n for n in final.names() if n.endswith("_proj.bias")]
     assert len(new) == 5 and all(final.get(n).any() for n in new)  # trained after the growth
     assert final.lineage[-2]["recipe_full"]["add_biases"] == "attention"
+
+
+def test_the_new_biases_are_new_parameters_whole(world, tmp_path):
+    """--new-lr-mult scales the step of every entry of a bias the growth added, the old units' entries
+    too (the source had no such tensor); the lineage records the flags the growth turned on, so the
+    source's config is rebuilt without them."""
+    from growtool.training import diagnostics, newparams
+
+    text, base = world["text"], world["base"]
+    recipe = tmp_path / "biased.yaml"
+    recipe.write_text("add_biases: attention\n")
+    grown = {}
+    for name, mult in (("full", []), ("slow", ["--new-lr-mult", 0.001])):
+        res = cli("train", base, "--data", text, "--out", tmp_path / name, "--grow-at", "0.5:64",
+                  "--grow-recipe", recipe, *mult, *OPTS)  # fmt: skip
+        assert res.exit_code == 0, res.stderr
+        grown[name] = checkpoint.load(tmp_path / name / "final.safetensors")
+    ck = grown["slow"]
+    entry = ck.lineage[-2]
+    assert entry["op"] == "expand" and entry["biases_added"] == ["qkv_bias", "o_bias"]
+    src = diagnostics.growth_source(ck.config, ck.lineage)[1]
+    assert not src.qkv_bias and not src.o_bias and src.width == 32
+    masks = newparams.masks(ck.config, ck.lineage)
+    new = [n for n in ck.names() if n.endswith("_proj.bias")]
+    assert len(new) == 5 and all(masks[n].all() for n in new)
+    q = "model.layers.0.self_attn.q_proj.weight"
+    assert masks[q].any() and not masks[q].all()  # a grown tensor: its new slices alone
+    for n in new:  # 10 updates of about 1e-2 at full LR, of 1e-5 at 0.001x: the old units' entries too
+        assert grown["full"].get(n).abs().max() > 1e-2 and grown["slow"].get(n).abs().max() < 1e-3, n

@@ -54,3 +54,9 @@ def added(src: ModelConfig, cfg: ModelConfig, option: str) -> set[str]:
     if odd:
         raise GrowError(f"recipe add_biases: {src.family} would add {odd[0]}, which is not a bias (not supported)")
     return new
+
+
+def turned_on(src: ModelConfig, cfg: ModelConfig) -> list[str]:
+    """The bias flags the growth turned on (off in ``src``, on in ``cfg``): the lineage records them, so
+    the source's config can be rebuilt from the grown one (``diagnostics.growth_source``)."""
+    return [f for f in SAID if getattr(cfg, f) and not getattr(src, f)]

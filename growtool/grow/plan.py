@@ -554,6 +554,7 @@ def lineage_entry(plan: Plan, source_sha256: str) -> dict:
         "seed": plan.seed,
         "exact": plan.exact,
         "growtool": __version__,
+        **({"biases_added": turned} if (turned := biases.turned_on(plan.src, plan.cfg)) else {}),
     }
 
 

@@ -74,6 +74,7 @@ def growth_source(cfg, lineage: list):
     r = cfg.heads // cfg.kv_heads
     try:
         kw = dict(width=entry["width_from"], heads=h0, kv_heads=max(1, h0 // r), ffn=f0, base_heads=h0, base_ffn=f0)
+        kw.update({flag: False for flag in entry.get("biases_added", ())})  # recipe add_biases
         return entry, cfg.replace(**kw)
     except (GrowError, KeyError, TypeError, ValueError):  # not a width growth of this model
         return None

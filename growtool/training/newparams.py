@@ -10,6 +10,7 @@ as a boolean mask of the grown tensor's entries:
   the dims at index >= the source's width (old units' entries on the new dims included: the new
   residual dims are new capacity whatever writes into them).
 
+A tensor the growth added (recipe ``add_biases``: a zero bias the source did not have) is new whole.
 Everything else (old units on old dims, per-head norms, gates) is old. Depth growth's new blocks
 and a shared expert's new neurons (Qwen2-MoE) are not covered: they count as old.
 
@@ -26,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from growtool.nn.families import tensor_specs, unit_count
+from growtool.nn.families import expected_shapes, tensor_specs, unit_count
 from growtool.training import diagnostics
 
 
@@ -41,10 +42,10 @@ def masks(cfg, lineage: list) -> dict[str, torch.Tensor] | None:
     if found is None:
         return None
     src = found[1]
-    out = {}
+    out, had = {}, expected_shapes(src)
     for name, spec in tensor_specs(cfg).items():
         shape = expected_shape(cfg, name)
-        m = torch.zeros(shape, dtype=torch.bool)
+        m = torch.full(shape, name not in had and spec.role != "growth_gate", dtype=torch.bool)
         if spec.res_axis is not None and spec.res_axis < len(shape):
             m.narrow(spec.res_axis, src.width, cfg.width - src.width).fill_(True)
         if spec.units and spec.unit_axis is not None:
@@ -59,8 +60,6 @@ def masks(cfg, lineage: list) -> dict[str, torch.Tensor] | None:
 
 
 def expected_shape(cfg, name: str) -> tuple:
-    from growtool.nn.families import expected_shapes
-
     return tuple(expected_shapes(cfg)[name])
 
 
