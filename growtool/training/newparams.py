@@ -42,9 +42,9 @@ def masks(cfg, lineage: list) -> dict[str, torch.Tensor] | None:
     if found is None:
         return None
     src = found[1]
-    out, had = {}, expected_shapes(src)
+    out, had, shapes = {}, expected_shapes(src), expected_shapes(cfg)
     for name, spec in tensor_specs(cfg).items():
-        shape = expected_shape(cfg, name)
+        shape = tuple(shapes[name])
         m = torch.full(shape, name not in had and spec.role != "growth_gate", dtype=torch.bool)
         if spec.res_axis is not None and spec.res_axis < len(shape):
             m.narrow(spec.res_axis, src.width, cfg.width - src.width).fill_(True)
@@ -57,10 +57,6 @@ def masks(cfg, lineage: list) -> dict[str, torch.Tensor] | None:
         if m.any():
             out[name] = m
     return out
-
-
-def expected_shape(cfg, name: str) -> tuple:
-    return tuple(expected_shapes(cfg)[name])
 
 
 def since(run, step: int) -> int | None:
