@@ -32,6 +32,9 @@ run), negative when growth costs compute. Loss falls ever slower in log FLOPs, s
 lies above scratch's curve and overstates the saving: by 3.5-11% of scratch's compute half-way
 between two budgets, in six of seven held-out checks at d64 x 4 and d64 x 8 (seed means);
 ``--scratch-budgets 7,14,28`` adds scratch runs (no grown ones) where the grown runs end.
+``--scratch-family F`` compares every grown run with family F's scratch runs instead of its own (in
+the aggregation alone; ``--families F`` runs them): a growth that adds zero biases (``/addbias``) ends
+in ``llama_bias``'s architecture, so F's scratch is the fair baseline for it.
 Δ = grown final loss - tuned scratch final loss, paired by seed.
 Each arm draws its own batches (data seed 3000 + seed for scratch, seed for grown runs), so
 seed i pairs two independent runs; ``--paired 1`` makes scratch draw the grown runs' batches
@@ -97,6 +100,7 @@ FULL = dict(
     data_mb=8,
     paired=0,  # 1: scratch runs draw the grown runs' batches (data seed = seed; else 3000 + seed)
     scratch_budgets="",  # scratch alone at these budgets too: more points on its frontier (e.g. 14, 28)
+    scratch_family="",  # aggregation only: the family whose scratch runs every grown run is compared with
     vocab=0,  # 0: bytes; N: a byte-level BPE of N ids trained on the text (cached; part of the cache key)
     decay=0.2,  # --schedule wsd: every phase's --decay-fraction (train's default; another joins the cache key)
     decay_shape="linear",  # every phase's --decay-shape: the cached study's (train's default is sqrt since)
@@ -629,7 +633,8 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
         spec0 = next(iter(per_seed.values()))[0]
         target = spec0["target"]
         bw, bl = spec0.get("base", [P["width"], P["layers"]])
-        by_lr = scratch.get((fam, target, B), {})
+        sfam = P.get("scratch_family") or fam  # the architecture the grown run is judged against
+        by_lr = scratch.get((sfam, target, B), {})
         if not by_lr:
             continue
         best = best_lr(by_lr)
@@ -644,7 +649,7 @@ def aggregate(P, results: list[tuple[dict, dict]]) -> list[dict]:
             if x is not None:
                 saved.append(x)
             deltas.append(r["val"] - ref[seed]["val"])
-            front.append(frontier_saved(scratch, fam, target, seed, r))
+            front.append(frontier_saved(scratch, sfam, target, seed, r))
         gv = _ms([r["val"] for _, r in per_seed.values()])
         sv = _ms([r["val"] for r in ref.values()])
         sm, ssd = _ms(saved) if len(saved) == len(per) else (None, None)

@@ -760,3 +760,30 @@ def test_a_run_another_process_cached_meanwhile_is_not_run_again(tmp_path, monke
     assert ran == [5, 20] and json.loads((tmp_path / f"{spec_key(b)}.json").read_text())["result"]["val"] == 2.0
     assert all((tmp_path / f"{spec_key(s)}.json").exists() for s in (a, c))
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_scratch_family_judges_every_grown_run_against_another_familys_scratch():
+    """``--scratch-family llama_bias``: a Llama grown with zero biases added (/addbias) is compared with
+    the scratch runs of the architecture it ends in, not with its own family's; the cache keys ignore it."""
+    from budget import FULL, aggregate, spec_key, with_sizes
+
+    P = dict(FULL, width=64, layers=4, paired=1, data_id="docs.jsonl:1:8mb")
+
+    def res(val, flops):
+        return {"val": val, "flops": flops, "curve": [[0.0, 5.0], [flops, val]]}
+
+    s = {"kind": "scratch", "target": 64, "lr": 0.003, "seed": 0, "data_seed": 0}
+    results = []
+    for fam, d in (("llama", 0.1), ("llama_bias", 0.0)):  # llama_bias's scratch ends 0.1 lower at every budget
+        for b, v, c in ((5.0, 2.1, 50.0), (10.0, 1.9, 100.0), (20.0, 1.7, 200.0)):
+            results.append(({**s, "family": fam, "budget": b}, res(v + d, c)))
+    g = {"kind": "grown", "family": "llama", "variant": "width2x@0.15/plain/addbias", "target": 64, "budget": 10.0}
+    results.append(({**g, "lr": 0.006, "seed": 0, "base": [32, 4]}, res(1.95, 100.0)))
+    (own,) = aggregate(P, results)
+    (fair,) = aggregate({**P, "scratch_family": "llama_bias"}, results)
+    assert abs(own["d_val"] - (1.95 - 2.0)) < 1e-12
+    assert abs(own["frontier_mean"] - (1 - 1 / 2**0.25)) < 1e-9  # a quarter of the way from 10 to 20, in loss
+    assert abs(fair["d_val"] - (1.95 - 1.9)) < 1e-12
+    assert abs(fair["frontier_mean"] - (1 - 2**0.25)) < 1e-9  # three quarters of the way from 5 to 10: < 0
+    spec = {**g, "lr": 0.006, "seed": 0}
+    assert spec_key(with_sizes({**P, "scratch_family": "llama_bias"}, spec)) == spec_key(with_sizes(P, spec))
