@@ -69,7 +69,7 @@ import warnings
 from pathlib import Path
 
 from common import machine, parse_args, table, tokenizer, train_phase, write_csv, write_json
-from growth_pays import _config, _curve, _init, diag_series, flops_to_reach
+from growth_pays import FAMILIES, _config, _curve, _init, diag_series, flops_to_reach
 
 DATA = str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "docs.jsonl")  # ../shared/data
 
@@ -783,6 +783,9 @@ def study(args) -> dict:
 def main():
     args = parse_args("budget", __doc__.splitlines()[0], options)
     P = study(args)
+    for f in [*P["families"].split(","), P.get("scratch_family") or ""]:
+        if f and f not in FAMILIES:
+            die(f"unknown family {f!r} (known: {', '.join(FAMILIES)})")
     for v in P["variants"].split(","):
         name, t, opts = parse_variant(v)
         if v and v not in VARIANTS and name not in DEPTH:

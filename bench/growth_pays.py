@@ -142,6 +142,9 @@ def options(p):
 # ---- jobs (worker processes) ------------------------------------------------------------------
 
 
+FAMILIES = ("llama", "gpt2", "llama_bias", "qwen2", "starcoder2", "starcoder2_nobias")  # the targets _config builds
+
+
 def _config(P, family, width):
     from growtool.nn.config import ModelConfig
 
@@ -172,6 +175,8 @@ def _config(P, family, width):
             mlp_bias=bias,
             **common,
         )
+    if family not in FAMILIES:
+        raise ValueError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
     bias = family == "llama_bias"  # the Llama target with a bias on every linear layer but the head (as GPT-2's)
     qwen2 = family == "qwen2"  # Qwen2: the Llama target with biases on q, k and v alone (ungated: --llama-gate 0)
     plain = P.get("llama_mlp", "swiglu") != "swiglu"  # Arcee's layout: Llama with up -> act -> down, no gate
@@ -479,6 +484,9 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
     P.update(data=str(Path(args.data).resolve()), work=str(work.resolve()))
     families = [f for f in P["families"].split(",") if f]
+    for f in [*families, P["multi_family"] or ""]:
+        if f and f not in FAMILIES:
+            raise SystemExit(f"bench/growth_pays.py: unknown family {f!r} (known: {', '.join(FAMILIES)})")
     variants = (args.variants or DEFAULT_VARIANTS).split(",")
     jobs = [(f, v, s) for s in range(P["seeds"]) for f in families for v in variants]
     if P["multi_family"]:

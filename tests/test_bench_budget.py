@@ -123,6 +123,10 @@ def test_bench_budget_quick(tmp_path):
     assert p.returncode == 2 and p.stderr.count("\n") == 1 and "--part" in p.stderr
     p = bench(docs, "--quick", "--out", tmp_path / "bad", "--layers", "1")  # stack2x cannot grow a 1-layer target
     assert p.returncode == 2 and "do not grow" in p.stderr and not (tmp_path / "bad" / "budget" / "cached").exists()
+    for opt in ("--families", "--scratch-family"):  # a misspelt family: one line, not a Llama target or no baseline
+        p = bench(docs, "--quick", "--out", tmp_path / "bad", opt, "lama")
+        assert p.returncode == 2 and p.stderr.count("\n") == 1 and "unknown family 'lama'" in p.stderr, p.stderr
+        assert not (tmp_path / "bad" / "budget" / "cached").exists()
     if "schedule" not in {f.name for f in fields(Settings)}:  # before the trainer has --schedule
         p = bench(docs, "--quick", "--out", tmp_path, "--schedule", "wsd")
         assert p.returncode != 0 and "no --schedule" in p.stderr
