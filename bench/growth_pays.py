@@ -478,15 +478,15 @@ def main():
     for k in FULL:
         if getattr(args, k) is not None:
             P[k] = getattr(args, k)
+    families = [f for f in P["families"].split(",") if f]
+    for f in [*families, P["multi_family"] or ""]:
+        if f and f not in FAMILIES:
+            raise SystemExit(f"bench/growth_pays.py: unknown family {f!r} (known: {', '.join(FAMILIES)})")
     if not Path(args.data).is_file():
         raise SystemExit(f"bench/growth_pays.py: {args.data}: no such file")
     work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="growtool-pays-"))
     work.mkdir(parents=True, exist_ok=True)
     P.update(data=str(Path(args.data).resolve()), work=str(work.resolve()))
-    families = [f for f in P["families"].split(",") if f]
-    for f in [*families, P["multi_family"] or ""]:
-        if f and f not in FAMILIES:
-            raise SystemExit(f"bench/growth_pays.py: unknown family {f!r} (known: {', '.join(FAMILIES)})")
     variants = (args.variants or DEFAULT_VARIANTS).split(",")
     jobs = [(f, v, s) for s in range(P["seeds"]) for f in families for v in variants]
     if P["multi_family"]:
